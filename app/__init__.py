@@ -1,0 +1,1 @@
+"""kvscope's Qt application layer: presents what ``kvscope.core`` computes."""

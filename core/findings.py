@@ -1,0 +1,68 @@
+"""Findings: what a reader or checker has to say about a byte range of a state file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["error", "warning", "info"]
+
+SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
+
+# Stable codes. Tools, tests and the GUI key on these strings: never rename one.
+FINDING_CODES: frozenset[str] = frozenset(
+    {
+        "unknown_format",
+        "truncated",
+        "trailing_bytes",
+        "unparsed",
+        "missing_layer",
+        "layer_count_mismatch",
+        "type_mismatch",
+        "row_size_mismatch",
+        "cell_count_invalid",
+        "seq_meta_invalid",
+        "position_anomaly",
+        "token_out_of_vocab",
+        "model_mismatch",
+        "nonfinite_values",
+        "zero_rows",
+        "layout_ambiguous",
+        "resynced",
+        "stream_count_invalid",
+        "value_invalid",
+    }
+)
+
+
+@dataclass
+class Finding:
+    """One observation with an absolute byte range; ``path`` names the structure node."""
+
+    severity: Severity
+    code: str
+    offset: int
+    length: int
+    message: str
+    path: str = ""
+    layer: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    node: Any = field(default=None, repr=False, compare=False)  # structure node, resolved to ``path``
+
+    def __post_init__(self) -> None:
+        if self.code not in FINDING_CODES:
+            raise ValueError(f"unknown finding code {self.code!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "severity": self.severity,
+            "code": self.code,
+            "offset": self.offset,
+            "length": self.length,
+            "message": self.message,
+            "path": self.path,
+            "layer": self.layer,
+        }
+        if self.extra:
+            out["extra"] = self.extra
+        return out

@@ -1,0 +1,1 @@
+"""Tolerant readers for every llama.cpp state file kind and layout generation."""

@@ -1,0 +1,97 @@
+"""Consistency checks on a parsed state: model agreement, tokens, positions, record types.
+
+The structural parser already flags what breaks the byte layout; these checks look at what
+parsed and flag what llama.cpp would reject or what cannot belong to the given model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvscope.core.model_profile import ModelProfile
+from kvscope.core.reader.context import ParseCtx
+from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult, Section
+
+POSITION_JUMP = 1 << 24  # a position this far from its neighbours is almost surely garbage
+
+
+def check_result(res: ParseResult, ctx: ParseCtx, profile: ModelProfile | None) -> None:
+    if profile is not None:
+        _check_model(res, ctx, profile)
+    for sec in res.sections:
+        _check_types(ctx, sec)
+        tables = [(st.cells, f"stream {st.index}") for st in sec.streams] if sec.kind == "kv" else [
+            (sec.cells, "recurrent")]
+        for table, where in tables:
+            if table is not None and table.count:
+                _check_positions(ctx, sec, table, where)
+
+
+def _check_model(res: ParseResult, ctx: ParseCtx, p: ModelProfile) -> None:
+    arch = res.header.get("arch")
+    if arch is not None and arch != p.arch:
+        node = res.root.find("/arch")
+        ctx.find("error", "model_mismatch", node.offset if node else 0, node.size if node else 0,
+                 f"state was written by a {arch!r} model, the model given is {p.arch!r} "
+                 "(llama.cpp refuses: wrong model arch)", node)
+    if res.tokens and p.n_vocab:
+        toks = np.asarray(res.tokens, dtype=np.int64)
+        bad = np.flatnonzero((toks < 0) | (toks >= p.n_vocab))
+        if bad.size:
+            node = res.root.find("/tokens")
+            ctx.find("error", "token_out_of_vocab", node.offset if node else 0, node.size if node else 0,
+                     f"{bad.size} token id(s) outside the model's vocabulary of {p.n_vocab} "
+                     f"(first: index {int(bad[0])}, id {int(toks[bad[0]])})", node,
+                     indices=[int(i) for i in bad[:32]])
+    if res.outputs is not None and p.n_vocab and res.outputs.get("logits_size", 0) % p.n_vocab:
+        node = res.root.find("/outputs")
+        ctx.find("warning", "model_mismatch", node.offset if node else 0, 8,
+                 f"logits_size {res.outputs['logits_size']} is not a multiple of the vocabulary size {p.n_vocab}",
+                 node)
+
+
+def _check_types(ctx: ParseCtx, sec: Section) -> None:
+    groups: list[list[LayerRecord]] = []
+    if sec.kind == "kv":
+        for st in sec.streams:
+            groups += [st.k_layers, st.v_layers]
+    else:
+        groups += [sec.r_layers, sec.s_layers]
+    for recs in groups:
+        if len(recs) < 2:
+            continue
+        types = [r.type_id for r in recs]
+        common = max(set(types), key=types.count)
+        for r in recs:
+            if r.type_id != common:
+                ctx.find("error", "type_mismatch", r.header_offset, 4,
+                         f"{r.role.upper()} record of layer {r.il if r.il is not None else r.index} is {r.type}, "
+                         f"the other {r.role.upper()} records are {recs[types.index(common)].type}",
+                         r.node, r.il)
+
+
+def _check_positions(ctx: ParseCtx, sec: Section, t: CellTable, where: str) -> None:
+    node = sec.node.find(where.replace(" ", "")) if sec.node is not None else None
+    node = node.find("cells") if node is not None else (sec.node.find("cells") if sec.node else None)
+    rec = 8 + t.ext_bytes
+    neg = np.flatnonzero(t.pos < 0)
+    if neg.size:
+        i = int(neg[0])
+        ctx.find("warning", "position_anomaly", t.offset + i * rec, 4,
+                 f"{sec.role} {where}: {neg.size} negative position(s), first at cell {i} (pos {int(t.pos[i])})", node)
+    if t.count > 1:
+        jumps = np.flatnonzero(np.abs(np.diff(t.pos.astype(np.int64))) > POSITION_JUMP)
+        if jumps.size:
+            i = int(jumps[0]) + 1
+            ctx.find("warning", "position_anomaly", t.offset + i * rec, 4,
+                     f"{sec.role} {where}: cell {i} jumps to position {int(t.pos[i])}", node)
+    if t.seq_ids.size and t.seq_ids.size < 5_000_000:
+        cell_idx = np.repeat(np.arange(t.count), t.n_seq)
+        pairs = t.seq_ids.astype(np.int64) << 32 | (t.pos[cell_idx].astype(np.int64) & 0xFFFFFFFF)
+        uniq, counts = np.unique(pairs, return_counts=True)
+        dup = uniq[counts > 1]
+        if dup.size and sec.kind == "kv":
+            seq, pos = int(dup[0] >> 32), int(np.int32(dup[0] & 0xFFFFFFFF))
+            ctx.find("warning", "position_anomaly", t.offset, t.size,
+                     f"{sec.role} {where}: {dup.size} (sequence, position) pair(s) held by more than one cell, "
+                     f"e.g. seq {seq} pos {pos}", node)

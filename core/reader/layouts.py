@@ -1,0 +1,100 @@
+"""Layout generations of llama.cpp state (spec §6) and the candidates a reader tries.
+
+The (magic, version) pair does not identify a layout: the same 9/2 covers four byte layouts.
+A :class:`Generation` lists the features that change the bytes; the reader parses a file under
+each plausible generation and scores the results (see ``parse.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+SESSION_MAGIC = 0x6767736E  # 'ggsn'
+SEQ_MAGIC = 0x67677371  # 'ggsq'
+BLOB_IO_MAGIC = 0xAF143CD8
+SERVER_TOKENS_MARKER = -1
+
+KINDS = ("seq_file", "session_file", "seq_blob", "context_blob")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One byte layout of llama.cpp's state, named after the build that wrote our fixtures."""
+
+    name: str
+    title: str
+    session_version: int
+    seq_version: int
+    n_stream: bool  # u32 n_stream prefix, per-seq KV meta n_seq_id=1 + id, n_layer = cache layers
+    ctx_outputs: bool  # context state has n_outputs / output ids / logits / embeddings
+    blob_header: bool  # buffer-API seq blob starts with u32 0xaf143cd8 + i32 seq_id
+    cell_ext: int  # bytes of llama_kv_cell_ext per cell for models that have one (0 = never)
+    partial_kinds: tuple[str, ...]  # memory classes whose PARTIAL/SWA_ONLY blobs differ from full
+    swa_perseq_masked: bool  # per-seq SWA cache writes only cells inside the window
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+GENERATIONS: tuple[Generation, ...] = (
+    Generation(
+        "2025-05",
+        "pre-n_stream (llama_kv_cache_unified): per-seq meta n_seq_id=0, n_layer = all layers",
+        9, 2, n_stream=False, ctx_outputs=True, blob_header=False, cell_ext=0,
+        partial_kinds=(), swa_perseq_masked=False,
+    ),
+    Generation(
+        "2025-08",
+        "n_stream + per-stream sections; context state still has outputs/logits",
+        9, 2, n_stream=True, ctx_outputs=True, blob_header=False, cell_ext=0,
+        partial_kinds=("iswa",), swa_perseq_masked=False,
+    ),
+    Generation(
+        "2026-04",
+        "outputs removed from context state (PR #18862); 8-byte M-RoPE cell ext",
+        9, 2, n_stream=True, ctx_outputs=False, blob_header=False, cell_ext=8,
+        partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=True,
+    ),
+    Generation(
+        "2026-08",
+        "buffer-API seq blob header 0xaf143cd8 + seq_id (PR #22679)",
+        9, 2, n_stream=True, ctx_outputs=False, blob_header=True, cell_ext=8,
+        partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=True,
+    ),
+    Generation(
+        "2026-10",
+        "v10/v3: 12-byte cell ext (x, y, tok), read-side failure containment",
+        10, 3, n_stream=True, ctx_outputs=False, blob_header=True, cell_ext=12,
+        partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=True,
+    ),
+)
+
+GENERATION_BY_NAME: dict[str, Generation] = {g.name: g for g in GENERATIONS}
+
+
+def generation_rank(gen: Generation) -> int:
+    """Newer generations rank higher (the tie-break between byte-identical layouts)."""
+    return GENERATIONS.index(gen)
+
+
+def candidate_generations(kind: str, version: int | None, has_blob_header: bool | None) -> list[Generation]:
+    """Generations worth trying for a file of ``kind`` whose header says ``version``."""
+    cands = list(GENERATIONS)
+    if kind == "seq_blob" and has_blob_header is not None:
+        cands = [g for g in cands if g.blob_header == has_blob_header]
+    if version is not None:
+        attr = "session_version" if kind == "session_file" else "seq_version"
+        matching = [g for g in cands if getattr(g, attr) == version]
+        if matching:
+            cands = matching
+    return cands
+
+
+def ext_choices(gen: Generation, model_has_ext: bool | None) -> list[int]:
+    """Cell-extension sizes a file of ``gen`` may use: fixed by the model when one is given."""
+    if gen.cell_ext == 0:
+        return [0]
+    if model_has_ext is None:
+        return [0, gen.cell_ext]
+    return [gen.cell_ext] if model_has_ext else [0]

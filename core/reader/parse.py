@@ -1,0 +1,242 @@
+"""Reading a state file: detect its kind, parse it under each plausible layout, keep the best.
+
+``read_state`` is the reader's entry point. It never raises on bad input: an unreadable or
+unrecognised file comes back as ``kind == "unknown"`` with an ``unknown_format`` finding.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from kvscope.core.findings import Finding
+from kvscope.core.model_profile import ModelProfile
+from kvscope.core.reader.checks import check_result
+from kvscope.core.reader.containers import MAX_ARCH_LEN, Container, parse_container
+from kvscope.core.reader.context import ParseCtx
+from kvscope.core.reader.layouts import (
+    BLOB_IO_MAGIC,
+    GENERATION_BY_NAME,
+    KINDS,
+    SEQ_MAGIC,
+    SESSION_MAGIC,
+    Generation,
+    candidate_generations,
+    ext_choices,
+    generation_rank,
+)
+from kvscope.core.reader.memory import PlanItem
+from kvscope.core.reader.records import LayoutChoice, ParseResult
+from kvscope.core.reader.source import ByteSource
+from kvscope.core.reader.tree import Node, check_tiling, coverage
+
+
+class ReadError(Exception):
+    """The file could not be opened at all (missing, a directory, no permission)."""
+
+
+def detect_kind(src: ByteSource) -> str | None:
+    """Kind from the first bytes; None when nothing matches."""
+    m = src.u32(0)
+    if m is None:
+        return None
+    if m == SESSION_MAGIC:
+        return "session_file"
+    if m == SEQ_MAGIC:
+        return "seq_file"
+    if m == BLOB_IO_MAGIC:
+        return "seq_blob"
+    if 0 < m <= MAX_ARCH_LEN and src.has(4, m):
+        raw = src.raw(4, m) or b""
+        if all(48 <= c <= 57 or 97 <= c <= 122 or c in b"_-." for c in raw) and any(97 <= c <= 122 for c in raw):
+            return "context_blob"
+    return "seq_blob"  # older blobs have no header: the memory state starts at byte 0
+
+
+def _plans(profile: ModelProfile | None, gen: Generation, per_seq: bool) -> list[tuple[bool, list[PlanItem] | None]]:
+    """(partial, plan) pairs to try; plan None means decide sections by structure."""
+    if profile is None:
+        return [(False, None)]
+
+    def plan_of(partial: bool) -> list[PlanItem]:
+        secs = profile.expected_sections(partial)
+        if not gen.n_stream:  # one unified cache over every layer; n_layer counted all layers
+            out: list[PlanItem] = []
+            if profile.attn_layers:
+                out.append(PlanItem("kv", "kv", tuple(range(profile.n_layer))))
+            if profile.recurrent_layers:
+                out.append(PlanItem("recurrent", "recurrent", tuple(range(profile.n_layer))))
+            return out
+        return [PlanItem(s.role, s.kind, s.layers) for s in secs]
+
+    full = plan_of(False)
+    plans: list[tuple[bool, list[PlanItem] | None]] = [(False, full)]
+    if per_seq and gen.n_stream and profile.memory_class in gen.partial_kinds:
+        part = plan_of(True)
+        if part != full:
+            plans.append((True, part))
+    return plans
+
+
+@dataclass
+class _Attempt:
+    result: ParseResult
+    gen: Generation
+    ext: int
+    partial: bool
+    key: tuple[Any, ...]
+
+
+def _attempt(
+    src: ByteSource,
+    kind: str,
+    gen: Generation,
+    ext: int,
+    partial: bool,
+    plan: list[PlanItem] | None,
+    profile: ModelProfile | None,
+) -> _Attempt:
+    per_seq = kind in ("seq_file", "seq_blob")
+    ctx = ParseCtx(src, gen, ext, per_seq, profile)
+    root = Node(os.path.basename(src.path) or "<bytes>", "file", 0, src.size)
+    cont: Container = parse_container(ctx, root, kind, plan)
+    end = cont.memory_end if cont.memory_end is not None else src.size
+    leaves_end = max((leaf.end for leaf in root.leaves() if leaf is not root), default=0)
+    end = max(end, leaves_end)
+    if end < src.size:
+        node = root.add(Node("trailing", "trailing", end, src.size - end, None, "trailing"))
+        sev = "error" if kind == "session_file" else "warning"
+        why = ("llama_state_load_file returns false (after restoring the state)" if kind == "session_file"
+               else "llama.cpp ignores them")
+        ctx.find(sev, "trailing_bytes", end, src.size - end,
+                 f"{src.size - end} bytes after the end of the state ({why})", node)
+    result = ParseResult(
+        path=src.path,
+        size=src.size,
+        kind=kind,
+        root=root,
+        layout=LayoutChoice(gen.name, 1.0, features={**gen.to_json(), "cell_ext_bytes": ext}),
+        header=cont.header,
+        tokens=cont.tokens,
+        token_payload=cont.token_payload,
+        outputs=cont.outputs,
+        sections=cont.sections,
+        findings=ctx.findings,
+        partial=partial,
+        partial_certain=profile is not None,
+        memory_offset=cont.memory_offset,
+        memory_end=cont.memory_end,
+        model_path=profile.path if profile is not None else None,
+    )
+    check_result(result, ctx, profile)
+    ctx.resolve_paths()
+    cov = coverage(root)
+    version = cont.header.get("version")
+    want_version = gen.session_version if kind == "session_file" else gen.seq_version
+    version_ok = version is None or version == want_version
+    key = (
+        version_ok,
+        -result.n_errors,
+        -(cov["unparsed_bytes"] + cov["untrusted_bytes"]),
+        -sum(1 for f in result.findings if f.severity == "warning"),
+        -cov["trailing_bytes"],
+    )
+    return _Attempt(result, gen, ext, partial, key)
+
+
+def read_state(
+    path: str | os.PathLike[str] | None = None,
+    profile: ModelProfile | None = None,
+    kind: str | None = None,
+    layout: str | None = None,
+    data: bytes | None = None,
+) -> ParseResult:
+    """Parse a state file (or ``data``) into a :class:`ParseResult`; never raises on bad bytes.
+
+    ``kind`` and ``layout`` override detection (``layout`` is a generation name such as
+    ``"2026-10"``). Raises :class:`ReadError` only when ``path`` cannot be opened.
+    """
+    if data is not None:
+        src = ByteSource(data, str(path or "<bytes>"))
+    else:
+        if path is None:
+            raise ReadError("no file given")
+        try:
+            src = ByteSource.open(path)
+        except (OSError, ValueError) as e:
+            raise ReadError(f"cannot open {os.fspath(path)}: {e.strerror if isinstance(e, OSError) else e}") from e
+    return read_source(src, profile, kind, layout)
+
+
+def read_source(
+    src: ByteSource, profile: ModelProfile | None = None, kind: str | None = None, layout: str | None = None
+) -> ParseResult:
+    detected = kind or detect_kind(src)
+    if detected is None or detected not in KINDS:
+        return _unknown(src, "the file is too short to be a llama.cpp state file" if detected is None
+                        else f"unknown kind {detected!r}")
+    version = src.u32(4) if detected in ("seq_file", "session_file") else None
+    has_header = src.u32(0) == BLOB_IO_MAGIC if detected == "seq_blob" else None
+    if layout is not None:
+        if layout not in GENERATION_BY_NAME:
+            raise ValueError(f"unknown layout {layout!r}; known: {', '.join(GENERATION_BY_NAME)}")
+        gens = [GENERATION_BY_NAME[layout]]
+    else:
+        gens = candidate_generations(detected, version, has_header)
+    has_ext = profile.has_cell_ext() if profile is not None else None
+    attempts: list[_Attempt] = []
+    per_seq = detected in ("seq_file", "seq_blob")
+    for gen in gens:
+        for ext in ext_choices(gen, has_ext):
+            for partial, plan in _plans(profile, gen, per_seq):
+                attempts.append(_attempt(src, detected, gen, ext, partial, plan, profile))
+    attempts.sort(key=lambda a: (a.key, generation_rank(a.gen), -a.ext), reverse=True)
+    best = attempts[0]
+    res = best.result
+    ties = [a for a in attempts[1:] if a.key == best.key]
+    close = [a for a in attempts[1:] if a.key != best.key][:3]
+    alts: list[dict[str, Any]] = []
+    seen = {(best.gen.name, best.ext, best.partial)}
+    for a in ties + close:
+        ident = (a.gen.name, a.ext, a.partial)
+        if ident in seen:
+            continue
+        seen.add(ident)
+        alts.append({
+            "name": a.gen.name,
+            "cell_ext_bytes": a.ext,
+            "partial": a.partial,
+            "indistinguishable": a.key == best.key,
+            "errors": a.result.n_errors,
+            "title": a.gen.title,
+        })
+    n_tied = 1 + sum(1 for x in alts if x["indistinguishable"])
+    if n_tied > 1:
+        confidence = 1.0 / n_tied
+    elif not alts:
+        confidence = 1.0
+    else:
+        runner = next(a for a in attempts[1:] if (a.gen.name, a.ext, a.partial) != (best.gen.name, best.ext, best.partial))
+        confidence = 0.99 if runner.key[:2] != best.key[:2] else 0.8
+    res.layout = LayoutChoice(best.gen.name, confidence, alts, res.layout.features)
+    if n_tied > 1:
+        names = sorted({x["name"] for x in alts if x["indistinguishable"]} | {best.gen.name})
+        res.layout.features["byte_identical_layouts"] = names
+    if not res.sections and res.n_errors and all(f.code in ("unknown_format", "truncated") for f in res.findings):
+        if kind is None and detected == "seq_blob" and not has_header and res.root.children:
+            return _unknown(src, "no llama.cpp state structure found (not a session, sequence or context state)",
+                            res)
+    return res
+
+
+def _unknown(src: ByteSource, why: str, attempt: ParseResult | None = None) -> ParseResult:
+    root = Node(os.path.basename(src.path) or "<bytes>", "file", 0, src.size)
+    if src.size:
+        root.add(Node("unparsed", "unparsed", 0, src.size, None, "unparsed"))
+    f = Finding("error", "unknown_format", 0, src.size, why, root.path)
+    return ParseResult(src.path, src.size, "unknown", root, LayoutChoice("unknown", 0.0), findings=[f])
+
+
+def tiling_problems(result: ParseResult) -> list[str]:
+    return check_tiling(result.root)

@@ -1,0 +1,125 @@
+"""JSON, Markdown and text renderings of a :class:`ParseResult` (the ``inspect`` outputs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvscope.core.model_profile import ModelProfile
+from kvscope.core.reader.records import ParseResult, Section
+from kvscope.core.reader.tree import coverage
+
+
+def result_to_json(res: ParseResult, profile: ModelProfile | None = None, tree: bool = False) -> dict[str, Any]:
+    """The ``inspect --json`` object (key names are fixed: tools depend on them)."""
+    cov = coverage(res.root)
+    out: dict[str, Any] = {
+        "file": res.path,
+        "size": res.size,
+        "kind": res.kind,
+        "partial": res.partial,
+        "partial_certain": res.partial_certain,
+        "layout": res.layout.to_json(),
+        "header": res.header,
+        "tokens": res.tokens,
+    }
+    if profile is not None and res.tokens:
+        out["text"] = profile.detokenize(res.tokens)
+    if res.token_payload is not None:
+        out["token_payload"] = res.token_payload
+    if res.outputs is not None:
+        out["outputs"] = {k: v for k, v in res.outputs.items() if k != "output_ids"} | {
+            "output_ids": res.outputs.get("output_ids", [])[:64]
+        }
+    out["memory"] = [sec.to_json() for sec in res.sections]
+    out["findings"] = [f.to_json() for f in res.findings]
+    out["coverage"] = {
+        "size": cov["size"],
+        "parsed_bytes": cov["parsed_bytes"],
+        "untrusted_bytes": cov["untrusted_bytes"],
+        "unparsed_bytes": cov["unparsed_bytes"],
+        "trailing_bytes": cov["trailing_bytes"],
+    }
+    if res.model_path:
+        out["model"] = res.model_path
+    if tree:
+        out["tree"] = res.root.to_json()
+    return out
+
+
+def _seq_summary(sec: Section) -> str:
+    tables = [st.cells for st in sec.streams] if sec.kind == "kv" else [sec.cells]
+    parts = []
+    for t in tables:
+        if t is None or not t.count:
+            continue
+        for seq in t.seq_set():
+            idx = t.cells_of_seq(seq)
+            pos = t.pos[idx]
+            parts.append(f"seq {seq}: {idx.size} cells, pos {int(pos.min())}..{int(pos.max())}")
+    return "; ".join(parts)
+
+
+def result_to_text(res: ParseResult, profile: ModelProfile | None = None, markdown: bool = False) -> str:
+    """Human summary: kind, layout, tokens, per-section tables, findings with offsets."""
+    h = "## " if markdown else ""
+    lines: list[str] = []
+    lines.append(f"{'# ' if markdown else ''}{res.path}  ({res.size:,} bytes)")
+    lines.append("")
+    lines.append(f"kind:    {res.kind}" + ("  (PARTIAL_ONLY)" if res.partial else ""))
+    lay = res.layout
+    alt = ", ".join(a["name"] for a in lay.alternatives if a.get("indistinguishable"))
+    lines.append(f"layout:  {lay.name}  (confidence {lay.confidence:.2f}"
+                 + (f"; byte-identical under {alt}" if alt else "") + ")")
+    if res.header:
+        lines.append("header:  " + ", ".join(f"{k}={v}" for k, v in res.header.items()))
+    if res.tokens:
+        shown = res.tokens[:64]
+        lines.append(f"tokens:  {len(res.tokens)}: {shown}{' ...' if len(res.tokens) > 64 else ''}")
+        if profile is not None:
+            lines.append(f"text:    {profile.detokenize(res.tokens)!r}")
+    if res.token_payload:
+        lines.append(f"payload: llama-server packed tokens (version {res.token_payload['version']}, "
+                     f"{res.token_payload['n_media']} media)")
+    for sec in res.sections:
+        lines.append("")
+        lines.append(f"{h}section {sec.role} ({sec.kind}) @ {sec.offset}, {sec.size:,} bytes"
+                     + ("" if sec.trusted else "  [untrusted]"))
+        summ = _seq_summary(sec)
+        if summ:
+            lines.append(f"  {summ}")
+        rows: list[list[str]] = []
+        if sec.kind == "kv":
+            for st in sec.streams:
+                lines.append(f"  stream {st.index}: {st.cell_count} cells"
+                             + (f", v_trans={st.v_trans}, n_layer={st.n_layer}" if st.v_trans is not None else ""))
+                for lr in (*st.k_layers, *st.v_layers):
+                    rows.append([f"s{st.index}", lr.role.upper(), str(lr.il if lr.il is not None else "?"), lr.type,
+                                 str(lr.row_bytes or f"{lr.el_bytes}x{lr.n_embd_v_gqa}"), str(lr.header_offset),
+                                 f"{lr.size:,}"])
+        else:
+            lines.append(f"  {sec.cell_count} cells, n_layer={sec.n_layer_written}")
+            for lr in sec.all_layers():
+                rows.append(["", lr.role, str(lr.il if lr.il is not None else "?"), lr.type, str(lr.row_bytes),
+                             str(lr.header_offset), f"{lr.size:,}"])
+        if rows:
+            lines.extend(_table(["stream", "rec", "layer", "type", "row bytes", "offset", "size"], rows, markdown))
+    lines.append("")
+    lines.append(f"{h}findings: {len(res.findings)}")
+    for f in res.findings:
+        lay_s = f" layer {f.layer}" if f.layer is not None else ""
+        lines.append(f"  {f.severity:7s} {f.code:20s} @{f.offset} (+{f.length}){lay_s}: {f.message}")
+    cov = coverage(res.root)
+    lines.append("")
+    lines.append(f"coverage: parsed {cov['parsed_bytes']:,}, untrusted {cov['untrusted_bytes']:,}, "
+                 f"unparsed {cov['unparsed_bytes']:,}, trailing {cov['trailing_bytes']:,} of {cov['size']:,} bytes")
+    return "\n".join(lines) + "\n"
+
+
+def _table(head: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
+    if markdown:
+        out = ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        out += ["| " + " | ".join(r) + " |" for r in rows]
+        return out + [""]
+    widths = [max(len(head[i]), *(len(r[i]) for r in rows)) for i in range(len(head))]
+    fmt = "  " + "  ".join(f"{{:{w}}}" for w in widths)
+    return [fmt.format(*head)] + [fmt.format(*r) for r in rows]

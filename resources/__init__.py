@@ -1,0 +1,1 @@
+"""Bundled resources: icons, desktop integration files and small example state files."""

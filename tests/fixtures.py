@@ -1,0 +1,51 @@
+"""Helpers for tests: the real llama.cpp fixtures copied into tests/data and their manifests."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).parent / "data"
+MODELS = DATA / "llamacpp-2026-10-01"
+
+# folder -> the generation name the reader should report
+FOLDER_GENERATION = {
+    "llamacpp-2025-05-08": "2025-05",
+    "llamacpp-2025-08-14": "2025-08",
+    "llamacpp-2026-04-26": "2026-04",
+    "llamacpp-2026-08-16": "2026-08",
+    "llamacpp-2026-10-01": "2026-10",
+}
+
+KIND = {"session": "session_file", "ctx_blob": "context_blob", "seq_file": "seq_file", "seq_blob": "seq_blob"}
+
+
+def manifests() -> list[Path]:
+    return sorted(DATA.glob("llamacpp-*/manifest*.json"))
+
+
+@lru_cache(maxsize=None)
+def load_manifest(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def manifest_entries() -> list[tuple[Path, dict[str, Any]]]:
+    """(file path, manifest entry) for every file listed in any manifest."""
+    out = []
+    for mf in manifests():
+        for entry in load_manifest(mf)["files"]:
+            out.append((mf.parent / entry["file"], entry))
+    return out
+
+
+def model_path(key: str) -> Path:
+    return MODELS / f"tiny-{key}.gguf"
+
+
+@lru_cache(maxsize=None)
+def profile(key: str) -> Any:
+    from kvscope.core.model_profile import load_model_profile
+
+    return load_model_profile(model_path(key))
