@@ -40,6 +40,9 @@ __all__ = [
     "load_model_profile",
 ]
 
+# The memory llama.cpp's create_memory() builds: llama_kv_cache ("kv"), llama_kv_cache_iswa ("iswa"),
+# llama_memory_recurrent ("recurrent"), llama_memory_hybrid ("hybrid"), llama_memory_hybrid_iswa
+# ("hybrid_iswa"), or nothing ("none": embedding / diffusion models).
 MemoryClass = Literal["kv", "iswa", "recurrent", "hybrid", "hybrid_iswa", "none"]
 
 
@@ -780,7 +783,10 @@ def _build_profile(meta: _Meta, path: str) -> ModelProfile:
     vocab_size = meta.int_(f"{arch}.vocab_size")
     n_vocab = vocab_size if vocab_size is not None else len(vocab)
     tokenizer_model = meta.str_("tokenizer.ggml.model") or ""
-    token_types = meta.int_array("tokenizer.ggml.token_type") if meta.has("tokenizer.ggml.token_type") else ()
+    raw_types = meta.values.get("tokenizer.ggml.token_type")
+    token_types: tuple[int, ...] = ()
+    if isinstance(raw_types, np.ndarray) and raw_types.dtype.kind in "biu":
+        token_types = tuple(raw_types.tolist())
 
     zeros = (0,) * n_layer
     n_head = meta.int_or_array(f"{arch}.attention.head_count", n_layer) or zeros
@@ -927,7 +933,7 @@ def _build_profile(meta: _Meta, path: str) -> ModelProfile:
         memory_class=memory_class,
         vocab=vocab,
         tokenizer_model=tokenizer_model,
-        token_types=token_types or (),
+        token_types=token_types,
         n_ff=n_ff,
         head_dim_k_swa=head_dim_k_swa,
         head_dim_v_swa=head_dim_v_swa,

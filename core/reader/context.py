@@ -26,6 +26,16 @@ class Stop(Exception):
         self.section = section  # the partly parsed memory section, when a section gave up
 
 
+class HeaderStop(Stop):
+    """A record header was rejected; the layer node holding it ends at ``offset``."""
+
+
+def mark_bad(node: Node) -> None:
+    """Turn a field leaf that failed validation into an ``unparsed`` leaf."""
+    node.status = "unparsed"
+    node.kind = "unparsed"
+
+
 @dataclass
 class ParseCtx:
     src: ByteSource

@@ -14,7 +14,7 @@ import numpy as np
 from dataclasses import dataclass
 
 from kvscope.core.reader.cells import min_record_bytes, scan_cells
-from kvscope.core.reader.context import ParseCtx, Stop
+from kvscope.core.reader.context import HeaderStop, ParseCtx, Stop, mark_bad
 from kvscope.core.reader.records import KvStream, LayerRecord, Section
 from kvscope.core.reader.tensor_records import (
     Expect,
@@ -142,8 +142,7 @@ def parse_kv_section(
             n_stream = ctx.u32(sec_node, "n_stream", off)
             cur = off + 4
             if not 1 <= n_stream <= MAX_STREAMS or n_stream * 4 > ctx.src.remaining(cur):
-                sec_node.children[-1].status = "unparsed"
-                sec_node.children[-1].kind = "unparsed"
+                mark_bad(sec_node.children[-1])
                 ctx.find("error", "stream_count_invalid", off, 4,
                          f"n_stream {n_stream} is not a plausible stream count (1..{MAX_STREAMS})", sec_node)
                 raise Stop(off + 4)
@@ -190,8 +189,7 @@ def _parse_kv_stream(
                      + (f"; the meta table holds {inferred} records" if inferred else ""),
                      node, inferred=inferred)
             if not inferred:
-                node.children[-1].status = "unparsed"
-                node.children[-1].kind = "unparsed"
+                mark_bad(node.children[-1])
                 raise Stop(cur)
             ctx.untrusted = True
             cell_count = inferred
@@ -227,8 +225,9 @@ def _parse_kv_data(
 ) -> int:
     v_trans = ctx.u32(node, "v_trans", off)
     if v_trans not in (0, 1):
+        mark_bad(node.children[-1])
         ctx.find("error", "value_invalid", off, 4, f"v_trans {v_trans} is neither 0 nor 1", node)
-        raise Stop(off)
+        raise Stop(off + 4)
     n_layer = ctx.u32(node, "n_layer", off + 4)
     stream.v_trans, stream.n_layer = v_trans, n_layer
     cur = off + 8
@@ -240,8 +239,9 @@ def _parse_kv_data(
                  expected=want_layers)
         n_k = want_layers
     elif n_layer > MAX_LAYERS or n_layer * 12 > ctx.src.remaining(cur):
+        mark_bad(node.children[-1])
         ctx.find("error", "value_invalid", off + 4, 4, f"n_layer {n_layer} is implausible", node)
-        raise Stop(off + 4)
+        raise Stop(off + 8)
     k_exp = _kv_expects(ctx, item.layers, v=False)
     v_exp = _kv_expects(ctx, item.layers, v=True)
     n_v = len(v_exp) if v_exp is not None else n_k
@@ -262,9 +262,7 @@ def _parse_kv_data(
             rec, cur = read_record(ctx, node, cur, "k", j, rows, False, expect(k_exp, j))
             stream.k_layers.append(rec)
             j += 1
-        except Stop as stop:
-            if stop.offset != cur:  # truncated payload: nothing more to find
-                raise
+        except HeaderStop:
             cur, j = _resync(ctx, node, cur, limit, stream, "k", j)
     j = 0
     while j < n_v:
@@ -274,7 +272,8 @@ def _parse_kv_data(
             stream.v_layers.append(rec)
             j += 1
         except Stop as stop:
-            if stop.offset != cur and ctx.src.has(cur, 12):
+            header_bad = isinstance(stop, HeaderStop) or not ctx.src.has(cur, 12)
+            if not header_bad:
                 raise
             if tail_ok is not None and tail_ok(cur, streams_after):
                 at_eof = cur >= ctx.src.size
@@ -283,7 +282,7 @@ def _parse_kv_data(
                     del node.children[n_mark:]
                 _missing(ctx, node, cur, "V", j, n_v, v_exp, stream, or_k=not v_trans, at_eof=at_eof)
                 return cur
-            if stop.offset != cur:
+            if not isinstance(stop, HeaderStop):
                 raise
             cur, j = _resync(ctx, node, cur, limit, stream, "v", j)
     return cur
@@ -325,7 +324,7 @@ def _resync(ctx: ParseCtx, node: Node, off: int, limit: int, stream: KvStream, r
         patterns.append(header_bytes(stream.k_layers[0]))
     hit = find_resync(ctx, off + 1, limit, patterns) if patterns else -1
     if hit < 0:
-        raise Stop(off)
+        raise Stop(off + 12)
     node.children.pop()  # the layer node holding only the bad header becomes part of the gap
     ctx.unparsed(node, off, hit, note=f"bad {role.upper()} record; resynced at {hit}")
     ctx.find("warning", "resynced", off, hit - off,
@@ -354,8 +353,7 @@ def parse_recurrent_section(
             ctx.find("error", "cell_count_invalid", off, 4,
                      f"cell_count {cell_count} needs at least {cell_count * 8} bytes, {src.remaining(cur)} remain",
                      sec_node)
-            sec_node.children[-1].status = "unparsed"
-            sec_node.children[-1].kind = "unparsed"
+            mark_bad(sec_node.children[-1])
             raise Stop(cur)
         sec.cell_count = cell_count
         if cell_count:
@@ -369,8 +367,9 @@ def parse_recurrent_section(
         s_trans = ctx.u32(sec_node, "s_trans", cur)
         sec.s_trans = s_trans
         if s_trans != 0:
+            mark_bad(sec_node.children[-1])
             ctx.find("error", "value_invalid", cur, 4, f"s_trans {s_trans}: llama.cpp only reads 0", sec_node)
-            raise Stop(cur)
+            raise Stop(cur + 4)
         n_layer = ctx.u32(sec_node, "n_layer", cur + 4)
         sec.n_layer_written = n_layer
         cur += 8
@@ -379,8 +378,9 @@ def parse_recurrent_section(
                      f"n_layer {n_layer}: llama.cpp writes the model's layer count {p.n_layer}", sec_node,
                      expected=p.n_layer)
         elif p is None and (n_layer > MAX_LAYERS or n_layer == 0):
+            mark_bad(sec_node.children[-1])
             ctx.find("error", "value_invalid", cur - 4, 4, f"n_layer {n_layer} is implausible", sec_node)
-            raise Stop(cur - 4)
+            raise Stop(cur)
         if p is not None and item.layers is not None:
             layers = list(item.layers)
             r_exp: list[Expect | None] = [Expect(il, p.n_embd_r, F32) for il in layers]
@@ -422,14 +422,24 @@ def _read_rs_structural(
         try:
             read_record(probe, scratch, cur, "r", len(recs), rows, False, None, allow_zero_row=True)
         except Stop:
+            if any(f.code == "truncated" for f in probe.findings):  # cut inside a record: say so
+                read_record(ctx, node, cur, "r", len(recs), rows, False, None, allow_zero_row=True)
             break
         rec, cur = read_record(ctx, node, cur, "r", len(recs), rows, False, None, allow_zero_row=True)
         recs.append(rec)
-    if not recs or len(recs) % 2:
-        ctx.find("error", "unparsed" if recs else "truncated", cur, ctx.src.remaining(cur),
+    half = len(recs) // 2
+    consistent = (
+        bool(recs)
+        and len(recs) % 2 == 0
+        and len({r.row_bytes for r in recs[:half]}) == 1
+        and len({r.row_bytes for r in recs[half:]}) == 1
+    )
+    if not consistent:
+        if cur < limit:  # the next record is bad or cut: let the real read say how
+            read_record(ctx, node, cur, "r", len(recs), rows, False, None, allow_zero_row=True)
+        ctx.find("error", "unparsed", cur, ctx.src.remaining(cur),
                  f"recurrent section: {len(recs)} state records found, expected r and s records in pairs", node)
-        if cur >= ctx.src.size:
-            raise Stop(cur)
+        raise Stop(cur)
     half = len(recs) // 2
     for i, rec in enumerate(recs):
         if i >= half:
@@ -443,8 +453,6 @@ def _read_rs_structural(
             rec.index = i
     sec.r_layers = recs[:half]
     sec.s_layers = recs[half:]
-    if len(recs) % 2:
-        raise Stop(cur)
     return cur
 
 
@@ -523,6 +531,10 @@ def _try(ctx: ParseCtx, off: int, limit: int, kind: str) -> tuple[ParseCtx, Node
         return probe, scratch, stop.section, limit, False
 
 
+def _explained(scratch: Node) -> int:
+    return sum(leaf.size for leaf in scratch.leaves() if leaf.status in ("parsed", "untrusted") and leaf is not scratch)
+
+
 def _prefer_kv(sec_kv: Section) -> bool:
     """Old layouts write recurrent state as a KV cache: tell them apart by record shapes."""
     for st in sec_kv.streams:
@@ -542,12 +554,18 @@ def _parse_structural(ctx: ParseCtx, mem: Node, off: int, limit: int, sections: 
             options = ["recurrent"]
         tries = [(k, *_try(ctx, cur, limit, k)) for k in options]
         good = [t for t in tries if t[5]]
+        if not good and kinds:  # a following section cut short by the end of the file is still one
+            good = [t for t in tries if t[2] is not None and t[4] == limit
+                    and all(f.code == "truncated" for f in t[1].findings if f.severity == "error")
+                    and _explained(t[2]) > 0]
+            if good:
+                good = [max(good, key=lambda t: _explained(t[2]))]
         if len(good) == 2:
             kv_try = next(t for t in good if t[0] == "kv")
             assert kv_try[3] is not None
             good = [kv_try] if _prefer_kv(kv_try[3]) else [t for t in good if t[0] == "recurrent"]
         if good:
-            pick = max(good, key=lambda t: t[4])
+            pick = max(good, key=lambda t: (t[4], _explained(t[2])))
         elif not kinds and tries:
             pick = max(tries, key=lambda t: (-t[1].n_errors, t[4]))
         else:

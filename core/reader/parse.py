@@ -137,10 +137,9 @@ def _attempt(
     version_ok = version is None or version == want_version
     key = (
         version_ok,
+        -(cov["unparsed_bytes"] + cov["untrusted_bytes"] + cov["trailing_bytes"]),
         -result.n_errors,
-        -(cov["unparsed_bytes"] + cov["untrusted_bytes"]),
         -sum(1 for f in result.findings if f.severity == "warning"),
-        -cov["trailing_bytes"],
     )
     return _Attempt(result, gen, ext, partial, key)
 
@@ -218,7 +217,7 @@ def read_source(
         confidence = 1.0
     else:
         runner = next(a for a in attempts[1:] if (a.gen.name, a.ext, a.partial) != (best.gen.name, best.ext, best.partial))
-        confidence = 0.99 if runner.key[:2] != best.key[:2] else 0.8
+        confidence = 0.99 if runner.key[0] != best.key[0] or runner.key[2] != best.key[2] else 0.8
     res.layout = LayoutChoice(best.gen.name, confidence, alts, res.layout.features)
     if n_tied > 1:
         names = sorted({x["name"] for x in alts if x["indistinguishable"]} | {best.gen.name})

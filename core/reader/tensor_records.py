@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass
 
 from kvscope.core import ggml_types as gt
-from kvscope.core.reader.context import ParseCtx, Stop
+from kvscope.core.reader.context import HeaderStop, ParseCtx, Stop
 from kvscope.core.reader.records import LayerRecord
 from kvscope.core.reader.tree import Node
 
@@ -67,7 +67,7 @@ def read_record(
         hdr.status = "unparsed"
         hdr.kind = "unparsed"
         ctx.find("error", code, off, 12, msg, hdr, il, **extra)
-        return Stop(off)
+        return HeaderStop(off + 12)
 
     if not gt.is_known_type(type_id):
         raise fail("type_mismatch", f"{what}: unknown ggml type id {type_id}", type_id=type_id)
