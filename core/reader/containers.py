@@ -36,10 +36,7 @@ def _tokens(ctx: ParseCtx, root: Node, off: int, n: int, out: Container) -> int:
     src = ctx.src
     need = 4 * n
     if need > src.remaining(off):
-        ctx.find("error", "truncated", off - 4, 4,
-                 f"n_token_count {n} needs {need} bytes of tokens, only {src.remaining(off)} remain",
-                 root.children[-1] if root.children else root)
-        raise ctx.truncated(root, "the token array", off, need)
+        raise ctx.truncated(root, f"the token array (n_token_count {n})", off, need)
     arr = src.i32_array(off, n)
     node = ctx.leaf(root, "tokens", "tokens", off, need, f"{n} tokens")
     if n and int(arr[0]) == SERVER_TOKENS_MARKER:

@@ -90,17 +90,26 @@ def _check_cells(ctx: ParseCtx, node: Node, stream: KvStream, recurrent: bool) -
                  f"max {int(t.seq_ids.max())}", node)
 
 
+def _errors_before(ctx: ParseCtx, mark: int) -> int:
+    return sum(1 for f in ctx.findings[:mark] if f.severity == "error")
+
+
 def _infer_cell_count(ctx: ParseCtx, off: int, limit: int) -> int | None:
-    """Records that really follow a bad ``cell_count``, when a data header confirms the guess."""
+    """Records that really follow a bad ``cell_count``: a data header and a K record confirm it."""
     scan = scan_cells(ctx.src, off, None, ctx.ext_bytes, limit)
     if scan.table is None:
         return None
     n = scan.table.count
     while n > 0:
         end = off + _table_bytes(scan, n)
-        v_trans, n_layer, t = ctx.src.u32(end), ctx.src.u32(end + 4), ctx.src.i32(end + 8)
-        if v_trans in (0, 1) and n_layer is not None and 0 < n_layer <= MAX_LAYERS and t is not None and 0 <= t < 64:
-            return n
+        v_trans, n_layer = ctx.src.u32(end), ctx.src.u32(end + 4)
+        if v_trans in (0, 1) and n_layer is not None and 0 < n_layer <= MAX_LAYERS:
+            probe = ctx.fork()
+            try:
+                read_record(probe, Node("probe", "probe", end + 8, 0), end + 8, "k", 0, n, False, None)
+                return n
+            except Stop:
+                pass
         n -= 1
     return None
 
@@ -198,11 +207,39 @@ def _parse_kv_stream(
             node.fit_to_children()
             stream.end = cur
             return stream, cur
-        if cell_count:
-            stub, cur = _read_cells(ctx, node, cur, cell_count, limit)
-            stream.cells = stub.cells if stub else None
-            _check_cells(ctx, node, stream, recurrent=False)
-        cur = _parse_kv_data(ctx, node, cur, limit, stream, item, streams_after, tail_ok)
+        cells_off = cur
+        f_mark, n_mark = len(ctx.findings), len(node.children)
+        try:
+            if cell_count:
+                stub, cur = _read_cells(ctx, node, cur, cell_count, limit)
+                stream.cells = stub.cells if stub else None
+                _check_cells(ctx, node, stream, recurrent=False)
+            if ctx.n_errors > _errors_before(ctx, f_mark):
+                raise Stop(cur)
+            cur = _parse_kv_data(ctx, node, cur, limit, stream, item, streams_after, tail_ok)
+        except Stop:
+            # A wrong cell_count shows up as bad meta or a bad data header: if the meta table
+            # really holds another number of records, say so at the count and carry on.
+            header_end = (stream.cells.offset + stream.cells.size if stream.cells is not None else cells_off) + 8
+            new = ctx.findings[f_mark:]
+            if not new or min(f.offset for f in new) >= header_end:
+                raise
+            inferred = _infer_cell_count(ctx, cells_off, limit)
+            if inferred is None or inferred == cell_count:
+                raise
+            del ctx.findings[f_mark:]
+            del node.children[n_mark:]
+            ctx.find("error", "cell_count_invalid", off, 4,
+                     f"cell_count {cell_count}, but the meta table holds {inferred} records "
+                     "(the data header follows them)", node, inferred=inferred)
+            ctx.untrusted = True
+            stream.cell_count = inferred
+            stream.k_layers, stream.v_layers = [], []
+            cur = cells_off
+            if inferred:
+                stub, cur = _read_cells(ctx, node, cur, inferred, limit)
+                stream.cells = stub.cells if stub else None
+            cur = _parse_kv_data(ctx, node, cur, limit, stream, item, streams_after, tail_ok)
     except Stop:
         stream.trusted = False
         node.fit_to_children()
@@ -272,6 +309,13 @@ def _parse_kv_data(
             stream.v_layers.append(rec)
             j += 1
         except Stop as stop:
+            if (j == 0 and v_trans and isinstance(stop, HeaderStop) and stream.k_layers
+                    and ctx.src.raw(cur, 12) == header_bytes(stream.k_layers[-1])):
+                del ctx.findings[f_mark:]
+                del node.children[n_mark:]
+                cur = _extra_k_records(ctx, node, cur, stream, rows, off + 4)
+                n_v = len(stream.k_layers)
+                continue
             header_bad = isinstance(stop, HeaderStop) or not ctx.src.has(cur, 12)
             if not header_bad:
                 raise
@@ -286,6 +330,20 @@ def _parse_kv_data(
                 raise
             cur, j = _resync(ctx, node, cur, limit, stream, "v", j)
     return cur
+
+
+def _extra_k_records(ctx: ParseCtx, node: Node, off: int, stream: KvStream, rows: int, n_layer_off: int) -> int:
+    """More K records follow than ``n_layer`` says: read them and flag the count."""
+    n_before = len(stream.k_layers)
+    pat = header_bytes(stream.k_layers[-1])
+    while ctx.src.raw(off, 12) == pat:
+        rec, off = read_record(ctx, node, off, "k", len(stream.k_layers), rows, False, None)
+        stream.k_layers.append(rec)
+    ctx.find("error", "layer_count_mismatch", n_layer_off, 4,
+             f"n_layer says {n_before}, but {len(stream.k_layers)} K records follow", node,
+             found=len(stream.k_layers))
+    stream.trusted = False
+    return off
 
 
 def _missing(

@@ -129,16 +129,26 @@ def _attempt(
         memory_end=cont.memory_end,
         model_path=profile.path if profile is not None else None,
     )
+    if kind in ("seq_file", "session_file") and cont.header.get("version") is not None:
+        known = {g.session_version if kind == "session_file" else g.seq_version for g in GENERATION_BY_NAME.values()}
+        if cont.header["version"] not in known:
+            ctx.find("error", "value_invalid", 4, 4, f"version {cont.header['version']} was never written by "
+                     f"llama.cpp (known: {sorted(known)}); llama.cpp refuses any version but its own",
+                     root.find("/version"))
     check_result(result, ctx, profile)
     ctx.resolve_paths()
     cov = coverage(root)
     version = cont.header.get("version")
     want_version = gen.session_version if kind == "session_file" else gen.seq_version
     version_ok = version is None or version == want_version
+    # Without a model a cell extension is only believed when it explains the file cleanly: on a
+    # damaged file, reading 8 or 12 extra bytes per cell makes garbage look better than it is.
+    ext_ok = profile is not None or ext == 0 or result.n_errors == 0
     key = (
         version_ok,
+        ext_ok,
+        -(result.n_errors + (1 if cov["trailing_bytes"] and kind != "session_file" else 0)),
         -(cov["unparsed_bytes"] + cov["untrusted_bytes"] + cov["trailing_bytes"]),
-        -result.n_errors,
         -sum(1 for f in result.findings if f.severity == "warning"),
     )
     return _Attempt(result, gen, ext, partial, key)
@@ -217,15 +227,19 @@ def read_source(
         confidence = 1.0
     else:
         runner = next(a for a in attempts[1:] if (a.gen.name, a.ext, a.partial) != (best.gen.name, best.ext, best.partial))
-        confidence = 0.99 if runner.key[0] != best.key[0] or runner.key[2] != best.key[2] else 0.8
+        confidence = 0.99 if runner.key[:3] != best.key[:3] else 0.8
     res.layout = LayoutChoice(best.gen.name, confidence, alts, res.layout.features)
     if n_tied > 1:
         names = sorted({x["name"] for x in alts if x["indistinguishable"]} | {best.gen.name})
         res.layout.features["byte_identical_layouts"] = names
-    if not res.sections and res.n_errors and all(f.code in ("unknown_format", "truncated") for f in res.findings):
-        if kind is None and detected == "seq_blob" and not has_header and res.root.children:
-            return _unknown(src, "no llama.cpp state structure found (not a session, sequence or context state)",
-                            res)
+    if kind is None and detected == "seq_blob" and not has_header and res.n_errors:
+        cov = coverage(res.root)
+        if cov["parsed_bytes"] < res.size // 2:
+            first = res.findings[0] if res.findings else None
+            why = "no llama.cpp state structure found (no session/sequence magic, no blob header, no arch string)"
+            if first is not None:
+                why += f"; read as a headerless sequence blob: {first.message} at offset {first.offset}"
+            return _unknown(src, why)
     return res
 
 
