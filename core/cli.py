@@ -105,7 +105,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_OK if d.identical else EXIT_FINDINGS
 
 
-def build_parser(extra: dict[str, Callable[[argparse._SubParsersAction], None]] | None = None) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+Registrar = Callable[[Any], None]  # adds a subcommand to argparse's subparsers object
+
+
+def build_parser(extra: dict[str, Registrar] | None = None) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="kvscope", description="Inspect llama.cpp saved state (slot, sequence, "
                                  "session files and state blobs).")
     ap.add_argument("--version", action="version", version=f"kvscope {_version()}")
@@ -140,13 +143,13 @@ def build_parser(extra: dict[str, Callable[[argparse._SubParsersAction], None]] 
     return ap
 
 
-def _plugin_commands(wanted: str | None) -> dict[str, Callable[[argparse._SubParsersAction], None]]:  # type: ignore[type-arg]
+def _plugin_commands(wanted: str | None) -> dict[str, Registrar]:
     """Commands registered by other kvscope layers (entry-point group ``kvscope.commands``)."""
-    if wanted in (None, "inspect", "diff") and wanted is not None:
+    if wanted in ("inspect", "diff"):
         return {}
     from importlib.metadata import entry_points
 
-    out: dict[str, Callable[[argparse._SubParsersAction], None]] = {}  # type: ignore[type-arg]
+    out: dict[str, Registrar] = {}
     for ep in entry_points(group="kvscope.commands"):
         if wanted not in (None, "-h", "--help") and ep.name != wanted:
             continue

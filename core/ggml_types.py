@@ -7,7 +7,7 @@ derived quantities a state reader needs (``ggml_row_size``, element addressabili
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -23,7 +23,7 @@ def is_known_type(type_id: int) -> bool:
         return False
 
 
-@lru_cache(maxsize=None)
+@cache
 def type_name(type_id: int) -> str:
     """Lower-case ggml name (``f16``, ``q8_0``); ``type<N>`` for an id gguf-py does not know."""
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ def manifests() -> list[Path]:
     return sorted(DATA.glob("llamacpp-*/manifest*.json"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_manifest(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())  # type: ignore[no-any-return]
 
@@ -44,7 +44,7 @@ def model_path(key: str) -> Path:
     return MODELS / f"tiny-{key}.gguf"
 
 
-@lru_cache(maxsize=None)
+@cache
 def profile(key: str) -> Any:
     from kvscope.core.model_profile import load_model_profile
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-
 from kvscope.core.reader.records import CellTable
 from kvscope.core.reader.source import ByteSource
 

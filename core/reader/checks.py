@@ -7,7 +7,6 @@ parsed and flag what llama.cpp would reject or what cannot belong to the given m
 from __future__ import annotations
 
 import numpy as np
-
 from kvscope.core.model_profile import ModelProfile
 from kvscope.core.reader.context import ParseCtx
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult, Section

@@ -86,8 +86,8 @@ def _server_tokens(ctx: ParseCtx, node: Node, off: int, n: int) -> dict[str, Any
     for i in range(n_media):
         ln = src.u32(cur)
         if ln is None or cur + 4 + ln > end:
-            ctx.find("warning", "value_invalid", cur, end - cur, f"packed payload: media chunk {i} runs past the payload",
-                     node)
+            ctx.find("warning", "value_invalid", cur, end - cur,
+                     f"packed payload: media chunk {i} runs past the payload", node)
             ctx.leaf(node, f"media{i}", "tokens", cur, end - cur, "bad media chunk")
             cur = end
             break
@@ -173,10 +173,7 @@ def parse_container(ctx: ParseCtx, root: Node, kind: str, plan: list[PlanItem] |
     out = Container()
     src = ctx.src
     try:
-        if kind in ("seq_file", "session_file"):
-            cur = _file_header(ctx, root, out)
-        else:
-            cur = 0
+        cur = _file_header(ctx, root, out) if kind in ("seq_file", "session_file") else 0
         if kind == "seq_blob" and ctx.gen.blob_header:
             magic = ctx.u32(root, "io_magic", 0)
             seq = ctx.i32(root, "seq_id", 4)

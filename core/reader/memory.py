@@ -9,10 +9,9 @@ the next plausible layer header and marks what follows untrusted.
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import numpy as np
 from dataclasses import dataclass
 
+import numpy as np
 from kvscope.core.reader.cells import min_record_bytes, scan_cells
 from kvscope.core.reader.context import HeaderStop, ParseCtx, Stop, mark_bad
 from kvscope.core.reader.records import KvStream, LayerRecord, Section

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from kvscope.core.findings import Finding
+from kvscope.core.findings import Finding, Severity
 from kvscope.core.model_profile import ModelProfile
 from kvscope.core.reader.checks import check_result
 from kvscope.core.reader.containers import MAX_ARCH_LEN, Container, parse_container
@@ -106,7 +106,7 @@ def _attempt(
     end = max(end, leaves_end)
     if end < src.size:
         node = root.add(Node("trailing", "trailing", end, src.size - end, None, "trailing"))
-        sev = "error" if kind == "session_file" else "warning"
+        sev: Severity = "error" if kind == "session_file" else "warning"
         why = ("llama_state_load_file returns false (after restoring the state)" if kind == "session_file"
                else "llama.cpp ignores them")
         ctx.find(sev, "trailing_bytes", end, src.size - end,
@@ -226,7 +226,8 @@ def read_source(
     elif not alts:
         confidence = 1.0
     else:
-        runner = next(a for a in attempts[1:] if (a.gen.name, a.ext, a.partial) != (best.gen.name, best.ext, best.partial))
+        ident = (best.gen.name, best.ext, best.partial)
+        runner = next(a for a in attempts[1:] if (a.gen.name, a.ext, a.partial) != ident)
         confidence = 0.99 if runner.key[:3] != best.key[:3] else 0.8
     res.layout = LayoutChoice(best.gen.name, confidence, alts, res.layout.features)
     if n_tied > 1:

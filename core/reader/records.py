@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
 from kvscope.core.findings import Finding
 from kvscope.core.ggml_types import type_name
 from kvscope.core.reader.tree import Node

@@ -48,7 +48,7 @@ class ByteSource:
 
     # -- scalars ---------------------------------------------------------------------------
     def has(self, off: int, n: int) -> bool:
-        return 0 <= off and n >= 0 and off + n <= self.size
+        return off >= 0 and n >= 0 and off + n <= self.size
 
     def remaining(self, off: int) -> int:
         return max(0, self.size - off)

@@ -1,0 +1,444 @@
+"""Payload statistics of a parsed state (``kvscope inspect --stats``) and dequantized layer matrices.
+
+:func:`scan_stats` walks every K/V/r/s/p record of a :class:`ParseResult` in bounded steps of
+whole rows (or whole columns of a transposed V), dequantizes each step to float32 and counts
+NaN/Inf, all-zero rows (what a failed restore's cleanup leaves) and min/max/mean/RMS of the
+finite values; it appends ``nonfinite_values`` / ``zero_rows`` findings to the result.
+:func:`layer_matrix` and :func:`record_rows` give one record as a float32 ``[cell, dim]`` matrix
+(the GUI heatmaps and :mod:`kvscope.core.diff` use them).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize
+
+from kvscope.core import ggml_types as gt
+from kvscope.core.findings import Finding
+from kvscope.core.reader.records import LayerRecord, ParseResult
+from kvscope.core.reader.source import ByteSource
+
+F32A = npt.NDArray[np.float32]
+U8A = npt.NDArray[np.uint8]
+I64A = npt.NDArray[np.int64]
+Bytes = ByteSource | U8A | None
+
+_WORK = 1 << 20  # bytes per step actually used (faster than big steps: the passes stay in cache)
+_F16, _BF16, _F32 = GGMLQuantizationType.F16, GGMLQuantizationType.BF16, GGMLQuantizationType.F32
+_F16_LIMIT = 65536.0  # the fast f16 decode turns Inf/NaN (exponent 31) into |x| >= 2**16; 65504 is the max
+_WORD = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
+
+
+def file_bytes(res: ParseResult, data: Bytes = None) -> U8A:
+    """The bytes ``res`` was parsed from: ``data`` when given, else ``res.path`` memory-mapped read-only."""
+    if isinstance(data, ByteSource):
+        return data.bytes_all()
+    if data is not None:
+        return data.reshape(-1).view(np.uint8)
+    if not os.path.isfile(res.path):
+        raise ValueError(f"{res.path}: the bytes of this result are not available (pass data=)")
+    return ByteSource.open(res.path).bytes_all()
+
+
+def record_shape(rec: LayerRecord, avail: int | None = None) -> tuple[int, int]:
+    """``(rows present, values per row)`` of ``rec``; rows are cells, a transposed V counts whole columns.
+
+    ``avail`` clips the payload to the bytes present in the file. Values per row is 0 when the
+    row is not whole blocks of a type gguf-py knows.
+    """
+    size = rec.data_size if avail is None else max(0, min(rec.data_size, avail))
+    if rec.transposed:
+        col = rec.n_rows * rec.el_bytes
+        return (rec.n_rows if col and size >= col * rec.n_embd_v_gqa else 0), rec.n_embd_v_gqa
+    if rec.row_bytes <= 0 or not gt.is_known_type(rec.type_id):
+        return 0, 0
+    return size // rec.row_bytes, gt.elements_in_row(rec.type_id, rec.row_bytes) or 0
+
+
+def dequantize_rows(raw: U8A, type_id: int) -> F32A:
+    """Float32 values of ``raw`` (uint8, whole blocks; any shape whose last axis is whole blocks)."""
+    qt = GGMLQuantizationType(type_id)
+    if qt == _F16:
+        return raw.view(np.float16).astype(np.float32)
+    if qt == _BF16:
+        return np.left_shift(raw.view(np.uint16), 16, dtype=np.uint32).view(np.float32)
+    if qt == _F32:
+        return raw.view(np.float32).copy()
+    shape = raw.shape
+    flat = np.asarray(dequantize(np.ascontiguousarray(raw).reshape(1, -1), qt), dtype=np.float32)
+    return flat.reshape(*shape[:-1], -1)
+
+
+def record_rows(buf: U8A, rec: LayerRecord, cells: I64A | slice) -> F32A:
+    """Dequantized rows of ``cells`` (indices in file order) as float32 ``[len(cells), dim]``."""
+    if rec.transposed:
+        el = rec.el_bytes
+        cols = buf[rec.data_offset : rec.data_offset + rec.n_embd_v_gqa * rec.n_rows * el]
+        mat = cols.view(_WORD[el]).reshape(rec.n_embd_v_gqa, rec.n_rows)[:, cells]
+        return dequantize_rows(np.ascontiguousarray(mat.T).view(np.uint8), rec.type_id)
+    n, _ = record_shape(rec, buf.size - rec.data_offset)
+    rows = buf[rec.data_offset : rec.data_offset + n * rec.row_bytes].reshape(n, rec.row_bytes)[cells]
+    return dequantize_rows(np.ascontiguousarray(rows), rec.type_id)
+
+
+def layer_matrix(
+    res: ParseResult, rec: LayerRecord, max_rows: int | None = None, max_cols: int | None = None, data: Bytes = None
+) -> F32A:
+    """One record as float32 ``[cell, dim]`` (a transposed V is transposed back).
+
+    With ``max_rows``/``max_cols`` every k-th cell/dim is kept so the result fits (stride
+    downsampling; only the kept rows are read and decoded). Raises ValueError for a type
+    gguf-py cannot decode or when the payload is not present.
+    """
+    buf = file_bytes(res, data)
+    n, dim = record_shape(rec, buf.size - rec.data_offset)
+    if dim == 0:
+        raise ValueError(f"{rec.type} rows of {rec.row_bytes} bytes cannot be decoded")
+    rs = -(-n // max_rows) if max_rows and n > max_rows else 1
+    cs = -(-dim // max_cols) if max_cols and dim > max_cols else 1
+    try:
+        return np.ascontiguousarray(record_rows(buf, rec, slice(0, n, rs))[:, ::cs])
+    except NotImplementedError as e:
+        raise ValueError(f"cannot decode {rec.type}: {e}") from None
+
+
+@dataclass
+class LayerStats:
+    """Statistics of one record; min/max/mean/rms are over finite values (NaN when there are none)."""
+
+    section: str
+    section_index: int
+    stream: int | None
+    role: str
+    index: int
+    il: int | None
+    type: str
+    data_offset: int
+    data_size: int
+    n_rows: int
+    trusted: bool = True
+    n_values: int = 0
+    n_nonfinite: int = 0
+    n_nan: int = 0
+    n_inf: int = 0
+    zero_rows: int = 0
+    min: float = math.nan
+    max: float = math.nan
+    mean: float = math.nan
+    rms: float = math.nan
+    first_nonfinite: int | None = None  # flat value index (transposed V: column-major, as stored)
+    first_zero_row: int | None = None  # cell index
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-safe dict (non-finite floats become None)."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+
+@dataclass
+class StatsReport:
+    """Per-record statistics of one state, in file order."""
+
+    path: str
+    layers: list[LayerStats] = field(default_factory=list)
+
+    def by_role(self) -> list[dict[str, Any]]:
+        """Totals per (section, role): values, non-finite, zero rows, min/max/mean/rms."""
+        groups: dict[tuple[int, str, str], list[LayerStats]] = {}
+        for ls in self.layers:
+            groups.setdefault((ls.section_index, ls.section, ls.role), []).append(ls)
+        out = []
+        for (_, sec, role), items in groups.items():
+            fin = [x for x in items if x.n_values > x.n_nonfinite]
+            nf = sum(x.n_values - x.n_nonfinite for x in fin)
+            out.append({
+                "section": sec, "role": role, "records": len(items),
+                "n_values": sum(x.n_values for x in items), "n_nonfinite": sum(x.n_nonfinite for x in items),
+                "zero_rows": sum(x.zero_rows for x in items),
+                "min": min((x.min for x in fin), default=None), "max": max((x.max for x in fin), default=None),
+                "mean": sum(x.mean * (x.n_values - x.n_nonfinite) for x in fin) / nf if nf else None,
+                "rms": math.sqrt(sum(x.rms**2 * (x.n_values - x.n_nonfinite) for x in fin) / nf) if nf else None,
+            })
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"layers": [...], "roles": [...]}``, JSON-safe."""
+        return {"layers": [ls.to_json() for ls in self.layers], "roles": self.by_role()}
+
+    def to_text(self, markdown: bool = False) -> str:
+        """A table, one row per record."""
+        def g(v: float) -> str:
+            return f"{v:.4g}" if math.isfinite(v) else "-"
+
+        head = ["section", "stream", "rec", "layer", "type", "rows", "nonfinite", "zero rows",
+                "min", "max", "mean", "rms", "note"]
+        rows = [[ls.section, "" if ls.stream is None else f"s{ls.stream}", ls.role.upper() if ls.role in "kv"
+                 else ls.role, "?" if ls.il is None else str(ls.il), ls.type, str(ls.n_rows), str(ls.n_nonfinite),
+                 str(ls.zero_rows), g(ls.min), g(ls.max), g(ls.mean), g(ls.rms), ls.note] for ls in self.layers]
+        title = f"{'## ' if markdown else ''}payload statistics: {len(self.layers)} records"
+        if not rows:
+            return title + "\n"
+        if markdown:
+            lines = [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            lines += ["| " + " | ".join(r) + " |" for r in rows]
+        else:
+            w = [max(len(head[i]), *(len(r[i]) for r in rows)) for i in range(len(head))]
+            lines = [title] + ["  " + "  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in [head, *rows]]
+        return "\n".join(lines) + "\n"
+
+
+# -- scanning -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Step:
+    """Byte range ``[lo, hi)`` of one record's payload; ``rows`` rows/columns from ``first``."""
+
+    lo: int
+    hi: int
+    first: int  # first row (plain) / column (transposed) / cell (transposed column piece)
+    rows: int
+    piece: bool = False  # part of one row (plain) or of one column (transposed)
+
+
+@dataclass
+class _Part:
+    n: int = 0
+    n_nan: int = 0
+    n_inf: int = 0
+    s: float = 0.0
+    q: float = 0.0
+    mn: float = math.inf
+    mx: float = -math.inf
+    first_bad: int = -1  # value index inside the step
+    zero: I64A | None = None  # rows/cells all-zero inside the step
+    weight: int = 1  # parts of a row/cell the step covers
+
+
+def _steps(rec: LayerRecord, n_rows: int, work: int) -> Iterator[_Step]:
+    if rec.transposed:
+        col = rec.n_rows * rec.el_bytes
+        if col <= work:
+            k = max(1, work // col)
+            for c in range(0, rec.n_embd_v_gqa, k):
+                m = min(k, rec.n_embd_v_gqa - c)
+                yield _Step(c * col, (c + m) * col, c, m)
+        else:
+            k = work // rec.el_bytes
+            for c in range(rec.n_embd_v_gqa):
+                for i in range(0, rec.n_rows, k):
+                    m = min(k, rec.n_rows - i)
+                    yield _Step(c * col + i * rec.el_bytes, c * col + (i + m) * rec.el_bytes, i, m, True)
+        return
+    rb = rec.row_bytes
+    if rb <= work:
+        k = max(1, work // rb)
+        for r in range(0, n_rows, k):
+            m = min(k, n_rows - r)
+            yield _Step(r * rb, (r + m) * rb, r, m)
+    else:
+        ts = gt.type_size(rec.type_id)
+        piece = max(ts, work // ts * ts)
+        for r in range(n_rows):
+            for b in range(0, rb, piece):
+                yield _Step(r * rb + b, r * rb + min(rb, b + piece), r, 1, True)
+
+
+def _fast_f16(u16: npt.NDArray[np.uint16], i32: npt.NDArray[np.int32]) -> F32A:
+    """f16 -> f32 by bit moves (exact for finite values, 3x numpy's cast); Inf/NaN become |x| >= 2**16."""
+    np.left_shift(u16, 16, out=i32.view(np.uint32), dtype=np.uint32)
+    np.right_shift(i32, 3, out=i32)  # arithmetic: sign kept, exponent+mantissa moved down 3 bits
+    np.bitwise_and(i32, np.int32(-0x70000001), out=i32)  # clear the 3 sign copies (0x8fffffff)
+    f = i32.view(np.float32)
+    np.multiply(f, np.float32(2.0**112), out=f)
+    return f
+
+
+class _Scratch:
+    def __init__(self, work: int) -> None:
+        self.raw = np.empty(work + 64, np.uint8)
+        self.i32 = np.empty(work // 2 + 16, np.int32)
+
+
+def _scan_step(buf: U8A, rec: LayerRecord, st: _Step, scratch: _Scratch, decode: bool) -> _Part:
+    raw = buf[rec.data_offset + st.lo : rec.data_offset + st.hi]
+    if raw.ctypes.data % 8:  # misaligned (odd header lengths): one copy into an aligned scratch
+        np.copyto(scratch.raw[: raw.size], raw)
+        raw = scratch.raw[: raw.size]
+    p = _Part()
+    # all-zero rows / cells, on the raw bytes
+    if rec.transposed:
+        w = raw.view(_WORD[rec.el_bytes])
+        mat = w.reshape(1, -1) if st.piece else w.reshape(st.rows, -1)
+        p.weight = 1 if st.piece else st.rows
+        if np.count_nonzero(mat) < mat.size:
+            z = np.flatnonzero(~mat.any(axis=0))
+            p.zero = (z + st.first) if st.piece else z
+    else:
+        wb = next(b for b in (8, 4, 2, 1) if rec.row_bytes % b == 0 and raw.size % b == 0)
+        w = raw.view(_WORD[wb])
+        if np.count_nonzero(w) < w.size:
+            p.zero = (np.array([st.first]) if not w.any() else np.zeros(0, np.int64)) if st.piece else \
+                np.flatnonzero(~w.reshape(st.rows, -1).any(axis=1)) + st.first
+    if not decode:
+        return p
+    fast = rec.type_id == _F16
+    f = _fast_f16(raw.view(np.uint16), scratch.i32[: raw.size // 2]) if fast else \
+        dequantize_rows(raw, rec.type_id).reshape(-1)
+    p.n = int(f.size)
+    if not fast:
+        s = float(f.sum())
+        bad = not math.isfinite(s)
+    if fast or not bad:
+        p.mn, p.mx = float(f.min()), float(f.max())
+        bad = fast and (p.mx >= _F16_LIMIT or p.mn <= -_F16_LIMIT)
+        if fast and not bad:
+            s = float(f.sum())
+    if not bad:
+        p.s, p.q = s, float(np.dot(f, f))
+        bad = not math.isfinite(p.q)  # float32 overflow: redo in float64 below
+    if bad:
+        f = dequantize_rows(raw, rec.type_id).reshape(-1)
+        fin = np.isfinite(f)
+        nf = int(f.size - np.count_nonzero(fin))
+        p.n_nan = int(np.count_nonzero(np.isnan(f)))
+        p.n_inf = nf - p.n_nan
+        p.first_bad = int(np.argmin(fin)) if nf else -1
+        good = f[fin].astype(np.float64) if nf else f.astype(np.float64)
+        p.s, p.q = float(good.sum()), float(np.dot(good, good))
+        p.mn, p.mx = (float(good.min()), float(good.max())) if good.size else (math.inf, -math.inf)
+    return p
+
+
+def _merge(ls: LayerStats, rec: LayerRecord, parts: Iterator[tuple[_Step, _Part]], n_rows: int,
+           parts_per_row: int) -> None:
+    n = nan = inf = 0
+    s = q = 0.0
+    mn, mx = math.inf, -math.inf
+    first_bad = -1
+    zc: npt.NDArray[np.int32] | None = None
+    for st, p in parts:
+        if first_bad < 0 and p.first_bad >= 0:
+            first_bad = (st.lo // (rec.el_bytes if rec.transposed else 1) if rec.transposed else n) + p.first_bad
+        n, nan, inf, s, q = n + p.n, nan + p.n_nan, inf + p.n_inf, s + p.s, q + p.q
+        mn, mx = min(mn, p.mn), max(mx, p.mx)
+        if p.zero is not None and p.zero.size:
+            if zc is None:
+                zc = np.zeros(n_rows, np.int32)
+            np.add.at(zc, p.zero, p.weight)
+    ls.n_values, ls.n_nan, ls.n_inf, ls.n_nonfinite = n, nan, inf, nan + inf
+    fin = n - nan - inf
+    if fin:
+        ls.min, ls.max, ls.mean, ls.rms = mn, mx, s / fin, math.sqrt(max(q, 0.0) / fin)
+    ls.first_nonfinite = first_bad if first_bad >= 0 else None
+    if zc is not None:
+        zero = np.flatnonzero(zc >= parts_per_row)
+        ls.zero_rows = int(zero.size)
+        ls.first_zero_row = int(zero[0]) if zero.size else None
+
+
+def _add_findings(res: ParseResult, rec: LayerRecord, ls: LayerStats) -> None:
+    path = rec.node.path if rec.node is not None else ""
+    what = f"{rec.role.upper() if rec.role in 'kv' else rec.role} {'layer ' + str(rec.il) if rec.il is not None else 'record ' + str(rec.index)}"
+    new: list[Finding] = []
+    if ls.n_nonfinite and ls.first_nonfinite is not None:
+        if rec.transposed:
+            off, length = rec.data_offset + ls.first_nonfinite * rec.el_bytes, rec.el_bytes
+            where = f"cell {ls.first_nonfinite % rec.n_rows}, dim {ls.first_nonfinite // rec.n_rows}"
+        else:
+            dim = ls.n_values // max(1, min(ls.n_rows, rec.data_size // max(1, rec.row_bytes)))
+            row = ls.first_nonfinite // max(1, dim)
+            off, length, where = rec.data_offset + row * rec.row_bytes, rec.row_bytes, f"cell {row}"
+        new.append(Finding("error", "nonfinite_values", off, length,
+                           f"{what}: {ls.n_nonfinite} non-finite values ({ls.n_nan} NaN, {ls.n_inf} Inf); "
+                           f"first at {where}", path, rec.il,
+                           {"n_nan": ls.n_nan, "n_inf": ls.n_inf, "n_values": ls.n_values}))
+    if ls.zero_rows and ls.first_zero_row is not None:
+        z = ls.first_zero_row
+        off, length = ((rec.data_offset + z * rec.el_bytes, rec.el_bytes) if rec.transposed
+                       else (rec.data_offset + z * rec.row_bytes, rec.row_bytes))
+        new.append(Finding("warning", "zero_rows", off, length,
+                           f"{what}: {ls.zero_rows} of {ls.n_rows} cells are all zero bytes (first: cell {z})",
+                           path, rec.il, {"count": ls.zero_rows, "first_cell": z}))
+    res.findings.extend(f for f in new if f not in res.findings)
+
+
+def scan_stats(res: ParseResult, chunk_bytes: int = 64 << 20, data: Bytes = None,
+               threads: int | None = None) -> StatsReport:
+    """Scan every layer record of ``res``; append ``nonfinite_values``/``zero_rows`` findings.
+
+    Payloads are read from ``data`` (or ``res.path`` memory-mapped) in steps of at most
+    ``chunk_bytes`` raw bytes (whole rows/blocks; about 1 MiB, which keeps the passes in cache),
+    on ``threads`` worker threads (default: up to 4 for payloads over 8 MiB). Truncated and empty
+    payloads are scanned as far as whole rows are present, with a note.
+    """
+    buf = file_bytes(res, data)
+    work = max(1, min(chunk_bytes, _WORK))
+    report = StatsReport(res.path)
+    jobs: list[tuple[LayerRecord, LayerStats, list[_Step], int, int, bool]] = []
+    for si, sec in enumerate(res.sections):
+        units = [(st.index, [*st.k_layers, *st.v_layers]) for st in sec.streams] if sec.kind == "kv" \
+            else [(None, sec.all_layers())]
+        for stream, recs in units:
+            for rec in recs:
+                ls = LayerStats(sec.role, si, stream, rec.role, rec.index, rec.il, rec.type, rec.data_offset,
+                                rec.data_size, rec.n_rows, rec.trusted)
+                report.layers.append(ls)
+                avail = max(0, buf.size - rec.data_offset)
+                n, dim = record_shape(rec, avail)
+                full = rec.n_rows * (rec.n_embd_v_gqa * rec.el_bytes if rec.transposed else rec.row_bytes)
+                if min(rec.data_size, avail) < full:
+                    ls.note = "truncated" + ("" if rec.transposed else f": {n} of {rec.n_rows} rows")
+                if n == 0 or full == 0:
+                    ls.note = ls.note or "empty"
+                    continue
+                decode = dim > 0
+                try:
+                    if decode:
+                        dequantize_rows(buf[rec.data_offset : rec.data_offset + gt.type_size(rec.type_id)],
+                                        rec.type_id)
+                except NotImplementedError:
+                    decode, ls.note = False, f"{rec.type} values not decoded"
+                per_row = rec.n_embd_v_gqa if rec.transposed else -(-rec.row_bytes // max(
+                    gt.type_size(rec.type_id), work // gt.type_size(rec.type_id) * gt.type_size(rec.type_id)))
+                jobs.append((rec, ls, list(_steps(rec, n, work)), n, per_row, decode))
+    tasks = [(rec, st, decode) for rec, _, steps, _, _, decode in jobs for st in steps]
+    total = sum(st.hi - st.lo for _, st, _ in tasks)
+    nthreads = threads if threads is not None else (min(4, os.cpu_count() or 1) if total > 8 * work else 1)
+
+    scratch: dict[int, _Scratch] = {}
+
+    def run(task: tuple[LayerRecord, _Step, bool]) -> _Part:
+        import threading
+
+        sc = scratch.setdefault(threading.get_ident(), _Scratch(work))
+        return _scan_step(buf, task[0], task[1], sc, task[2])
+
+    with ThreadPoolExecutor(max(1, nthreads)) if nthreads > 1 else _Serial() as ex:
+        results = iter(ex.map(run, tasks))
+        for rec, ls, steps, n, per_row, _ in jobs:
+            _merge(ls, rec, ((st, next(results)) for st in steps), rec.n_rows if rec.transposed else n, per_row)
+            _add_findings(res, rec, ls)
+    return report
+
+
+class _Serial:
+    """A stand-in executor that maps in the calling thread."""
+
+    def __enter__(self) -> _Serial:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def map(self, fn: Any, items: list[Any]) -> Iterator[Any]:
+        return map(fn, items)
