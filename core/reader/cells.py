@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
 from kvscope.core.reader.records import CellTable
 from kvscope.core.reader.source import ByteSource
 
@@ -74,8 +75,24 @@ def scan_cells(src: ByteSource, off: int, count: int | None, ext_bytes: int, lim
         w += run * stride
     if count is None and not ok:
         ok = True  # open-ended scan: stopping at the first implausible record is the answer
+        return CellScan(_table(off, pos_parts, nseq_parts, ids_parts, ext_parts, ext_w, ext_bytes, off + 4 * w),
+                        off + 4 * w, True, None, reason)
     end = off + 4 * w
-    table = CellTable(
+    table = _table(off, pos_parts, nseq_parts, ids_parts, ext_parts, ext_w, ext_bytes, end)
+    return CellScan(table, end, ok, None if ok else end, reason)
+
+
+def _table(
+    off: int,
+    pos_parts: list[npt.NDArray[np.int32]],
+    nseq_parts: list[npt.NDArray[np.int32]],
+    ids_parts: list[npt.NDArray[np.int32]],
+    ext_parts: list[npt.NDArray[np.int32]],
+    ext_w: int,
+    ext_bytes: int,
+    end: int,
+) -> CellTable:
+    return CellTable(
         offset=off,
         size=end - off,
         pos=np.ascontiguousarray(np.concatenate(pos_parts)) if pos_parts else np.zeros(0, np.int32),
@@ -86,4 +103,3 @@ def scan_cells(src: ByteSource, off: int, count: int | None, ext_bytes: int, lim
         else None,
         ext_bytes=ext_bytes,
     )
-    return CellScan(table, end, ok, None if ok else end, reason)

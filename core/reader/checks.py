@@ -7,6 +7,7 @@ parsed and flag what llama.cpp would reject or what cannot belong to the given m
 from __future__ import annotations
 
 import numpy as np
+
 from kvscope.core.model_profile import ModelProfile
 from kvscope.core.reader.context import ParseCtx
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult, Section
@@ -72,17 +73,16 @@ def _check_types(ctx: ParseCtx, sec: Section) -> None:
 def _check_positions(ctx: ParseCtx, sec: Section, t: CellTable, where: str) -> None:
     node = sec.node.find(where.replace(" ", "")) if sec.node is not None else None
     node = node.find("cells") if node is not None else (sec.node.find("cells") if sec.node else None)
-    rec = 8 + t.ext_bytes
     neg = np.flatnonzero(t.pos < 0)
     if neg.size:
         i = int(neg[0])
-        ctx.find("warning", "position_anomaly", t.offset + i * rec, 4,
+        ctx.find("warning", "position_anomaly", t.record_offset(i), 4,
                  f"{sec.role} {where}: {neg.size} negative position(s), first at cell {i} (pos {int(t.pos[i])})", node)
     if t.count > 1:
         jumps = np.flatnonzero(np.abs(np.diff(t.pos.astype(np.int64))) > POSITION_JUMP)
         if jumps.size:
             i = int(jumps[0]) + 1
-            ctx.find("warning", "position_anomaly", t.offset + i * rec, 4,
+            ctx.find("warning", "position_anomaly", t.record_offset(i), 4,
                      f"{sec.role} {where}: cell {i} jumps to position {int(t.pos[i])}", node)
     if t.seq_ids.size and t.seq_ids.size < 5_000_000:
         cell_idx = np.repeat(np.arange(t.count), t.n_seq)

@@ -144,6 +144,8 @@ def _outputs(ctx: ParseCtx, root: Node, off: int, out: Container) -> int:
     node = root.add(Node("outputs", "outputs", off, 0, None, ctx.status()))
     n_out = ctx.u32(node, "n_outputs", off)
     cur = off + 4
+    if 4 * n_out > src.remaining(cur) and n_out <= 1 << 24:
+        raise ctx.truncated(node, f"the output ids ({n_out})", cur, 4 * n_out)
     if 4 * n_out > src.remaining(cur):
         ctx.find("error", "value_invalid", off, 4, f"n_outputs {n_out} runs past the end of the file", node)
         raise Stop(cur)
@@ -155,6 +157,8 @@ def _outputs(ctx: ParseCtx, root: Node, off: int, out: Container) -> int:
     for what in ("logits", "embd"):
         size = ctx.u64(node, f"{what}_size", cur)
         cur += 8
+        if 4 * size > src.remaining(cur) and size <= 1 << 34:
+            raise ctx.truncated(node, f"the {what} ({size} x f32)", cur, 4 * size)
         if 4 * size > src.remaining(cur):
             ctx.find("error", "value_invalid", cur - 8, 8, f"{what}_size {size} runs past the end of the file", node)
             raise Stop(cur)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
 from kvscope.core.reader.cells import min_record_bytes, scan_cells
 from kvscope.core.reader.context import HeaderStop, ParseCtx, Stop, mark_bad
 from kvscope.core.reader.records import KvStream, LayerRecord, Section
@@ -89,6 +90,25 @@ def _check_cells(ctx: ParseCtx, node: Node, stream: KvStream, recurrent: bool) -
                  f"max {int(t.seq_ids.max())}", node)
 
 
+MAX_PLAUSIBLE_CELLS = 1 << 24
+
+
+def _truncated_cells(ctx: ParseCtx, node: Node, off: int, count: int, limit: int, stream: KvStream) -> None:
+    """A plausible ``cell_count`` whose records run clean up to the end of the file: truncation."""
+    if count > MAX_PLAUSIBLE_CELLS:
+        return
+    scan = scan_cells(ctx.src, off, None, ctx.ext_bytes, limit)
+    if scan.table is None or scan.table.count >= count:
+        return
+    if scan.reason != "truncated" and scan.end + min_record_bytes(ctx.ext_bytes) <= ctx.src.size:
+        return
+    if scan.table.size:
+        ctx.leaf(node, "cells", "cell_meta", off, scan.table.size, f"{scan.table.count} of {count} cells")
+    stream.cells = scan.table
+    raise ctx.truncated(node, f"cell meta ({scan.table.count} of {count} records present)", scan.end,
+                        min_record_bytes(ctx.ext_bytes))
+
+
 def _errors_before(ctx: ParseCtx, mark: int) -> int:
     return sum(1 for f in ctx.findings[:mark] if f.severity == "error")
 
@@ -149,7 +169,9 @@ def parse_kv_section(
         if ctx.gen.n_stream:
             n_stream = ctx.u32(sec_node, "n_stream", off)
             cur = off + 4
-            if not 1 <= n_stream <= MAX_STREAMS or n_stream * 4 > ctx.src.remaining(cur):
+            if 1 <= n_stream <= MAX_STREAMS and n_stream * 4 > ctx.src.remaining(cur):
+                raise ctx.truncated(sec_node, f"the cell counts of {n_stream} streams", cur, 4 * n_stream)
+            if not 1 <= n_stream <= MAX_STREAMS:
                 mark_bad(sec_node.children[-1])
                 ctx.find("error", "stream_count_invalid", off, 4,
                          f"n_stream {n_stream} is not a plausible stream count (1..{MAX_STREAMS})", sec_node)
@@ -158,8 +180,7 @@ def parse_kv_section(
             n_stream, cur = 1, off
         sec.n_stream = n_stream if ctx.gen.n_stream else None
         for s in range(n_stream):
-            stream, cur = _parse_kv_stream(ctx, sec_node, cur, limit, s, n_stream - s - 1, item, tail_ok)
-            sec.streams.append(stream)
+            _, cur = _parse_kv_stream(ctx, sec_node, cur, limit, s, n_stream - s - 1, item, tail_ok, sec.streams)
     except Stop as stop:
         sec.trusted = False
         ctx.unparsed(sec_node, stop.offset, limit, note="after an unrecoverable error")
@@ -181,15 +202,19 @@ def _parse_kv_stream(
     streams_after: int,
     item: PlanItem,
     tail_ok: TailCheck | None,
+    sink: list[KvStream] | None = None,
 ) -> tuple[KvStream, int]:
     src = ctx.src
     node = sec_node.add(Node(f"stream{s}", "stream", off, 0, None, ctx.status()))
     stream = KvStream(s, off, 0)
+    if sink is not None:  # attached first, so a stream cut short still reports what it parsed
+        sink.append(stream)
     try:
         cell_count = ctx.u32(node, "cell_count", off)
         cur = off + 4
         stream.cell_count = cell_count
         if cell_count * min_record_bytes(ctx.ext_bytes) > src.remaining(cur) or cell_count > (1 << 31):
+            _truncated_cells(ctx, node, cur, cell_count, limit, stream)
             inferred = _infer_cell_count(ctx, cur, limit)
             ctx.find("error", "cell_count_invalid", off, 4,
                      f"cell_count {cell_count} needs at least {cell_count * min_record_bytes(ctx.ext_bytes)} "
@@ -208,12 +233,15 @@ def _parse_kv_stream(
             return stream, cur
         cells_off = cur
         f_mark, n_mark = len(ctx.findings), len(node.children)
+        meta_bad = False
+        inferred: int | None = None
         try:
             if cell_count:
                 stub, cur = _read_cells(ctx, node, cur, cell_count, limit)
                 stream.cells = stub.cells if stub else None
                 _check_cells(ctx, node, stream, recurrent=False)
-            if ctx.n_errors > _errors_before(ctx, f_mark):
+            meta_bad = ctx.n_errors > _errors_before(ctx, f_mark)
+            if meta_bad:
                 raise Stop(cur)
             cur = _parse_kv_data(ctx, node, cur, limit, stream, item, streams_after, tail_ok)
         except Stop:
@@ -225,7 +253,12 @@ def _parse_kv_stream(
                 raise
             inferred = _infer_cell_count(ctx, cells_off, limit)
             if inferred is None or inferred == cell_count:
-                raise
+                if not (meta_bad and stream.n_layer is None):
+                    raise
+                # the meta table is complete but says something wrong: the data still parses
+                cur = _parse_kv_data(ctx, node, cur, limit, stream, item, streams_after, tail_ok)
+                inferred = None
+        if inferred is not None:
             del ctx.findings[f_mark:]
             del node.children[n_mark:]
             ctx.find("error", "cell_count_invalid", off, 4,
@@ -274,7 +307,9 @@ def _parse_kv_data(
                  f"n_layer {n_layer}, the model's {item.role} cache has {want_layers} layers", node,
                  expected=want_layers)
         n_k = want_layers
-    elif n_layer > MAX_LAYERS or n_layer * 12 > ctx.src.remaining(cur):
+    elif n_layer <= MAX_LAYERS and n_layer * 12 > ctx.src.remaining(cur):
+        raise ctx.truncated(node, f"the records of {n_layer} layers", cur, 12 * n_layer)
+    elif n_layer > MAX_LAYERS:
         mark_bad(node.children[-1])
         ctx.find("error", "value_invalid", off + 4, 4, f"n_layer {n_layer} is implausible", node)
         raise Stop(off + 8)
@@ -319,10 +354,10 @@ def _parse_kv_data(
             if not header_bad:
                 raise
             if tail_ok is not None and tail_ok(cur, streams_after):
+                # the "bad header" is the next structure (or the end of the file): records are missing
                 at_eof = cur >= ctx.src.size
-                if not at_eof:  # the "bad header" was the next structure: records are missing
-                    del ctx.findings[f_mark:]
-                    del node.children[n_mark:]
+                del ctx.findings[f_mark:]
+                del node.children[n_mark:]
                 _missing(ctx, node, cur, "V", j, n_v, v_exp, stream, or_k=not v_trans, at_eof=at_eof)
                 return cur
             if not isinstance(stop, HeaderStop):
@@ -407,6 +442,12 @@ def parse_recurrent_section(
         cell_count = ctx.u32(sec_node, "cell_count", off)
         cur = off + 4
         if cell_count * 8 > src.remaining(cur):
+            saved_ext, ctx.ext_bytes = ctx.ext_bytes, 0
+            try:
+                stub = KvStream(0, off, cell_count)
+                _truncated_cells(ctx, sec_node, cur, cell_count, limit, stub)
+            finally:
+                ctx.ext_bytes = saved_ext
             ctx.find("error", "cell_count_invalid", off, 4,
                      f"cell_count {cell_count} needs at least {cell_count * 8} bytes, {src.remaining(cur)} remain",
                      sec_node)
@@ -581,8 +622,12 @@ _STRUCTURAL_ROLES = {
 def _try(ctx: ParseCtx, off: int, limit: int, kind: str) -> tuple[ParseCtx, Node, Section | None, int, bool]:
     probe = ctx.fork()
     scratch = Node("scratch", "scratch", off, 0)
+
+    def at_end(o: int, streams_after: int) -> bool:  # without a plan, only the end of the file is sure
+        return streams_after == 0 and o == limit
+
     try:
-        sec, end = _parse_section(probe, scratch, off, limit, PlanItem(kind, kind, None), None)
+        sec, end = _parse_section(probe, scratch, off, limit, PlanItem(kind, kind, None), at_end)
         return probe, scratch, sec, end, probe.n_errors == 0
     except Stop as stop:
         return probe, scratch, stop.section, limit, False
@@ -624,7 +669,8 @@ def _parse_structural(ctx: ParseCtx, mem: Node, off: int, limit: int, sections: 
         if good:
             pick = max(good, key=lambda t: (t[4], _explained(t[2])))
         elif not kinds and tries:
-            pick = max(tries, key=lambda t: (-t[1].n_errors, t[4]))
+            pick = max(tries, key=lambda t: (_explained(t[2]) * 4 // max(1, limit - cur), -t[1].n_errors,
+                                             _explained(t[2])))
         else:
             break
         kind, probe, scratch, sec, end, ok = pick
@@ -637,7 +683,7 @@ def _parse_structural(ctx: ParseCtx, mem: Node, off: int, limit: int, sections: 
         sections.append(sec)
         kinds.append(kind)
         cur = end
-        if not ok:
+        if not ok and end >= limit:
             break
     roles = _STRUCTURAL_ROLES.get(tuple(kinds), kinds)
     for sec, role in zip(sections, roles, strict=False):

@@ -144,11 +144,17 @@ def _attempt(
     # Without a model a cell extension is only believed when it explains the file cleanly: on a
     # damaged file, reading 8 or 12 extra bytes per cell makes garbage look better than it is.
     ext_ok = profile is not None or ext == 0 or result.n_errors == 0
+    # Running out of bytes is how a damaged file usually ends; any other error suggests the
+    # layout is wrong. So count the two apart, then prefer the reading that explains more bytes.
+    n_trunc = sum(1 for f in result.findings if f.severity == "error" and f.code == "truncated")
+    unexplained = cov["unparsed_bytes"] + cov["untrusted_bytes"] + cov["trailing_bytes"]
     key = (
         version_ok,
         ext_ok,
-        -(result.n_errors + (1 if cov["trailing_bytes"] and kind != "session_file" else 0)),
-        -(cov["unparsed_bytes"] + cov["untrusted_bytes"] + cov["trailing_bytes"]),
+        -(unexplained * 4 // max(1, src.size)),  # coarse: only a big difference in bytes explained counts here
+        -(result.n_errors - n_trunc + (1 if cov["trailing_bytes"] and kind != "session_file" else 0)),
+        -n_trunc,
+        -unexplained,
         -sum(1 for f in result.findings if f.severity == "warning"),
     )
     return _Attempt(result, gen, ext, partial, key)
@@ -228,7 +234,7 @@ def read_source(
     else:
         ident = (best.gen.name, best.ext, best.partial)
         runner = next(a for a in attempts[1:] if (a.gen.name, a.ext, a.partial) != ident)
-        confidence = 0.99 if runner.key[:3] != best.key[:3] else 0.8
+        confidence = 0.99 if runner.key[:5] != best.key[:5] else 0.8
     res.layout = LayoutChoice(best.gen.name, confidence, alts, res.layout.features)
     if n_tied > 1:
         names = sorted({x["name"] for x in alts if x["indistinguishable"]} | {best.gen.name})

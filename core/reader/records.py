@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
 from kvscope.core.findings import Finding
 from kvscope.core.ggml_types import type_name
 from kvscope.core.reader.tree import Node
@@ -37,6 +38,10 @@ class CellTable:
         starts = np.zeros(self.count + 1, dtype=np.int64)
         np.cumsum(self.n_seq, out=starts[1:])
         return starts
+
+    def record_offset(self, i: int) -> int:
+        """Absolute offset of cell record ``i``."""
+        return int(self.offset + i * (8 + self.ext_bytes) + 4 * int(self.n_seq[:i].sum()))
 
     def seqs_of(self, i: int) -> list[int]:
         s = self.seq_start
