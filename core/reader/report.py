@@ -77,6 +77,10 @@ def result_to_text(res: ParseResult, profile: ModelProfile | None = None, markdo
         lines.append(f"tokens:  {len(res.tokens)}: {shown}{' ...' if len(res.tokens) > 64 else ''}")
         if profile is not None:
             lines.append(f"text:    {profile.detokenize(res.tokens)!r}")
+    if res.outputs:
+        o = res.outputs
+        lines.append(f"outputs: n_outputs={o['n_outputs']}, logits {o.get('logits_size', 0)} x f32, "
+                     f"embeddings {o.get('embd_size', 0)} x f32 (pre-2026 context state)")
     if res.token_payload:
         lines.append(f"payload: llama-server packed tokens (version {res.token_payload['version']}, "
                      f"{res.token_payload['n_media']} media)")
