@@ -7,6 +7,8 @@ lets a parser try an interpretation without committing its findings.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +54,15 @@ class ParseCtx:
         for f in self.findings:
             if f.node is not None:
                 f.path = f.node.path
+
+    @contextmanager
+    def cell_ext(self, ext_bytes: int) -> Iterator[None]:
+        """Parse with another cell-extension size (recurrent cells never carry one)."""
+        saved, self.ext_bytes = self.ext_bytes, ext_bytes
+        try:
+            yield
+        finally:
+            self.ext_bytes = saved
 
     def fork(self) -> ParseCtx:
         return ParseCtx(self.src, self.gen, self.ext_bytes, self.per_seq, self.profile, [], self.untrusted,

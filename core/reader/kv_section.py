@@ -1,0 +1,312 @@
+"""``llama_kv_cache`` state: n_stream, per-stream cells, v_trans, n_layer and K/V records.
+
+Besides reading well-formed sections it recognises the damage patterns seen in the field: a
+dropped K or V record while ``n_layer`` still counts it (llama.cpp PR #21576), more K records
+than ``n_layer`` says, a wrong ``cell_count``, and a garbled record header (resync on the next
+header shaped like its neighbours; what follows is marked untrusted).
+"""
+
+from __future__ import annotations
+
+from kvscope.core.reader.cells import min_record_bytes
+from kvscope.core.reader.context import HeaderStop, ParseCtx, Stop, mark_bad
+from kvscope.core.reader.meta import (
+    MAX_LAYERS,
+    MAX_STREAMS,
+    PlanItem,
+    TailCheck,
+    check_cells,
+    errors_before,
+    infer_cell_count,
+    read_cells,
+    truncated_cells,
+)
+from kvscope.core.reader.records import KvStream, Section
+from kvscope.core.reader.tensor_records import (
+    Expect,
+    find_resync,
+    header_bytes,
+    looks_like_vtrans_header,
+    read_record,
+)
+from kvscope.core.reader.tree import Node
+
+
+def _kv_expects(ctx: ParseCtx, layers: tuple[int, ...] | None, v: bool) -> list[Expect] | None:
+    p = ctx.profile
+    if p is None or layers is None:
+        return None
+    if v:
+        return [Expect(il, p.n_embd_v_gqa(il)) for il in layers if p.has_v(il)]
+    return [Expect(il, p.n_embd_k_gqa(il)) for il in layers]
+
+
+def _expected_kv_n_layer(ctx: ParseCtx, layers: tuple[int, ...] | None) -> int | None:
+    if ctx.profile is None or layers is None:
+        return None
+    return len(layers)
+
+
+def parse_kv_section(
+    ctx: ParseCtx, parent: Node, off: int, limit: int, item: PlanItem, tail_ok: TailCheck | None
+) -> tuple[Section, int]:
+    sec_node = parent.add(Node(item.role, "section", off, 0, "llama_kv_cache", ctx.status()))
+    sec = Section(item.role, "kv", off, node=sec_node)
+    try:
+        if ctx.gen.n_stream:
+            n_stream = ctx.u32(sec_node, "n_stream", off)
+            cur = off + 4
+            if 1 <= n_stream <= MAX_STREAMS and n_stream * 4 > ctx.src.remaining(cur):
+                raise ctx.truncated(sec_node, f"the cell counts of {n_stream} streams", cur, 4 * n_stream)
+            if not 1 <= n_stream <= MAX_STREAMS:
+                mark_bad(sec_node.children[-1])
+                ctx.find("error", "stream_count_invalid", off, 4,
+                         f"n_stream {n_stream} is not a plausible stream count (1..{MAX_STREAMS})", sec_node)
+                raise Stop(off + 4)
+        else:
+            n_stream, cur = 1, off
+        sec.n_stream = n_stream if ctx.gen.n_stream else None
+        for s in range(n_stream):
+            _, cur = parse_kv_stream(ctx, sec_node, cur, limit, s, n_stream - s - 1, item, tail_ok, sec.streams)
+    except Stop as stop:
+        sec.trusted = False
+        ctx.unparsed(sec_node, stop.offset, limit, note="after an unrecoverable error")
+        sec_node.fit_to_children()
+        sec.size = sec_node.size
+        raise Stop(limit, sec) from None
+    sec_node.fit_to_children()
+    sec.size = cur - off
+    sec.trusted = all(st.trusted for st in sec.streams)
+    return sec, cur
+
+
+def parse_kv_stream(
+    ctx: ParseCtx,
+    sec_node: Node,
+    off: int,
+    limit: int,
+    s: int,
+    streams_after: int,
+    item: PlanItem,
+    tail_ok: TailCheck | None,
+    sink: list[KvStream] | None = None,
+) -> tuple[KvStream, int]:
+    src = ctx.src
+    node = sec_node.add(Node(f"stream{s}", "stream", off, 0, None, ctx.status()))
+    stream = KvStream(s, off, 0)
+    if sink is not None:  # attached first, so a stream cut short still reports what it parsed
+        sink.append(stream)
+    try:
+        cell_count = ctx.u32(node, "cell_count", off)
+        cur = off + 4
+        stream.cell_count = cell_count
+        if cell_count * min_record_bytes(ctx.ext_bytes) > src.remaining(cur) or cell_count > (1 << 31):
+            truncated_cells(ctx, node, cur, cell_count, limit, stream)
+            inferred = infer_cell_count(ctx, cur, limit)
+            ctx.find("error", "cell_count_invalid", off, 4,
+                     f"cell_count {cell_count} needs at least {cell_count * min_record_bytes(ctx.ext_bytes)} "
+                     f"bytes, {src.remaining(cur)} remain"
+                     + (f"; the meta table holds {inferred} records" if inferred else ""),
+                     node, inferred=inferred)
+            if not inferred:
+                mark_bad(node.children[-1])
+                raise Stop(cur)
+            ctx.untrusted = True
+            cell_count = inferred
+            stream.cell_count = inferred
+        if cell_count == 0 and ctx.gen.n_stream:
+            node.fit_to_children()
+            stream.end = cur
+            return stream, cur
+        cells_off = cur
+        f_mark, n_mark = len(ctx.findings), len(node.children)
+        meta_bad = False
+        inferred = None
+        try:
+            if cell_count:
+                cur = read_cells(ctx, node, cur, cell_count, limit, stream)
+                check_cells(ctx, node, stream, recurrent=False)
+            meta_bad = ctx.n_errors > errors_before(ctx, f_mark)
+            if meta_bad:
+                raise Stop(cur)
+            cur = _parse_kv_data(ctx, node, cur, limit, stream, item, streams_after, tail_ok)
+        except Stop:
+            # A wrong cell_count shows up as bad meta or a bad data header: if the meta table
+            # really holds another number of records, say so at the count and carry on.
+            header_end = (stream.cells.offset + stream.cells.size if stream.cells is not None else cells_off) + 8
+            new = ctx.findings[f_mark:]
+            if not new or min(f.offset for f in new) >= header_end:
+                raise
+            inferred = infer_cell_count(ctx, cells_off, limit)
+            if inferred is None or inferred == cell_count:
+                if not (meta_bad and stream.n_layer is None):
+                    raise
+                # the meta table is complete but says something wrong: the data still parses
+                cur = _parse_kv_data(ctx, node, cur, limit, stream, item, streams_after, tail_ok)
+                inferred = None
+        if inferred is not None:
+            del ctx.findings[f_mark:]
+            del node.children[n_mark:]
+            ctx.find("error", "cell_count_invalid", off, 4,
+                     f"cell_count {cell_count}, but the meta table holds {inferred} records "
+                     "(the data header follows them)", node, inferred=inferred)
+            ctx.untrusted = True
+            stream.cell_count = inferred
+            stream.k_layers, stream.v_layers = [], []
+            cur = cells_off
+            if inferred:
+                cur = read_cells(ctx, node, cur, inferred, limit, stream)
+            cur = _parse_kv_data(ctx, node, cur, limit, stream, item, streams_after, tail_ok)
+    except Stop:
+        stream.trusted = False
+        node.fit_to_children()
+        raise
+    stream.trusted = stream.trusted and not ctx.untrusted
+    node.fit_to_children()
+    stream.end = cur
+    return stream, cur
+
+
+def _parse_kv_data(
+    ctx: ParseCtx,
+    node: Node,
+    off: int,
+    limit: int,
+    stream: KvStream,
+    item: PlanItem,
+    streams_after: int,
+    tail_ok: TailCheck | None,
+) -> int:
+    v_trans = ctx.u32(node, "v_trans", off)
+    if v_trans not in (0, 1):
+        mark_bad(node.children[-1])
+        ctx.find("error", "value_invalid", off, 4, f"v_trans {v_trans} is neither 0 nor 1", node)
+        raise Stop(off + 4)
+    n_layer = ctx.u32(node, "n_layer", off + 4)
+    stream.v_trans, stream.n_layer = v_trans, n_layer
+    cur = off + 8
+    want_layers = _expected_kv_n_layer(ctx, item.layers)
+    n_k = n_layer
+    if want_layers is not None and n_layer != want_layers:
+        ctx.find("error", "layer_count_mismatch", off + 4, 4,
+                 f"n_layer {n_layer}, the model's {item.role} cache has {want_layers} layers", node,
+                 expected=want_layers)
+        n_k = want_layers
+    elif n_layer <= MAX_LAYERS and n_layer * 12 > ctx.src.remaining(cur):
+        raise ctx.truncated(node, f"the records of {n_layer} layers", cur, 12 * n_layer)
+    elif n_layer > MAX_LAYERS:
+        mark_bad(node.children[-1])
+        ctx.find("error", "value_invalid", off + 4, 4, f"n_layer {n_layer} is implausible", node)
+        raise Stop(off + 8)
+    k_exp = _kv_expects(ctx, item.layers, v=False)
+    v_exp = _kv_expects(ctx, item.layers, v=True)
+    n_v = len(v_exp) if v_exp is not None else n_k
+    rows = stream.cell_count
+    plain_kv = item.role == "kv"
+
+    def expect(lst: list[Expect] | None, j: int) -> Expect | None:
+        if lst is not None:
+            return lst[j] if j < len(lst) else None
+        return Expect(j, None) if plain_kv else None
+
+    j = 0
+    while j < n_k:
+        if v_trans and stream.k_layers and looks_like_vtrans_header(ctx, cur, rows, expect(v_exp, 0)):
+            _missing(ctx, node, cur, "K", j, n_k, k_exp, stream)
+            break
+        try:
+            rec, cur = read_record(ctx, node, cur, "k", j, rows, False, expect(k_exp, j))
+            stream.k_layers.append(rec)
+            j += 1
+        except HeaderStop:
+            cur, j = _resync(ctx, node, cur, limit, stream, "k", j)
+    j = 0
+    while j < n_v:
+        f_mark, n_mark = len(ctx.findings), len(node.children)
+        try:
+            rec, cur = read_record(ctx, node, cur, "v", j, rows, bool(v_trans), expect(v_exp, j))
+            stream.v_layers.append(rec)
+            j += 1
+        except Stop as stop:
+            if (j == 0 and v_trans and isinstance(stop, HeaderStop) and stream.k_layers
+                    and ctx.src.raw(cur, 12) == header_bytes(stream.k_layers[-1])):
+                del ctx.findings[f_mark:]
+                del node.children[n_mark:]
+                cur = _extra_k_records(ctx, node, cur, stream, rows, off + 4)
+                n_v = len(stream.k_layers)
+                continue
+            header_bad = isinstance(stop, HeaderStop) or not ctx.src.has(cur, 12)
+            if not header_bad:
+                raise
+            if tail_ok is not None and tail_ok(cur, streams_after):
+                # the "bad header" is the next structure (or the end of the file): records are missing
+                at_eof = cur >= ctx.src.size
+                del ctx.findings[f_mark:]
+                del node.children[n_mark:]
+                _missing(ctx, node, cur, "V", j, n_v, v_exp, stream, or_k=not v_trans, at_eof=at_eof)
+                return cur
+            if not isinstance(stop, HeaderStop):
+                raise
+            cur, j = _resync(ctx, node, cur, limit, stream, "v", j)
+    return cur
+
+
+def _extra_k_records(ctx: ParseCtx, node: Node, off: int, stream: KvStream, rows: int, n_layer_off: int) -> int:
+    """More K records follow than ``n_layer`` says: read them and flag the count."""
+    n_before = len(stream.k_layers)
+    pat = header_bytes(stream.k_layers[-1])
+    while ctx.src.raw(off, 12) == pat:
+        rec, off = read_record(ctx, node, off, "k", len(stream.k_layers), rows, False, None)
+        stream.k_layers.append(rec)
+    ctx.find("error", "layer_count_mismatch", n_layer_off, 4,
+             f"n_layer says {n_before}, but {len(stream.k_layers)} K records follow", node,
+             found=len(stream.k_layers))
+    stream.trusted = False
+    return off
+
+
+def _missing(
+    ctx: ParseCtx,
+    node: Node,
+    off: int,
+    what: str,
+    j: int,
+    n: int,
+    exps: list[Expect] | None,
+    stream: KvStream,
+    or_k: bool = False,
+    at_eof: bool = False,
+) -> None:
+    count = n - j
+    ils = [e.il for e in exps if e.il is not None] if exps is not None else list(range(n))
+    layer = ils[j] if j < len(ils) else None
+    role = "K or V" if or_k else what
+    msg = (f"n_layer counts {n} {what} records but only {j} are present: {count} {role} record(s) missing"
+           " (the PR #21576 pattern)")
+    if ils:
+        msg += (f". The records are alike, so the bytes cannot tell which layer's record was dropped: "
+                f"the first empty slot is layer {layer} (candidates: layers {ils[0]}..{ils[-1]})")
+    if at_eof:
+        msg += "; or the file was cut exactly at a record boundary"
+    ctx.find("error", "missing_layer", off, 0, msg, node, layer, missing=count, role=what.lower(),
+             candidates=ils)
+    stream.trusted = False
+
+
+def _resync(ctx: ParseCtx, node: Node, off: int, limit: int, stream: KvStream, role: str, j: int) -> tuple[int, int]:
+    """After a bad record header at ``off``: resume at the next header shaped like its neighbours."""
+    done = stream.k_layers if role == "k" else stream.v_layers
+    patterns = [header_bytes(done[-1])] if done else []
+    if role == "k" and stream.k_layers:
+        patterns.append(header_bytes(stream.k_layers[0]))
+    hit = find_resync(ctx, off + 1, limit, patterns) if patterns else -1
+    if hit < 0:
+        raise Stop(off + 12)
+    node.children.pop()  # the layer node holding only the bad header becomes part of the gap
+    ctx.unparsed(node, off, hit, note=f"bad {role.upper()} record; resynced at {hit}")
+    ctx.find("warning", "resynced", off, hit - off,
+             f"skipped {hit - off} bytes after a bad {role.upper()} record; parsing resumes at offset {hit} "
+             "(untrusted)", node)
+    ctx.untrusted = True
+    stream.trusted = False
+    return hit, j + 1

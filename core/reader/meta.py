@@ -1,0 +1,131 @@
+"""Cell meta tables of a memory section, and what a wrong ``cell_count`` looks like.
+
+Shared by the KV-cache and recurrent section parsers: reading a stream's cell records into the
+tree, the per-sequence meta rules of each layout generation, and the inference of the real
+record count when ``cell_count`` is damaged (confirmed by the data header that follows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvscope.core.reader.cells import CellScan, min_record_bytes, scan_cells
+from kvscope.core.reader.context import ParseCtx, Stop
+from kvscope.core.reader.records import KvStream, Section
+from kvscope.core.reader.tensor_records import read_record
+from kvscope.core.reader.tree import Node
+
+MAX_STREAMS = 256  # LLAMA_MAX_SEQ
+MAX_LAYERS = 4096
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    role: str  # kv | kv_base | kv_swa | kv_attn | recurrent
+    kind: str  # kv | recurrent
+    layers: tuple[int, ...] | None  # model layer indices; None without a model
+
+
+TailCheck = Callable[[int, int], bool]  # (offset, streams still to come in this section) -> parses?
+
+
+# ---------------------------------------------------------------------------------------------
+# cells
+
+
+def read_cells(ctx: ParseCtx, parent: Node, off: int, count: int, limit: int, owner: KvStream | Section) -> int:
+    """Read ``count`` cell records into ``owner.cells`` (also when cut short); returns the end offset."""
+    scan = scan_cells(ctx.src, off, count, ctx.ext_bytes, limit)
+    table = scan.table
+    assert table is not None
+    owner.cells = table
+    if table.size:
+        ctx.leaf(parent, "cells", "cell_meta", off, table.size, f"{table.count} cells")
+    if not scan.ok:
+        bad = scan.end
+        if scan.reason == "truncated":
+            raise ctx.truncated(parent, f"cell meta (record {table.count} of {count})", bad, 8 + ctx.ext_bytes)
+        node = ctx.unparsed(parent, bad, limit, note="bad cell record")
+        ctx.find("error", "seq_meta_invalid", bad, 8, f"cell {table.count}: implausible n_seq_id "
+                 f"{ctx.src.i32(bad + 4)} at offset {bad + 4}", node or parent)
+        raise Stop(limit)
+    return scan.end
+
+
+def check_cells(ctx: ParseCtx, node: Node, stream: KvStream, recurrent: bool) -> None:
+    """Per-seq meta rules of the generation (llama.cpp rejects what is flagged as error here)."""
+    t = stream.cells
+    if t is None or t.count == 0:
+        return
+    if ctx.per_seq:
+        want = 0 if (recurrent or not ctx.gen.n_stream) else 1
+        bad = (t.n_seq != want).nonzero()[0]
+        if bad.size:
+            i = int(bad[0])
+            rec = 8 + ctx.ext_bytes + 4 * want
+            ctx.find("error", "seq_meta_invalid", t.offset + i * rec + 4, 4,
+                     f"cell {i}: n_seq_id {int(t.n_seq[i])} in a per-sequence state (llama.cpp requires {want})",
+                     node, count=int(bad.size))
+        ids = set(t.seq_set())
+        if len(ids) > 1:
+            ctx.find("warning", "seq_meta_invalid", t.offset, t.size,
+                     f"per-sequence state names several sequences {sorted(ids)}", node)
+    if recurrent and ((ctx.per_seq and t.count > 1) or (t.seq_ids.size and np.unique(t.seq_ids).size < t.seq_ids.size)):
+        ctx.find("warning", "seq_meta_invalid", t.offset, t.size,
+                 "recurrent memory keeps one cell per sequence, but a sequence has several cells here", node)
+    if t.seq_ids.size and (int(t.seq_ids.min()) < 0 or int(t.seq_ids.max()) >= MAX_STREAMS):
+        ctx.find("error", "seq_meta_invalid", t.offset, t.size,
+                 f"sequence id out of range [0, {MAX_STREAMS}): min {int(t.seq_ids.min())}, "
+                 f"max {int(t.seq_ids.max())}", node)
+
+
+MAX_PLAUSIBLE_CELLS = 1 << 24
+
+
+def truncated_cells(ctx: ParseCtx, node: Node, off: int, count: int, limit: int, owner: KvStream | Section) -> None:
+    """A plausible ``cell_count`` whose records run clean up to the end of the file: truncation."""
+    if count > MAX_PLAUSIBLE_CELLS:
+        return
+    scan = scan_cells(ctx.src, off, None, ctx.ext_bytes, limit)
+    if scan.table is None or scan.table.count >= count:
+        return
+    if scan.reason != "truncated" and scan.end + min_record_bytes(ctx.ext_bytes) <= ctx.src.size:
+        return
+    if scan.table.size:
+        ctx.leaf(node, "cells", "cell_meta", off, scan.table.size, f"{scan.table.count} of {count} cells")
+    owner.cells = scan.table
+    raise ctx.truncated(node, f"cell meta ({scan.table.count} of {count} records present)", scan.end,
+                        min_record_bytes(ctx.ext_bytes))
+
+
+def errors_before(ctx: ParseCtx, mark: int) -> int:
+    return sum(1 for f in ctx.findings[:mark] if f.severity == "error")
+
+
+def infer_cell_count(ctx: ParseCtx, off: int, limit: int) -> int | None:
+    """Records that really follow a bad ``cell_count``: a data header and a K record confirm it."""
+    scan = scan_cells(ctx.src, off, None, ctx.ext_bytes, limit)
+    if scan.table is None:
+        return None
+    n = scan.table.count
+    while n > 0:
+        end = off + _table_bytes(scan, n)
+        v_trans, n_layer = ctx.src.u32(end), ctx.src.u32(end + 4)
+        if v_trans in (0, 1) and n_layer is not None and 0 < n_layer <= MAX_LAYERS:
+            probe = ctx.fork()
+            try:
+                read_record(probe, Node("probe", "probe", end + 8, 0), end + 8, "k", 0, n, False, None)
+                return n
+            except Stop:
+                pass
+        n -= 1
+    return None
+
+
+def _table_bytes(scan: CellScan, n: int) -> int:
+    assert scan.table is not None
+    t = scan.table
+    return int(8 * n + t.ext_bytes * n + 4 * int(t.n_seq[:n].sum()))
