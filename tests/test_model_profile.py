@@ -16,7 +16,8 @@ from typing import Any
 import gguf
 import numpy as np
 import pytest
-from kvscope.core import model_profile as mp
+
+from kvscope.core.gguf_metadata import read_gguf_metadata
 from kvscope.core.model_profile import (
     ExpectedSection,
     ModelProfile,
@@ -155,8 +156,8 @@ def test_per_file_expected_layouts_agree(profiles: dict[str, ModelProfile]) -> N
 @pytest.mark.parametrize("key", MODEL_KEYS)
 def test_fast_scanner_and_gguf_reader_agree(key: str) -> None:
     path = str(model_path(key))
-    fast = mp._scan_metadata(path, "x")
-    ref = mp._reader_metadata(path, "x")
+    fast = read_gguf_metadata(path)
+    ref = read_gguf_metadata(path, backend="gguf")
     assert fast.keys() == ref.keys()
     for k, v in fast.items():
         r = ref[k]

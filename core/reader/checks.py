@@ -17,7 +17,7 @@ POSITION_JUMP = 1 << 24  # a position this far from its neighbours is almost sur
 
 def check_result(res: ParseResult, ctx: ParseCtx, profile: ModelProfile | None) -> None:
     if profile is not None:
-        _check_model(res, ctx, profile)
+        check_model_only(res, ctx, profile)
     for sec in res.sections:
         _check_types(ctx, sec)
         tables = [(st.cells, f"stream {st.index}") for st in sec.streams] if sec.kind == "kv" else [
@@ -27,7 +27,8 @@ def check_result(res: ParseResult, ctx: ParseCtx, profile: ModelProfile | None) 
                 _check_positions(ctx, sec, table, where)
 
 
-def _check_model(res: ParseResult, ctx: ParseCtx, p: ModelProfile) -> None:
+def check_model_only(res: ParseResult, ctx: ParseCtx, p: ModelProfile) -> None:
+    """Checks that need the model but not its layout plan: arch string, vocabulary, logits size."""
     arch = res.header.get("arch")
     if arch is not None and arch != p.arch:
         node = res.root.find("/arch")

@@ -241,8 +241,9 @@ def _parse_kv_data(
             if tail_ok is not None and tail_ok(cur, streams_after):
                 # the "bad header" is the next structure (or the end of the file): records are missing
                 at_eof = cur >= ctx.src.size
-                del ctx.findings[f_mark:]
-                del node.children[n_mark:]
+                if not at_eof:  # at the very end, the truncation finding stays: both readings are possible
+                    del ctx.findings[f_mark:]
+                    del node.children[n_mark:]
                 _missing(ctx, node, cur, "V", j, n_v, v_exp, stream, or_k=not v_trans, at_eof=at_eof)
                 return cur
             if not isinstance(stop, HeaderStop):
@@ -258,9 +259,14 @@ def _extra_k_records(ctx: ParseCtx, node: Node, off: int, stream: KvStream, rows
     while ctx.src.raw(off, 12) == pat:
         rec, off = read_record(ctx, node, off, "k", len(stream.k_layers), rows, False, None)
         stream.k_layers.append(rec)
-    ctx.find("error", "layer_count_mismatch", n_layer_off, 4,
-             f"n_layer says {n_before}, but {len(stream.k_layers)} K records follow", node,
-             found=len(stream.k_layers))
+    found = len(stream.k_layers)
+    earlier = next((f for f in ctx.findings if f.code == "layer_count_mismatch" and f.offset == n_layer_off), None)
+    if earlier is not None:  # n_layer disagreed with the model already: say what the records show
+        earlier.message += f"; the file holds {found} K records, as its n_layer says"
+        earlier.extra["found"] = found
+    else:
+        ctx.find("error", "layer_count_mismatch", n_layer_off, 4,
+                 f"n_layer says {n_before}, but {found} K records follow", node, found=found)
     stream.trusted = False
     return off
 
@@ -287,8 +293,9 @@ def _missing(
         msg += (f". The records are alike, so the bytes cannot tell which layer's record was dropped: "
                 f"the first empty slot is layer {layer} (candidates: layers {ils[0]}..{ils[-1]})")
     if at_eof:
-        msg += "; or the file was cut exactly at a record boundary"
-    ctx.find("error", "missing_layer", off, 0, msg, node, layer, missing=count, role=what.lower(),
+        msg = ("the file ends exactly where a record would start: it was cut at a record boundary, or "
+               + msg[0].lower() + msg[1:])
+    ctx.find("warning" if at_eof else "error", "missing_layer", off, 0, msg, node, layer, missing=count, role=what.lower(),
              candidates=ils)
     stream.trusted = False
 

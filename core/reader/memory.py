@@ -82,14 +82,23 @@ def _try(ctx: ParseCtx, off: int, limit: int, kind: str) -> tuple[ParseCtx, Node
     probe = ctx.fork()
     scratch = Node("scratch", "scratch", off, 0)
 
-    def at_end(o: int, streams_after: int) -> bool:  # without a plan, only the end of the file is sure
-        return streams_after == 0 and o == limit
-
+    item = PlanItem(kind, kind, None)
+    # without a plan, a tail is sure only when this section's remaining streams end the file
+    at_end = _tail_check(ctx, item, [], limit)
     try:
-        sec, end = _parse_section(probe, scratch, off, limit, PlanItem(kind, kind, None), at_end)
+        sec, end = _parse_section(probe, scratch, off, limit, item, at_end)
         return probe, scratch, sec, end, probe.n_errors == 0
     except Stop as stop:
         return probe, scratch, stop.section, limit, False
+
+
+def _has_cells(sec: Section | None) -> bool:
+    """A section cut short counts only once it has announced at least one cell (else: junk)."""
+    if sec is None:
+        return False
+    if sec.kind == "kv":
+        return any(st.cell_count > 0 for st in sec.streams)
+    return sec.cell_count > 0
 
 
 def _explained(scratch: Node) -> int:
@@ -118,7 +127,7 @@ def _parse_structural(ctx: ParseCtx, mem: Node, off: int, limit: int, sections: 
         if not good and kinds:  # a following section cut short by the end of the file is still one
             good = [t for t in tries if t[2] is not None and t[4] == limit
                     and all(f.code == "truncated" for f in t[1].findings if f.severity == "error")
-                    and _explained(t[2]) > 0]
+                    and _has_cells(t[3])]
             if good:
                 good = [max(good, key=lambda t: _explained(t[2]))]
         if len(good) == 2:

@@ -12,7 +12,7 @@ from typing import Any
 
 from kvscope.core.findings import Finding, Severity
 from kvscope.core.model_profile import ModelProfile
-from kvscope.core.reader.checks import check_result
+from kvscope.core.reader.checks import check_model_only, check_result
 from kvscope.core.reader.containers import MAX_ARCH_LEN, Container, parse_container
 from kvscope.core.reader.context import ParseCtx
 from kvscope.core.reader.layouts import (
@@ -208,6 +208,8 @@ def read_source(
                 attempts.append(_attempt(src, detected, gen, ext, partial, plan, profile))
     attempts.sort(key=lambda a: (a.key, generation_rank(a.gen), -a.ext), reverse=True)
     best = attempts[0]
+    if profile is not None:
+        best, attempts = _model_fit(src, detected, gens, per_seq, profile, best, attempts)
     res = best.result
     ties = [a for a in attempts[1:] if a.key == best.key]
     close = [a for a in attempts[1:] if a.key != best.key][:3]
@@ -248,6 +250,45 @@ def read_source(
                 why += f"; read as a headerless sequence blob: {first.message} at offset {first.offset}"
             return _unknown(src, why)
     return res
+
+
+def _model_fit(
+    src: ByteSource,
+    kind: str,
+    gens: list[Generation],
+    per_seq: bool,
+    profile: ModelProfile,
+    best: _Attempt,
+    attempts: list[_Attempt],
+) -> tuple[_Attempt, list[_Attempt]]:
+    """When the file fits its own structure far better than the model's plan, trust the structure.
+
+    The model-planned reading stays the answer unless a structural reading has fewer errors of
+    the non-truncation kind; then the file was most likely written by another model, which is
+    said as a ``model_mismatch`` finding on the structural reading.
+    """
+    if best.key[3] == 0:  # the model's plan explains the file without a structural error
+        return best, attempts
+    free: list[_Attempt] = []
+    for gen in gens:
+        for ext in ext_choices(gen, None):
+            free.append(_attempt(src, kind, gen, ext, False, None, None))
+    free.sort(key=lambda a: (a.key, generation_rank(a.gen), -a.ext), reverse=True)
+    alt = free[0]
+    cov = coverage(alt.result.root)
+    if alt.result.n_errors or cov["parsed_bytes"] != src.size:  # only a clean structural reading overrules the model
+        return best, attempts
+    planned = sorted({f.code for f in best.result.findings if f.severity == "error"})
+    res = alt.result
+    res.model_path = profile.path
+    ctx = ParseCtx(src, alt.gen, alt.ext, per_seq, profile, res.findings)
+    ctx.find("error", "model_mismatch", 0, src.size,
+             f"the file does not fit the model {profile.arch!r} ({profile.path}): read with the model's plan it "
+             f"gives {', '.join(planned)}; it parses cleanly on its own structure, so it was most likely written "
+             "by another model", res.root)
+    check_model_only(res, ctx, profile)
+    ctx.resolve_paths()
+    return alt, free
 
 
 def _unknown(src: ByteSource, why: str, attempt: ParseResult | None = None) -> ParseResult:

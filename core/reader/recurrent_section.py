@@ -24,6 +24,7 @@ def parse_recurrent_section(
     try:
         cell_count = ctx.u32(sec_node, "cell_count", off)
         cur = off + 4
+        sec.cell_count = cell_count
         if cell_count * 8 > src.remaining(cur):
             with ctx.cell_ext(0):
                 truncated_cells(ctx, sec_node, cur, cell_count, limit, sec)
