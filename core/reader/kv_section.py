@@ -295,8 +295,8 @@ def _missing(
     if at_eof:
         msg = ("the file ends exactly where a record would start: it was cut at a record boundary, or "
                + msg[0].lower() + msg[1:])
-    ctx.find("warning" if at_eof else "error", "missing_layer", off, 0, msg, node, layer, missing=count, role=what.lower(),
-             candidates=ils)
+    ctx.find("warning" if at_eof else "error", "missing_layer", off, 0, msg, node, layer, missing=count,
+             role=what.lower(), candidates=ils)
     stream.trusted = False
 
 
