@@ -124,6 +124,8 @@ def _parse_structural(ctx: ParseCtx, mem: Node, off: int, limit: int, sections: 
             options = ["recurrent"]
         tries = [(k, *_try(ctx, cur, limit, k)) for k in options]
         good = [t for t in tries if t[5]]
+        if kinds:  # a further section holding no cell at all is believed only when it ends the file
+            good = [t for t in good if t[4] == limit or _has_cells(t[3])]
         if not good and kinds:  # a following section cut short by the end of the file is still one
             good = [t for t in tries if t[2] is not None and t[4] == limit
                     and all(f.code == "truncated" for f in t[1].findings if f.severity == "error")

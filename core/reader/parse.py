@@ -27,6 +27,7 @@ from kvscope.core.reader.layouts import (
     generation_rank,
 )
 from kvscope.core.reader.memory import PlanItem
+from kvscope.core.reader.meta import infer_cell_count
 from kvscope.core.reader.records import LayoutChoice, ParseResult
 from kvscope.core.reader.source import ByteSource
 from kvscope.core.reader.tree import Node, check_tiling, coverage
@@ -36,11 +37,16 @@ class ReadError(Exception):
     """The file could not be opened at all (missing, a directory, no permission)."""
 
 
+GGUF_MAGIC = 0x46554747  # 'GGUF'
+
+
 def detect_kind(src: ByteSource) -> str | None:
-    """Kind from the first bytes; None when nothing matches."""
+    """Kind from the first bytes; None when nothing matches, "gguf" for a model file."""
     m = src.u32(0)
     if m is None:
         return None
+    if m == GGUF_MAGIC:
+        return "gguf"
     if m == SESSION_MAGIC:
         return "session_file"
     if m == SEQ_MAGIC:
@@ -109,8 +115,13 @@ def _attempt(
         sev: Severity = "error" if kind == "session_file" else "warning"
         why = ("llama_state_load_file returns false (after restoring the state)" if kind == "session_file"
                else "llama.cpp ignores them")
+        looks = infer_cell_count(ctx, end, src.size)
+        if looks:
+            sev = "error"  # real cache data that llama.cpp will silently skip
+        hint = (f"; they look like {looks} cell records followed by K/V data: a cell_count of 0 before them "
+                "would make llama.cpp restore nothing" if looks else "")
         ctx.find(sev, "trailing_bytes", end, src.size - end,
-                 f"{src.size - end} bytes after the end of the state ({why})", node)
+                 f"{src.size - end} bytes after the end of the state ({why}){hint}", node, looks_like_cells=looks)
     result = ParseResult(
         path=src.path,
         size=src.size,
@@ -188,8 +199,10 @@ def read_source(
     src: ByteSource, profile: ModelProfile | None = None, kind: str | None = None, layout: str | None = None
 ) -> ParseResult:
     detected = kind or detect_kind(src)
+    if detected == "gguf":
+        return _unknown(src, "a GGUF model file, not a llama.cpp state file (pass it with --model)")
     if detected is None or detected not in KINDS:
-        return _unknown(src, "the file is too short to be a llama.cpp state file" if detected is None
+        return _unknown(src, "too short to be a llama.cpp state file" if detected is None
                         else f"unknown kind {detected!r}")
     version = src.u32(4) if detected in ("seq_file", "session_file") else None
     has_header = src.u32(0) == BLOB_IO_MAGIC if detected == "seq_blob" else None
@@ -245,10 +258,9 @@ def read_source(
         cov = coverage(res.root)
         if cov["parsed_bytes"] < res.size // 2:
             first = res.findings[0] if res.findings else None
-            why = "no llama.cpp state structure found (no session/sequence magic, no blob header, no arch string)"
-            if first is not None:
-                why += f"; read as a headerless sequence blob: {first.message} at offset {first.offset}"
-            return _unknown(src, why)
+            why = "not a llama.cpp state file (no ggsn/ggsq magic, no blob header, no arch string)"
+            detail = f"read as a headerless sequence blob: {first.message} at offset {first.offset}" if first else ""
+            return _unknown(src, why, detail)
     return res
 
 
@@ -291,11 +303,11 @@ def _model_fit(
     return alt, free
 
 
-def _unknown(src: ByteSource, why: str, attempt: ParseResult | None = None) -> ParseResult:
+def _unknown(src: ByteSource, why: str, detail: str = "") -> ParseResult:
     root = Node(os.path.basename(src.path) or "<bytes>", "file", 0, src.size)
     if src.size:
         root.add(Node("unparsed", "unparsed", 0, src.size, None, "unparsed"))
-    f = Finding("error", "unknown_format", 0, src.size, why, root.path)
+    f = Finding("error", "unknown_format", 0, src.size, why, root.path, extra={"detail": detail} if detail else {})
     return ParseResult(src.path, src.size, "unknown", root, LayoutChoice("unknown", 0.0), findings=[f])
 
 
