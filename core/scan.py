@@ -16,6 +16,7 @@ from typing import Any
 
 from kvscope.core.findings import SEVERITY_RANK
 
+
 @lru_cache(maxsize=4)
 def _profile(model: str) -> Any:
     from kvscope.core.model_profile import load_model_profile
@@ -41,13 +42,15 @@ def scan_file(path: str, model: str | None = None) -> dict[str, Any]:
         return out | {"status": "skipped", "reason": res.findings[0].message if res.findings else "not a state file"}
     sev = Counter(f.severity for f in res.findings)
     seqs: dict[str, int] = {}
+    named = {s for sec in res.sections for st in sec.streams if st.cells is not None for s in st.cells.seq_set()}
+    own = res.header.get("seq_id", next(iter(named)) if len(named) == 1 else "?")  # a per-sequence state's seq
     for sec in res.sections:
         tables = [st.cells for st in sec.streams] if sec.kind == "kv" else [sec.cells]
         for t in tables:
             if t is None or not t.count:
                 continue
             if not t.seq_ids.size:  # per-sequence recurrent meta names no sequence
-                key = str(res.header.get("seq_id", "?"))
+                key = str(own)
                 seqs[key] = max(seqs.get(key, 0), t.count)
             for s in t.seq_set():
                 seqs[str(s)] = max(seqs.get(str(s), 0), int(t.cells_of_seq(s).size))
