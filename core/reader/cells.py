@@ -16,6 +16,7 @@ from kvscope.core.reader.records import CellTable
 from kvscope.core.reader.source import ByteSource
 
 MAX_SEQ_PER_CELL = 256  # LLAMA_MAX_SEQ: more sequence ids than this in one cell is garbage
+WINDOW = 1 << 16  # records examined per vectorised step: bounds memory and stops early on garbage
 
 
 @dataclass
@@ -57,13 +58,14 @@ def scan_cells(src: ByteSource, off: int, count: int | None, ext_bytes: int, lim
             ok, reason = False, "n_seq_id"
             break
         stride = 2 + ext_w + k
-        n_fit = min(want - done, (words.size - w) // stride)
+        n_fit = min(want - done, (words.size - w) // stride, WINDOW)
         if n_fit == 0:
             ok, reason = False, "truncated"
             break
         block = words[w : w + n_fit * stride].reshape(n_fit, stride)
-        mism = np.flatnonzero(block[:, 1] != k)
-        run = int(mism[0]) if mism.size else n_fit
+        bad = block[:, 1] != k
+        first = int(bad.argmax())
+        run = first if bad[first] else n_fit
         blk = block[:run]
         pos_parts.append(blk[:, 0])
         nseq_parts.append(np.full(run, k, dtype=np.int32))

@@ -85,7 +85,13 @@ def _check_positions(ctx: ParseCtx, sec: Section, t: CellTable, where: str) -> N
             i = int(jumps[0]) + 1
             ctx.find("warning", "position_anomaly", t.record_offset(i), 4,
                      f"{sec.role} {where}: cell {i} jumps to position {int(t.pos[i])}", node)
-    if t.seq_ids.size and t.seq_ids.size < 5_000_000:
+    if t.seq_ids.size and len(t.seq_set()) == 1 and t.seq_ids.size == t.count:
+        dup_free = bool(np.all(np.diff(t.pos) > 0)) or np.unique(t.pos).size == t.count
+        if not dup_free and sec.kind == "kv":
+            ctx.find("warning", "position_anomaly", t.offset, t.size,
+                     f"{sec.role} {where}: a position is held by more than one cell of sequence {t.seq_set()[0]}",
+                     node)
+    elif t.seq_ids.size and t.seq_ids.size < 5_000_000:
         cell_idx = np.repeat(np.arange(t.count), t.n_seq)
         pairs = t.seq_ids.astype(np.int64) << 32 | (t.pos[cell_idx].astype(np.int64) & 0xFFFFFFFF)
         uniq, counts = np.unique(pairs, return_counts=True)

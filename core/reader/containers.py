@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from kvscope.core.reader.context import ParseCtx, Stop
 from kvscope.core.reader.layouts import BLOB_IO_MAGIC, SERVER_TOKENS_MARKER
 from kvscope.core.reader.memory import PlanItem, parse_memory
@@ -45,7 +47,7 @@ def _tokens(ctx: ParseCtx, root: Node, off: int, n: int, out: Container) -> int:
             out.token_payload = packed
             out.tokens = packed["tokens"]
             return off + need
-    out.tokens = [int(x) for x in arr.tolist()]
+    out.tokens = arr.astype(np.int64).tolist()
     return off + need
 
 

@@ -306,7 +306,9 @@ def _resync(ctx: ParseCtx, node: Node, off: int, limit: int, stream: KvStream, r
     patterns = [header_bytes(done[-1])] if done else []
     if role == "k" and stream.k_layers:
         patterns.append(header_bytes(stream.k_layers[0]))
-    hit = find_resync(ctx, off + 1, limit, patterns) if patterns else -1
+    # the next header sits one record further; look a few records ahead, never the whole file
+    rec_size = max((r.size for r in done), default=12)
+    hit = find_resync(ctx, off + 1, min(limit, off + 4 * rec_size + 64), patterns) if patterns else -1
     if hit < 0:
         raise Stop(off + 12)
     node.children.pop()  # the layer node holding only the bad header becomes part of the gap

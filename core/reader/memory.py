@@ -162,5 +162,6 @@ def _parse_structural(ctx: ParseCtx, mem: Node, off: int, limit: int, sections: 
         if sec.node is not None:
             sec.node.name = role
     if sections and not sections[-1].trusted and cur < limit:
+        ctx.unparsed(mem, cur, limit, note="after an untrusted section")
         raise Stop(limit)
     return cur

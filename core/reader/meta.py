@@ -111,7 +111,9 @@ def infer_cell_count(ctx: ParseCtx, off: int, limit: int) -> int | None:
     if scan.table is None:
         return None
     n = scan.table.count
-    while n > 0:
+    # The scan may run a few records into the data header before it stops: walk back, but only
+    # a bounded number of probes (a garbage table must not cost one probe per record).
+    for _ in range(min(n, MAX_WALK_BACK)):
         end = off + _table_bytes(scan, n)
         v_trans, n_layer = ctx.src.u32(end), ctx.src.u32(end + 4)
         if v_trans in (0, 1) and n_layer is not None and 0 < n_layer <= MAX_LAYERS:
@@ -123,6 +125,9 @@ def infer_cell_count(ctx: ParseCtx, off: int, limit: int) -> int | None:
                 pass
         n -= 1
     return None
+
+
+MAX_WALK_BACK = 64
 
 
 def _table_bytes(scan: CellScan, n: int) -> int:

@@ -215,10 +215,17 @@ def read_source(
     has_ext = profile.has_cell_ext() if profile is not None else None
     attempts: list[_Attempt] = []
     per_seq = detected in ("seq_file", "seq_blob")
-    for gen in gens:
-        for ext in ext_choices(gen, has_ext):
-            for partial, plan in _plans(profile, gen, per_seq):
-                attempts.append(_attempt(src, detected, gen, ext, partial, plan, profile))
+    # Cell-extension readings are tried only when no plain reading explains the file cleanly:
+    # on a file without extensions they can only misparse, and misparsing a big file costs time.
+    for with_ext in (False, True):
+        if with_ext and any(_clean(a) for a in attempts):
+            break
+        for gen in gens:
+            for ext in ext_choices(gen, has_ext):
+                if (ext > 0) != with_ext:
+                    continue
+                for partial, plan in _plans(profile, gen, per_seq):
+                    attempts.append(_attempt(src, detected, gen, ext, partial, plan, profile))
     attempts.sort(key=lambda a: (a.key, generation_rank(a.gen), -a.ext), reverse=True)
     best = attempts[0]
     if profile is not None:
@@ -262,6 +269,11 @@ def read_source(
             detail = f"read as a headerless sequence blob: {first.message} at offset {first.offset}" if first else ""
             return _unknown(src, why, detail)
     return res
+
+
+def _clean(a: _Attempt) -> bool:
+    """No finding above info and every byte parsed."""
+    return not any(f.severity != "info" for f in a.result.findings) and a.key[5] == 0
 
 
 def _model_fit(
