@@ -209,6 +209,7 @@ def _parse_kv_data(
             return lst[j] if j < len(lst) else None
         return Expect(j, None) if plain_kv else None
 
+    _prefetch_headers(ctx, cur, rows, n_k + n_v)
     j = 0
     while j < n_k:
         if v_trans and stream.k_layers and looks_like_vtrans_header(ctx, cur, rows, expect(v_exp, 0)):
@@ -250,6 +251,16 @@ def _parse_kv_data(
                 raise
             cur, j = _resync(ctx, node, cur, limit, stream, "v", j)
     return cur
+
+
+def _prefetch_headers(ctx: ParseCtx, off: int, rows: int, n_records: int) -> None:
+    """Predict where the record headers lie (records alike in size) and prefetch those pages."""
+    t = ctx.src.i32(off)
+    row = ctx.src.u64(off + 4)
+    if t is None or row is None or not rows or n_records < 4 or row * rows < (1 << 20):
+        return
+    size = 12 + row * rows
+    ctx.src.prefetch([off + i * size for i in range(n_records)])
 
 
 def _extra_k_records(ctx: ParseCtx, node: Node, off: int, stream: KvStream, rows: int, n_layer_off: int) -> int:
