@@ -1,0 +1,456 @@
+"""Long fuzz run of the state reader: millions of mutated real fixtures, no hypothesis.
+
+The same mutators as ``tests/test_fuzz_reader.py`` (truncation, byte flips, extreme values over
+structural u32/u64 fields or aligned words, inserted/deleted bytes, appended junk), drawn with
+plain ``random`` so a run does hundreds of inputs per second per core. Seeds are every real
+fixture under ``tests/data`` (the manifest folders and the lab's corrupted inputs), parsed half
+the time with the tiny model that wrote them.
+
+Every input is checked: ``read_state`` does not raise, ``check_tiling(root) == []``, each
+finding lies inside ``[0, size]``, coverage adds up to the size, the parse takes under 2 s,
+``scan_stats`` does not raise, and (every ``--mem-every`` inputs) a parse from bytes allocates
+under size + 64 MiB (tracemalloc). Input ``i`` of a run is a pure function of ``(--seed, i)``:
+``--replay i`` rebuilds and re-checks one input in-process, with the traceback.
+
+Failing inputs are written to ``bench/out/fuzz-failures/`` (``<signature>-<index>.bin`` plus a
+``.json`` with the fixture, the mutations and the error; at most ``--keep-per-signature`` files
+per distinct failure and worker). The exit status is 1 when anything failed.
+
+Usage::
+
+    .venv/bin/python bench/fuzz_long.py                      # 1,000,000 inputs on 2 cores
+    .venv/bin/python bench/fuzz_long.py --inputs 20000 --seed 7
+    .venv/bin/python bench/fuzz_long.py --seed 7 --replay 1234
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import random
+import re
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+import tracemalloc
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from kvscope.core.model_profile import ModelProfile, load_model_profile
+from kvscope.core.reader.parse import read_state
+from kvscope.core.reader.records import ParseResult
+from kvscope.core.reader.tree import check_tiling, coverage
+from kvscope.core.stats import scan_stats
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+MODELS = DATA / "llamacpp-2026-10-01"
+OUT = ROOT / "bench" / "out" / "fuzz-failures"
+MODEL_KEYS = ("llama", "mamba", "gemma2", "lfm2", "qwen2vl")
+SKIP_SUFFIXES = (".json", ".gguf", ".npy", ".md")
+
+EXTREMES_32 = (0, 1, 2, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFE)
+EXTREMES_64 = (0, 1, 0x7FFFFFFF, 0xFFFFFFFF, 2**32, 2**63 - 1, 2**63, 2**64 - 1)
+PARSE_SECONDS = 2.0
+MEMORY_SLACK = 64 << 20
+HANG_SECONDS = 60
+
+Mutation = tuple[Any, ...]
+
+
+# -- seeds ----------------------------------------------------------------------------------
+
+
+def model_key(path: Path) -> str | None:
+    """The tiny model that wrote a fixture: its file-name prefix, or its lab folder."""
+    first = path.name.split("-", 1)[0]
+    if first in MODEL_KEYS:
+        return first
+    return path.parent.name if path.parent.name in MODEL_KEYS else None
+
+
+def seed_files() -> list[Path]:
+    files = [p for p in sorted(DATA.rglob("*")) if p.is_file() and not p.name.endswith(SKIP_SUFFIXES)]
+    return [p for p in files if p.stat().st_size > 0]
+
+
+_PROFILES: dict[str, ModelProfile] = {}
+
+
+def profile_for(key: str | None) -> ModelProfile | None:
+    if key is None:
+        return None
+    if key not in _PROFILES:
+        _PROFILES[key] = load_model_profile(MODELS / f"tiny-{key}.gguf")
+    return _PROFILES[key]
+
+
+@dataclass
+class Seed:
+    path: Path
+    key: str | None
+    data: bytes
+    fields: list[tuple[int, int]]  # (offset, width) of structural scalar fields in the clean parse
+
+
+def load_seed(path: Path) -> Seed:
+    key = model_key(path)
+    data = path.read_bytes()
+    res = read_state(data=data, profile=profile_for(key))
+    out: set[tuple[int, int]] = set()
+    for leaf in res.root.leaves():
+        if leaf.kind == "field" and leaf.size in (4, 8):
+            out.add((leaf.offset, leaf.size))
+        elif leaf.kind == "layer_header":  # i32 type, then u64 row size or u32 el + u32 n_embd
+            out.update({(leaf.offset, 4), (leaf.offset + 4, 8), (leaf.offset + 4, 4), (leaf.offset + 8, 4)})
+        elif leaf.kind in ("cell_meta", "tokens", "outputs") and leaf.size >= 8:
+            out.update((leaf.offset + 4 * k, 4) for k in range(min(leaf.size // 4, 6)))
+    return Seed(path, key, data, sorted(out))
+
+
+# -- mutators ------------------------------------------------------------------------------
+
+
+def draw_value(rng: random.Random, width: int) -> int:
+    r = rng.random()
+    if r < 0.6:
+        return rng.choice(EXTREMES_64 if width == 8 else EXTREMES_32)
+    if r < 0.8:
+        return rng.randrange(0, 1 << 16)
+    return rng.getrandbits(8 * width)
+
+
+def draw_mutation(rng: random.Random, seed: Seed, n: int) -> Mutation:
+    op = rng.choices(("truncate", "flip", "field", "word", "insert", "delete", "append"),
+                     weights=(2, 3, 4, 2, 1, 1, 1))[0]
+    if op == "truncate":
+        return (op, rng.randrange(n + 1))
+    if op == "flip":
+        return (op, rng.randrange(max(n, 1)), 1 << rng.randrange(8) if rng.random() < 0.7 else rng.randrange(1, 256))
+    if op in ("field", "word"):
+        width = rng.choice((4, 8))
+        return (op, rng.randrange(1 << 20), width, draw_value(rng, width))
+    if op == "insert":
+        return (op, rng.randrange(n + 1), rng.randbytes(rng.randint(1, 8)))
+    if op == "delete":
+        return (op, rng.randrange(max(n, 1)), rng.randint(1, 8))
+    return (op, rng.randbytes(rng.randint(1, 64)))
+
+
+def _put(buf: bytearray, off: int, width: int, value: int) -> None:
+    if off < 0 or off >= len(buf):
+        return
+    raw = (value & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
+    end = min(len(buf), off + width)
+    buf[off:end] = raw[: end - off]
+
+
+def apply_mutations(seed: Seed, muts: list[Mutation]) -> bytes:
+    """Same semantics as ``tests/test_fuzz_reader.apply_mutations`` (positions modulo length)."""
+    buf = bytearray(seed.data)
+    for m in muts:
+        op, n = m[0], len(buf)
+        if op == "truncate":
+            del buf[m[1] % (n + 1) :]
+        elif op == "flip" and n:
+            buf[m[1] % n] ^= m[2]
+        elif op == "field" and seed.fields:
+            off, _ = seed.fields[m[1] % len(seed.fields)]
+            _put(buf, off, m[2], m[3])
+        elif op == "word" and n >= 4:
+            _put(buf, (m[1] % (n // 4)) * 4, m[2], m[3])
+        elif op == "insert":
+            at = m[1] % (n + 1)
+            buf[at:at] = m[2]
+        elif op == "delete" and n:
+            at = m[1] % n
+            del buf[at : at + m[2]]
+        elif op == "append":
+            buf += m[1]
+    return bytes(buf)
+
+
+def make_input(seeds: list[Seed], run_seed: int, index: int) -> tuple[Seed, bool, list[Mutation], bytes]:
+    """Input ``index`` of run ``run_seed``: a fixture, whether to use its model, the mutations."""
+    rng = random.Random(run_seed * 1_000_000_007 + index)
+    seed = seeds[rng.randrange(len(seeds))]
+    with_model = seed.key is not None and rng.random() < 0.5
+    muts = [draw_mutation(rng, seed, len(seed.data)) for _ in range(rng.choice((1, 1, 1, 2, 2, 3, 4)))]
+    return seed, with_model, muts, apply_mutations(seed, muts)
+
+
+# -- checks --------------------------------------------------------------------------------
+
+
+class CheckFailed(Exception):
+    """An invariant did not hold for a parse."""
+
+
+class Hang(Exception):
+    """A parse ran past HANG_SECONDS."""
+
+
+def check_result(res: ParseResult, size: int) -> None:
+    if res.size != size:
+        raise CheckFailed(f"result size {res.size} != input size {size}")
+    problems = check_tiling(res.root)
+    if problems:
+        raise CheckFailed(f"tiling: {problems[0]}")
+    cov = coverage(res.root)
+    total = cov["parsed_bytes"] + cov["untrusted_bytes"] + cov["unparsed_bytes"] + cov["trailing_bytes"]
+    if cov["size"] != size or total != size:
+        raise CheckFailed(f"coverage adds up to {total} of {size}")
+    for f in res.findings:
+        if not (0 <= f.offset <= size):
+            raise CheckFailed(f"finding {f.code} at offset {f.offset} outside [0, {size}]")
+        if f.length < 0 or f.offset + f.length > size:
+            raise CheckFailed(f"finding {f.code} [{f.offset}, +{f.length}) runs past {size}")
+
+
+def run_one(
+    path: Path, seed: Seed, with_model: bool, data: bytes, measure_memory: bool
+) -> tuple[ParseResult, float, int]:
+    """Parse ``data`` (written at ``path``) and check it; returns (result, seconds, peak bytes or -1)."""
+    prof = profile_for(seed.key) if with_model else None
+    path.write_bytes(data)
+    t0 = time.perf_counter()
+    res = read_state(path, profile=prof)
+    dt = time.perf_counter() - t0
+    check_result(res, len(data))
+    if dt > PARSE_SECONDS:
+        raise CheckFailed(f"parse took {dt:.2f} s (limit {PARSE_SECONDS} s)")
+    if res.kind != "unknown":
+        scan_stats(res)  # appends nonfinite_values / zero_rows findings: check them too
+        check_result(res, len(data))
+    peak = -1
+    if measure_memory:
+        tracemalloc.start()
+        try:
+            read_state(data=data, profile=prof)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        if peak > len(data) + MEMORY_SLACK:
+            raise CheckFailed(f"parse allocated {peak} bytes for a {len(data)}-byte input")
+    return res, dt, peak
+
+
+# -- workers -------------------------------------------------------------------------------
+
+
+@dataclass
+class ChunkReport:
+    n: int = 0
+    codes: Counter[str] = field(default_factory=Counter)
+    kinds: Counter[str] = field(default_factory=Counter)
+    failures: Counter[str] = field(default_factory=Counter)  # signature -> count
+    saved: list[str] = field(default_factory=list)
+    slowest: tuple[float, int, str] = (0.0, -1, "")
+    mem_samples: int = 0
+    mem_peak: int = 0  # largest tracemalloc peak minus input size
+    maxrss_kib: int = 0
+
+
+_W: dict[str, Any] = {}
+
+
+def _on_alarm(signum: int, frame: FrameType | None) -> None:
+    raise Hang(f"no result after {HANG_SECONDS} s")
+
+
+def worker_init(seed_paths: list[str], run_seed: int, mem_every: int, keep: int, out: str, scratch: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    signal.signal(signal.SIGALRM, _on_alarm)
+    # numpy overflow/invalid warnings from scanning garbage payloads would flood the output
+    warnings.filterwarnings("ignore", category=RuntimeWarning)
+    _W.update(
+        seeds=[load_seed(Path(p)) for p in seed_paths],
+        run_seed=run_seed,
+        mem_every=mem_every,
+        keep=keep,
+        scratch=Path(scratch) / f"input-{os.getpid()}.bin",
+        saved=Counter(),
+        out=Path(out),
+    )
+
+
+def signature(exc: BaseException) -> str:
+    """A short stable name for a failure: exception type, message head and innermost frame."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = next((f"{Path(fr.filename).name}:{fr.lineno}" for fr in reversed(tb) if "kvscope" in fr.filename
+                  or "/core/" in fr.filename), "")
+    msg = re.sub(r"-?\d+", "N", str(exc))[:60] if isinstance(exc, CheckFailed) else ""
+    return f"{type(exc).__name__} {msg} {where}".strip()
+
+
+def save_failure(sig: str, index: int, seed: Seed, with_model: bool, muts: list[Mutation], data: bytes,
+                 exc: BaseException) -> str:
+    out: Path = _W.get("out", OUT)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = hashlib.sha1(sig.encode()).hexdigest()[:10]
+    stem = out / f"{tag}-{index}"
+    stem.with_suffix(".bin").write_bytes(data)
+    meta = {
+        "signature": sig,
+        "index": index,
+        "run_seed": _W.get("run_seed"),
+        "fixture": str(seed.path.relative_to(ROOT)),
+        "model": str((MODELS / f"tiny-{seed.key}.gguf").relative_to(ROOT)) if with_model else None,
+        "mutations": [[x.hex() if isinstance(x, bytes) else x for x in m] for m in muts],
+        "size": len(data),
+        "error": f"{type(exc).__name__}: {exc}",
+        "traceback": traceback.format_exception(exc),
+    }
+    stem.with_suffix(".json").write_text(json.dumps(meta, indent=1))
+    saved = stem.with_suffix(".bin")
+    return str(saved.relative_to(ROOT)) if saved.is_relative_to(ROOT) else str(saved)
+
+
+def run_chunk(task: tuple[int, int]) -> ChunkReport:
+    start, count = task
+    seeds: list[Seed] = _W["seeds"]
+    rep = ChunkReport()
+    for index in range(start, start + count):
+        seed, with_model, muts, data = make_input(seeds, _W["run_seed"], index)
+        measure = _W["mem_every"] > 0 and index % _W["mem_every"] == 0
+        signal.alarm(HANG_SECONDS)
+        try:
+            res, dt, peak = run_one(_W["scratch"], seed, with_model, data, measure)
+        except (Exception, RecursionError) as e:  # anything at all is a finding of the fuzzer
+            signal.alarm(0)
+            sig = signature(e)
+            rep.failures[sig] += 1
+            if _W["saved"][sig] < _W["keep"]:
+                _W["saved"][sig] += 1
+                rep.saved.append(save_failure(sig, index, seed, with_model, muts, data, e))
+            rep.n += 1
+            continue
+        signal.alarm(0)
+        rep.n += 1
+        rep.kinds[res.kind] += 1
+        rep.codes.update({f.code for f in res.findings})
+        if dt > rep.slowest[0]:
+            rep.slowest = (dt, index, f"{seed.path.relative_to(DATA)} model={with_model} {len(data)} B")
+        if peak >= 0:
+            rep.mem_samples += 1
+            rep.mem_peak = max(rep.mem_peak, peak - len(data))
+    rep.maxrss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rep
+
+
+# -- driver --------------------------------------------------------------------------------
+
+
+def replay(seed_paths: list[str], run_seed: int, index: int) -> int:
+    seeds = [load_seed(Path(p)) for p in seed_paths]
+    seed, with_model, muts, data = make_input(seeds, run_seed, index)
+    print(f"input {index} of seed {run_seed}: {seed.path.relative_to(ROOT)} model={with_model} "
+          f"{len(data)} bytes, mutations {muts}")
+    with tempfile.TemporaryDirectory() as d:
+        res, dt, peak = run_one(Path(d) / "input.bin", seed, with_model, data, True)
+    print(f"ok: kind {res.kind}, layout {res.layout.name}, {len(res.findings)} findings "
+          f"({', '.join(sorted({f.code for f in res.findings})) or 'none'}), {dt * 1e3:.1f} ms, "
+          f"peak alloc {peak / 2**20:.1f} MiB")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--inputs", type=int, default=1_000_000, help="number of mutated inputs (default 1,000,000)")
+    ap.add_argument("--seed", type=int, default=0, help="run seed: input i is a function of (seed, i)")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    ap.add_argument("--chunk", type=int, default=500, help="inputs per work unit")
+    ap.add_argument("--mem-every", type=int, default=250, help="tracemalloc every N-th input (0: never)")
+    ap.add_argument("--keep-per-signature", type=int, default=5, help="failing inputs saved per distinct failure")
+    ap.add_argument("--progress", type=float, default=10.0, help="seconds between progress lines")
+    ap.add_argument("--out", type=Path, default=OUT, help="where failing inputs go (default bench/out/fuzz-failures)")
+    ap.add_argument("--replay", type=int, metavar="INDEX", help="rebuild and check one input, with traceback")
+    args = ap.parse_args(argv)
+
+    seed_paths = [str(p) for p in seed_files()]
+    if args.replay is not None:
+        return replay(seed_paths, args.seed, args.replay)
+
+    print(f"fuzz_long: {args.inputs:,} inputs, seed {args.seed}, {args.jobs} jobs, {len(seed_paths)} seed files")
+    tasks = [(s, min(args.chunk, args.inputs - s)) for s in range(0, args.inputs, args.chunk)]
+    total = ChunkReport()
+    t0 = last = time.perf_counter()
+    scratch = tempfile.mkdtemp(prefix="kvscope-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    init_args = (seed_paths, args.seed, args.mem_every, args.keep_per_signature, str(args.out), scratch)
+    interrupted = False
+
+    def merge(rep: ChunkReport) -> None:
+        nonlocal last
+        total.n += rep.n
+        total.codes.update(rep.codes)
+        total.kinds.update(rep.kinds)
+        total.failures.update(rep.failures)
+        total.saved += rep.saved
+        total.slowest = max(total.slowest, rep.slowest)
+        total.mem_samples += rep.mem_samples
+        total.mem_peak = max(total.mem_peak, rep.mem_peak)
+        total.maxrss_kib = max(total.maxrss_kib, rep.maxrss_kib)
+        now = time.perf_counter()
+        if now - last >= args.progress:
+            last = now
+            rate = total.n / (now - t0)
+            eta = (args.inputs - total.n) / rate if rate else 0.0
+            print(f"  {total.n:>10,} / {args.inputs:,}  {rate:8.0f} inputs/s  failures {sum(total.failures.values())}"
+                  f"  slowest {total.slowest[0] * 1e3:.0f} ms  ETA {eta / 60:.1f} min", flush=True)
+
+    try:
+        if args.jobs <= 1:
+            worker_init(*init_args)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            for task in tasks:
+                merge(run_chunk(task))
+        else:
+            with mp.get_context("fork").Pool(args.jobs, worker_init, init_args) as pool:
+                for rep in pool.imap_unordered(run_chunk, tasks):
+                    merge(rep)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("interrupted", file=sys.stderr)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    elapsed = time.perf_counter() - t0
+
+    rss_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    rss_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print("\nfinding codes (inputs with at least one):")
+    for code, n in total.codes.most_common():
+        print(f"  {code:<22} {n:>10,}  {100 * n / max(total.n, 1):5.1f}%")
+    print("kinds: " + ", ".join(f"{k} {n:,}" for k, n in total.kinds.most_common()))
+    dt, idx, what = total.slowest
+    print(f"slowest parse: {dt * 1e3:.1f} ms (input {idx}: {what}; replay with --seed {args.seed} --replay {idx})")
+    print(f"peak allocation over input size (tracemalloc, {total.mem_samples} samples): "
+          f"{total.mem_peak / 2**20:.2f} MiB")
+    print(f"peak RSS: workers {max(total.maxrss_kib, rss_children) / 1024:.0f} MiB, "
+          f"driver {rss_self / 1024:.0f} MiB")
+    if total.failures:
+        print("FAILURES:")
+        for sig, n in total.failures.most_common():
+            print(f"  {n:>8,}  {sig}")
+        for p in total.saved:
+            print(f"  saved {p}")
+    n_fail = sum(total.failures.values())
+    rate = total.n / elapsed if elapsed else 0.0
+    print(f"SUMMARY: {total.n:,} inputs in {elapsed:.1f} s ({rate:.0f} inputs/s, {args.jobs} jobs), "
+          f"{n_fail} failures in {len(total.failures)} distinct signatures, slowest {dt * 1e3:.1f} ms, "
+          f"seed {args.seed}{' (interrupted)' if interrupted else ''}")
+    return 1 if n_fail or interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
