@@ -1,0 +1,1 @@
+"""The corrupt-and-restore lab: corruption catalog, restore policies, probes and the result matrix."""
