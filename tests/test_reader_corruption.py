@@ -215,3 +215,11 @@ def test_resync_after_garbled_k_header() -> None:
     assert len(st.k_layers) == 3 and not st.k_layers[-1].trusted
     assert len(st.v_layers) == 4
     assert coverage(res.root)["untrusted_bytes"] > 0
+
+
+@pytest.mark.parametrize("path", sorted((DATA / "fuzz-regressions").glob("*.bin")), ids=lambda p: p.name)
+def test_fuzz_regressions(path: Path) -> None:
+    """Inputs the fuzzers once broke the reader with (tiling gaps, overlaps): parse them all again."""
+    data = path.read_bytes()
+    for key in (None, "llama", "mamba", "gemma2", "lfm2"):
+        _parse(data, key)

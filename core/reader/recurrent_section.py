@@ -110,7 +110,12 @@ def _read_rs_structural(
     )
     if not consistent:
         if cur < limit:  # the next record is bad or cut: let the real read say how
-            read_record(ctx, node, cur, "r", len(recs), rows, False, None, allow_zero_row=True)
+            probe = ctx.fork()
+            try:
+                read_record(probe, Node("probe", "probe", cur, 0), cur, "r", len(recs), rows, False, None,
+                            allow_zero_row=True)
+            except Stop:
+                read_record(ctx, node, cur, "r", len(recs), rows, False, None, allow_zero_row=True)
         ctx.find("error", "unparsed", cur, ctx.src.remaining(cur),
                  f"recurrent section: {len(recs)} state records found, expected r and s records in pairs", node)
         raise Stop(cur)
