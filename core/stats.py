@@ -10,12 +10,14 @@ finite values; it appends ``nonfinite_values`` / ``zero_rows`` findings to the r
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -30,23 +32,24 @@ from kvscope.core.reader.source import ByteSource
 F32A = npt.NDArray[np.float32]
 U8A = npt.NDArray[np.uint8]
 I64A = npt.NDArray[np.int64]
-Bytes = ByteSource | U8A | None
+Bytes: TypeAlias = ByteSource | U8A | None
 
 _WORK = 1 << 20  # bytes per step actually used (faster than big steps: the passes stay in cache)
+_AHEAD = 64 << 20  # how far the read-ahead thread runs ahead of the scan
 _F16, _BF16, _F32 = GGMLQuantizationType.F16, GGMLQuantizationType.BF16, GGMLQuantizationType.F32
-_F16_LIMIT = 65536.0  # the fast f16 decode turns Inf/NaN (exponent 31) into |x| >= 2**16; 65504 is the max
 _WORD = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
+_ROLE = {"k": "K", "v": "V"}
 
 
 def file_bytes(res: ParseResult, data: Bytes = None) -> U8A:
     """The bytes ``res`` was parsed from: ``data`` when given, else ``res.path`` memory-mapped read-only."""
     if isinstance(data, ByteSource):
-        return data.bytes_all()
+        return np.asarray(data.bytes_all(), np.uint8)
     if data is not None:
-        return data.reshape(-1).view(np.uint8)
+        return np.asarray(data).reshape(-1).view(np.uint8)
     if not os.path.isfile(res.path):
         raise ValueError(f"{res.path}: the bytes of this result are not available (pass data=)")
-    return ByteSource.open(res.path).bytes_all()
+    return np.asarray(ByteSource.open(res.path).bytes_all(), np.uint8)
 
 
 def record_shape(rec: LayerRecord, avail: int | None = None) -> tuple[int, int]:
@@ -78,16 +81,16 @@ def dequantize_rows(raw: U8A, type_id: int) -> F32A:
     return flat.reshape(*shape[:-1], -1)
 
 
-def record_rows(buf: U8A, rec: LayerRecord, cells: I64A | slice) -> F32A:
-    """Dequantized rows of ``cells`` (indices in file order) as float32 ``[len(cells), dim]``."""
+@np.errstate(all="ignore")  # a NaN/Inf block scale is data here, not an error
+def record_rows(buf: U8A, rec: LayerRecord, cells: I64A | slice, dims: slice = slice(None)) -> F32A:
+    """Dequantized ``[cells, dims]`` of ``rec`` as float32 (cells are indices in file order)."""
+    n, dim = record_shape(rec, buf.size - rec.data_offset)
     if rec.transposed:
         el = rec.el_bytes
-        cols = buf[rec.data_offset : rec.data_offset + rec.n_embd_v_gqa * rec.n_rows * el]
-        mat = cols.view(_WORD[el]).reshape(rec.n_embd_v_gqa, rec.n_rows)[:, cells]
-        return dequantize_rows(np.ascontiguousarray(mat.T).view(np.uint8), rec.type_id)
-    n, _ = record_shape(rec, buf.size - rec.data_offset)
+        cols = buf[rec.data_offset : rec.data_offset + dim * n * el].view(_WORD[el]).reshape(dim, n)
+        return dequantize_rows(np.ascontiguousarray(cols[dims, cells].T).view(np.uint8), rec.type_id)
     rows = buf[rec.data_offset : rec.data_offset + n * rec.row_bytes].reshape(n, rec.row_bytes)[cells]
-    return dequantize_rows(np.ascontiguousarray(rows), rec.type_id)
+    return dequantize_rows(np.ascontiguousarray(rows), rec.type_id)[:, dims]
 
 
 def layer_matrix(
@@ -96,8 +99,8 @@ def layer_matrix(
     """One record as float32 ``[cell, dim]`` (a transposed V is transposed back).
 
     With ``max_rows``/``max_cols`` every k-th cell/dim is kept so the result fits (stride
-    downsampling; only the kept rows are read and decoded). Raises ValueError for a type
-    gguf-py cannot decode or when the payload is not present.
+    downsampling; only the kept cells are read and decoded). Raises ValueError for a type
+    gguf-py cannot decode; a truncated transposed V gives zero rows.
     """
     buf = file_bytes(res, data)
     n, dim = record_shape(rec, buf.size - rec.data_offset)
@@ -106,7 +109,7 @@ def layer_matrix(
     rs = -(-n // max_rows) if max_rows and n > max_rows else 1
     cs = -(-dim // max_cols) if max_cols and dim > max_cols else 1
     try:
-        return np.ascontiguousarray(record_rows(buf, rec, slice(0, n, rs))[:, ::cs])
+        return np.ascontiguousarray(record_rows(buf, rec, slice(0, n, rs), slice(0, dim, cs)))
     except NotImplementedError as e:
         raise ValueError(f"cannot decode {rec.type}: {e}") from None
 
@@ -152,22 +155,21 @@ class StatsReport:
     layers: list[LayerStats] = field(default_factory=list)
 
     def by_role(self) -> list[dict[str, Any]]:
-        """Totals per (section, role): values, non-finite, zero rows, min/max/mean/rms."""
+        """Totals per (section, role): records, values, non-finite, zero rows, min/max/mean/rms."""
         groups: dict[tuple[int, str, str], list[LayerStats]] = {}
         for ls in self.layers:
             groups.setdefault((ls.section_index, ls.section, ls.role), []).append(ls)
         out = []
         for (_, sec, role), items in groups.items():
-            fin = [x for x in items if x.n_values > x.n_nonfinite]
-            nf = sum(x.n_values - x.n_nonfinite for x in fin)
-            out.append({
-                "section": sec, "role": role, "records": len(items),
-                "n_values": sum(x.n_values for x in items), "n_nonfinite": sum(x.n_nonfinite for x in items),
-                "zero_rows": sum(x.zero_rows for x in items),
-                "min": min((x.min for x in fin), default=None), "max": max((x.max for x in fin), default=None),
-                "mean": sum(x.mean * (x.n_values - x.n_nonfinite) for x in fin) / nf if nf else None,
-                "rms": math.sqrt(sum(x.rms**2 * (x.n_values - x.n_nonfinite) for x in fin) / nf) if nf else None,
-            })
+            fin = [(x, x.n_values - x.n_nonfinite) for x in items if x.n_values > x.n_nonfinite]
+            nf = sum(k for _, k in fin)
+            out.append({"section": sec, "role": role, "records": len(items),
+                        "n_values": sum(x.n_values for x in items), "n_nonfinite": sum(x.n_nonfinite for x in items),
+                        "zero_rows": sum(x.zero_rows for x in items),
+                        "min": min((x.min for x, _ in fin), default=None),
+                        "max": max((x.max for x, _ in fin), default=None),
+                        "mean": sum(x.mean * k for x, k in fin) / nf if nf else None,
+                        "rms": math.sqrt(sum(x.rms**2 * k for x, k in fin) / nf) if nf else None})
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -181,8 +183,8 @@ class StatsReport:
 
         head = ["section", "stream", "rec", "layer", "type", "rows", "nonfinite", "zero rows",
                 "min", "max", "mean", "rms", "note"]
-        rows = [[ls.section, "" if ls.stream is None else f"s{ls.stream}", ls.role.upper() if ls.role in "kv"
-                 else ls.role, "?" if ls.il is None else str(ls.il), ls.type, str(ls.n_rows), str(ls.n_nonfinite),
+        rows = [[ls.section, "" if ls.stream is None else f"s{ls.stream}", _ROLE.get(ls.role, ls.role),
+                 "?" if ls.il is None else str(ls.il), ls.type, str(ls.n_rows), str(ls.n_nonfinite),
                  str(ls.zero_rows), g(ls.min), g(ls.max), g(ls.mean), g(ls.rms), ls.note] for ls in self.layers]
         title = f"{'## ' if markdown else ''}payload statistics: {len(self.layers)} records"
         if not rows:
@@ -225,51 +227,87 @@ class _Part:
 
 
 def _steps(rec: LayerRecord, n_rows: int, work: int) -> Iterator[_Step]:
-    if rec.transposed:
-        col = rec.n_rows * rec.el_bytes
-        if col <= work:
-            k = max(1, work // col)
-            for c in range(0, rec.n_embd_v_gqa, k):
-                m = min(k, rec.n_embd_v_gqa - c)
-                yield _Step(c * col, (c + m) * col, c, m)
-        else:
-            k = work // rec.el_bytes
-            for c in range(rec.n_embd_v_gqa):
-                for i in range(0, rec.n_rows, k):
-                    m = min(k, rec.n_rows - i)
-                    yield _Step(c * col + i * rec.el_bytes, c * col + (i + m) * rec.el_bytes, i, m, True)
+    if rec.transposed:  # units are columns (one dim over all cells), split at elements
+        unit, count, grain = rec.n_rows * rec.el_bytes, rec.n_embd_v_gqa, rec.el_bytes
+    else:  # units are rows (one cell), split at blocks
+        unit, count, grain = rec.row_bytes, n_rows, gt.type_size(rec.type_id)
+    if unit <= work:
+        k = max(1, work // unit)
+        for c in range(0, count, k):
+            m = min(k, count - c)
+            yield _Step(c * unit, (c + m) * unit, c, m)
         return
-    rb = rec.row_bytes
-    if rb <= work:
-        k = max(1, work // rb)
-        for r in range(0, n_rows, k):
-            m = min(k, n_rows - r)
-            yield _Step(r * rb, (r + m) * rb, r, m)
-    else:
-        ts = gt.type_size(rec.type_id)
-        piece = max(ts, work // ts * ts)
-        for r in range(n_rows):
-            for b in range(0, rb, piece):
-                yield _Step(r * rb + b, r * rb + min(rb, b + piece), r, 1, True)
+    piece = max(grain, work // grain * grain)
+    for c in range(count):
+        for b in range(0, unit, piece):
+            e = min(unit, b + piece)
+            yield _Step(c * unit + b, c * unit + e, b // grain if rec.transposed else c,
+                        (e - b) // grain if rec.transposed else 1, True)
 
 
-def _fast_f16(u16: npt.NDArray[np.uint16], i32: npt.NDArray[np.int32]) -> F32A:
-    """f16 -> f32 by bit moves (exact for finite values, 3x numpy's cast); Inf/NaN become |x| >= 2**16."""
-    np.left_shift(u16, 16, out=i32.view(np.uint32), dtype=np.uint32)
-    np.right_shift(i32, 3, out=i32)  # arithmetic: sign kept, exponent+mantissa moved down 3 bits
-    np.bitwise_and(i32, np.int32(-0x70000001), out=i32)  # clear the 3 sign copies (0x8fffffff)
+def _fast_f16(i16: npt.NDArray[np.int16], i32: npt.NDArray[np.int32]) -> F32A:
+    """f16 -> f32 by bit moves (exact for finite values, 2x numpy's cast); Inf/NaN become |x| >= 2**16."""
+    np.copyto(i32, i16)  # sign-extends: bits 16..31 copy the sign
+    np.left_shift(i32, 13, out=i32)  # exponent+mantissa to bits 13..27; bits 28..31 copy the sign
+    np.bitwise_and(i32, np.int32(-0x70000001), out=i32)  # keep the sign in bit 31 only (0x8fffffff)
     f = i32.view(np.float32)
-    np.multiply(f, np.float32(2.0**112), out=f)
+    np.multiply(f, np.float32(2.0**112), out=f)  # rebias the exponent (15 -> 127); subnormals come out right
     return f
 
 
-class _Scratch:
+def _sum(f: F32A) -> float:
+    """Float32 sum as 1024 column sums: 2x numpy's pairwise sum, in a ufunc loop that runs
+    outside the GIL (einsum does not) and without BLAS (whose own threads contend with ours)."""
+    n = f.size - f.size % 1024
+    head = float(f[:n].reshape(-1, 1024).sum(axis=0).sum()) if n else 0.0
+    return head + float(f[n:].sum())
+
+
+class _Prefetch(threading.Thread):
+    """Reads the file up to ``_AHEAD`` bytes ahead of the scan (into a small reused buffer: only the
+    page cache keeps it), so a cold file's disk reads overlap the decoding instead of alternating
+    with it (``posix_fadvise`` hints overlapped less). Chunks whose first page is cached are skipped."""
+
+    def __init__(self, path: str, start: int, end: int) -> None:
+        super().__init__(daemon=True)
+        self.path, self.off, self.end, self.pos = path, start, end, start
+        self.halt = threading.Event()
+
+    def cold(self, samples: int = 64) -> bool:
+        """True when some of ``samples`` pages spread over the range are not in the page cache."""
+        with contextlib.suppress(OSError), open(self.path, "rb", buffering=0) as fh:
+            probe = bytearray(1)
+            for off in np.linspace(self.off, self.end - 1, samples, dtype=np.int64).tolist():
+                try:
+                    os.preadv(fh.fileno(), [probe], off, os.RWF_NOWAIT)
+                except BlockingIOError:
+                    return True
+        return False
+
+    def run(self) -> None:
+        buf, probe = bytearray(4 << 20), bytearray(4096)
+        with contextlib.suppress(OSError), open(self.path, "rb", buffering=0) as fh:
+            while self.off < self.end and not self.halt.is_set():
+                if self.off > self.pos + _AHEAD:
+                    self.halt.wait(0.01)
+                    continue
+                with contextlib.suppress(BlockingIOError):  # RWF_NOWAIT fails unless the page is cached
+                    if os.preadv(fh.fileno(), [probe], self.off, os.RWF_NOWAIT) == len(probe):
+                        self.off += len(buf)
+                        continue
+                self.off += os.preadv(fh.fileno(), [buf], self.off) or self.end
+
+
+class _Scratch(threading.local):
+    """Per-thread aligned buffers of one step."""
+
     def __init__(self, work: int) -> None:
-        self.raw = np.empty(work + 64, np.uint8)
-        self.i32 = np.empty(work // 2 + 16, np.int32)
+        size = max(work, 256)  # a step is at most max(work, one block)
+        self.raw = np.empty(size, np.uint8)
+        self.i32 = np.empty(size // 2, np.int32)
 
 
-def _scan_step(buf: U8A, rec: LayerRecord, st: _Step, scratch: _Scratch, decode: bool) -> _Part:
+def _scan_step(buf: U8A, rec: LayerRecord, st: _Step, scratch: _Scratch, decode: bool, blas: bool) -> _Part:
     raw = buf[rec.data_offset + st.lo : rec.data_offset + st.hi]
     if raw.ctypes.data % 8:  # misaligned (odd header lengths): one copy into an aligned scratch
         np.copyto(scratch.raw[: raw.size], raw)
@@ -289,25 +327,41 @@ def _scan_step(buf: U8A, rec: LayerRecord, st: _Step, scratch: _Scratch, decode:
         if np.count_nonzero(w) < w.size:
             p.zero = (np.array([st.first]) if not w.any() else np.zeros(0, np.int64)) if st.piece else \
                 np.flatnonzero(~w.reshape(st.rows, -1).any(axis=1)) + st.first
-    if not decode:
-        return p
-    fast = rec.type_id == _F16
-    f = _fast_f16(raw.view(np.uint16), scratch.i32[: raw.size // 2]) if fast else \
-        dequantize_rows(raw, rec.type_id).reshape(-1)
-    p.n = int(f.size)
-    if not fast:
-        s = float(f.sum())
-        bad = not math.isfinite(s)
-    if fast or not bad:
-        p.mn, p.mx = float(f.min()), float(f.max())
-        bad = fast and (p.mx >= _F16_LIMIT or p.mn <= -_F16_LIMIT)
-        if fast and not bad:
-            s = float(f.sum())
+    if decode:
+        _value_stats(raw, rec.type_id, scratch, blas, p)
+    return p
+
+
+@np.errstate(all="ignore")  # NaN/Inf/overflow are what we count, not errors
+def _value_stats(raw: U8A, type_id: int, scratch: _Scratch, blas: bool, p: _Part) -> None:
+    fast = type_id == _F16
+    if fast:  # min/max and Inf/NaN straight from the bits (half the bytes of float32 passes)
+        i16 = raw.view(np.int16)
+        top, low = int(i16.max()), int(i16.view(np.uint16).max())  # largest >= +0, most negative
+        bad = top >= 0x7C00 or low >= 0xFC00  # exponent 31: Inf or NaN
+        if not bad:
+            f = _fast_f16(i16, scratch.i32[: raw.size // 2])
+            if top < 0 or low < 0x8000:  # all negative, or no negative: no shortcut
+                p.mn, p.mx = float(f.min()), float(f.max())
+            else:
+                h = np.array([low, top], np.uint16).view(np.float16)
+                p.mn, p.mx = float(h[0]), float(h[1])
+            p.s = _sum(f)
+    else:  # a NaN or Inf anywhere makes the sum non-finite
+        f = dequantize_rows(raw, type_id).reshape(-1)
+        p.s = _sum(f)
+        bad = not math.isfinite(p.s)
+        if not bad:
+            p.mn, p.mx = float(f.min()), float(f.max())
+    p.n = raw.size // 2 if fast else int(f.size)
     if not bad:
-        p.s, p.q = s, float(np.dot(f, f))
+        if blas:
+            p.q = float(np.dot(f, f))
+        else:  # f is a scratch or a fresh array, never the file's bytes
+            p.q = _sum(np.square(f, out=f))
         bad = not math.isfinite(p.q)  # float32 overflow: redo in float64 below
     if bad:
-        f = dequantize_rows(raw, rec.type_id).reshape(-1)
+        f = dequantize_rows(raw, type_id).reshape(-1)
         fin = np.isfinite(f)
         nf = int(f.size - np.count_nonzero(fin))
         p.n_nan = int(np.count_nonzero(np.isnan(f)))
@@ -316,7 +370,6 @@ def _scan_step(buf: U8A, rec: LayerRecord, st: _Step, scratch: _Scratch, decode:
         good = f[fin].astype(np.float64) if nf else f.astype(np.float64)
         p.s, p.q = float(good.sum()), float(np.dot(good, good))
         p.mn, p.mx = (float(good.min()), float(good.max())) if good.size else (math.inf, -math.inf)
-    return p
 
 
 def _merge(ls: LayerStats, rec: LayerRecord, parts: Iterator[tuple[_Step, _Part]], n_rows: int,
@@ -328,7 +381,7 @@ def _merge(ls: LayerStats, rec: LayerRecord, parts: Iterator[tuple[_Step, _Part]
     zc: npt.NDArray[np.int32] | None = None
     for st, p in parts:
         if first_bad < 0 and p.first_bad >= 0:
-            first_bad = (st.lo // (rec.el_bytes if rec.transposed else 1) if rec.transposed else n) + p.first_bad
+            first_bad = (st.lo // rec.el_bytes if rec.transposed else n) + p.first_bad
         n, nan, inf, s, q = n + p.n, nan + p.n_nan, inf + p.n_inf, s + p.s, q + p.q
         mn, mx = min(mn, p.mn), max(mx, p.mx)
         if p.zero is not None and p.zero.size:
@@ -348,15 +401,14 @@ def _merge(ls: LayerStats, rec: LayerRecord, parts: Iterator[tuple[_Step, _Part]
 
 def _add_findings(res: ParseResult, rec: LayerRecord, ls: LayerStats) -> None:
     path = rec.node.path if rec.node is not None else ""
-    what = f"{rec.role.upper() if rec.role in 'kv' else rec.role} {'layer ' + str(rec.il) if rec.il is not None else 'record ' + str(rec.index)}"
+    what = f"{_ROLE.get(rec.role, rec.role)} " + (f"layer {rec.il}" if rec.il is not None else f"record {rec.index}")
     new: list[Finding] = []
     if ls.n_nonfinite and ls.first_nonfinite is not None:
         if rec.transposed:
             off, length = rec.data_offset + ls.first_nonfinite * rec.el_bytes, rec.el_bytes
             where = f"cell {ls.first_nonfinite % rec.n_rows}, dim {ls.first_nonfinite // rec.n_rows}"
         else:
-            dim = ls.n_values // max(1, min(ls.n_rows, rec.data_size // max(1, rec.row_bytes)))
-            row = ls.first_nonfinite // max(1, dim)
+            row = ls.first_nonfinite // max(1, record_shape(rec)[1])
             off, length, where = rec.data_offset + row * rec.row_bytes, rec.row_bytes, f"cell {row}"
         new.append(Finding("error", "nonfinite_values", off, length,
                            f"{what}: {ls.n_nonfinite} non-finite values ({ls.n_nan} NaN, {ls.n_inf} Inf); "
@@ -372,14 +424,37 @@ def _add_findings(res: ParseResult, rec: LayerRecord, ls: LayerStats) -> None:
     res.findings.extend(f for f in new if f not in res.findings)
 
 
+def _plan(rec: LayerRecord, ls: LayerStats, size: int, work: int) -> tuple[list[_Step], int, int, bool] | None:
+    """(steps, rows, parts per row, decode) for one record; None (with a note) when nothing to scan."""
+    avail = max(0, size - rec.data_offset)
+    n, dim = record_shape(rec, avail)
+    full = rec.n_rows * (rec.n_embd_v_gqa * rec.el_bytes if rec.transposed else rec.row_bytes)
+    if min(rec.data_size, avail) < full:
+        ls.note = "truncated" + ("" if rec.transposed else f": {n} of {rec.n_rows} rows")
+    if n == 0 or full == 0:
+        ls.note = ls.note or "empty"
+        return None
+    ts = gt.type_size(rec.type_id)
+    decode = dim > 0
+    try:
+        if decode:
+            dequantize_rows(np.zeros(ts, np.uint8), rec.type_id)  # one block: can gguf-py decode it?
+        else:
+            ls.note = f"rows are not whole {rec.type} blocks: values not decoded"
+    except NotImplementedError:
+        decode, ls.note = False, f"{rec.type} values not decoded"
+    per_row = rec.n_embd_v_gqa if rec.transposed else -(-rec.row_bytes // max(ts, work // ts * ts))
+    return list(_steps(rec, n, work)), (rec.n_rows if rec.transposed else n), per_row, decode
+
+
 def scan_stats(res: ParseResult, chunk_bytes: int = 64 << 20, data: Bytes = None,
                threads: int | None = None) -> StatsReport:
     """Scan every layer record of ``res``; append ``nonfinite_values``/``zero_rows`` findings.
 
     Payloads are read from ``data`` (or ``res.path`` memory-mapped) in steps of at most
-    ``chunk_bytes`` raw bytes (whole rows/blocks; about 1 MiB, which keeps the passes in cache),
-    on ``threads`` worker threads (default: up to 4 for payloads over 8 MiB). Truncated and empty
-    payloads are scanned as far as whole rows are present, with a note.
+    ``chunk_bytes`` raw bytes (whole rows/blocks; at most 1 MiB, which keeps the passes in cache),
+    on ``threads`` worker threads (default: half the CPUs, at most 4, for payloads over 8 MiB).
+    Truncated and empty payloads are scanned as far as whole rows are present, with a note.
     """
     buf = file_bytes(res, data)
     work = max(1, min(chunk_bytes, _WORK))
@@ -393,52 +468,32 @@ def scan_stats(res: ParseResult, chunk_bytes: int = 64 << 20, data: Bytes = None
                 ls = LayerStats(sec.role, si, stream, rec.role, rec.index, rec.il, rec.type, rec.data_offset,
                                 rec.data_size, rec.n_rows, rec.trusted)
                 report.layers.append(ls)
-                avail = max(0, buf.size - rec.data_offset)
-                n, dim = record_shape(rec, avail)
-                full = rec.n_rows * (rec.n_embd_v_gqa * rec.el_bytes if rec.transposed else rec.row_bytes)
-                if min(rec.data_size, avail) < full:
-                    ls.note = "truncated" + ("" if rec.transposed else f": {n} of {rec.n_rows} rows")
-                if n == 0 or full == 0:
-                    ls.note = ls.note or "empty"
-                    continue
-                decode = dim > 0
-                try:
-                    if decode:
-                        dequantize_rows(buf[rec.data_offset : rec.data_offset + gt.type_size(rec.type_id)],
-                                        rec.type_id)
-                except NotImplementedError:
-                    decode, ls.note = False, f"{rec.type} values not decoded"
-                per_row = rec.n_embd_v_gqa if rec.transposed else -(-rec.row_bytes // max(
-                    gt.type_size(rec.type_id), work // gt.type_size(rec.type_id) * gt.type_size(rec.type_id)))
-                jobs.append((rec, ls, list(_steps(rec, n, work)), n, per_row, decode))
+                plan = _plan(rec, ls, buf.size, work)
+                if plan is not None:
+                    jobs.append((rec, ls, *plan))
     tasks = [(rec, st, decode) for rec, _, steps, _, _, decode in jobs for st in steps]
-    total = sum(st.hi - st.lo for _, st, _ in tasks)
-    nthreads = threads if threads is not None else (min(4, os.cpu_count() or 1) if total > 8 * work else 1)
-
-    scratch: dict[int, _Scratch] = {}
+    nthreads = threads if threads is not None else (min(4, (os.cpu_count() or 1) // 2) if len(tasks) > 8 else 1)
+    scratch = _Scratch(work)
+    start, end = (tasks[0][0].data_offset + tasks[0][1].lo, tasks[-1][0].data_offset + tasks[-1][1].hi) \
+        if tasks else (0, 0)
+    prefetch = _Prefetch(res.path, start, end)
+    if data is None and end - start > 2 * _AHEAD and hasattr(os, "RWF_NOWAIT") and prefetch.cold():
+        prefetch.start()
 
     def run(task: tuple[LayerRecord, _Step, bool]) -> _Part:
-        import threading
+        prefetch.pos = max(prefetch.pos, task[0].data_offset + task[1].lo)
+        return _scan_step(buf, task[0], task[1], scratch, task[2], nthreads <= 1)
 
-        sc = scratch.setdefault(threading.get_ident(), _Scratch(work))
-        return _scan_step(buf, task[0], task[1], sc, task[2])
-
-    with ThreadPoolExecutor(max(1, nthreads)) if nthreads > 1 else _Serial() as ex:
-        results = iter(ex.map(run, tasks))
+    pool = ThreadPoolExecutor(nthreads) if nthreads > 1 and len(tasks) > 1 else None
+    try:
+        results = pool.map(run, tasks) if pool is not None else map(run, tasks)
         for rec, ls, steps, n, per_row, _ in jobs:
-            _merge(ls, rec, ((st, next(results)) for st in steps), rec.n_rows if rec.transposed else n, per_row)
+            _merge(ls, rec, ((st, next(results)) for st in steps), n, per_row)
             _add_findings(res, rec, ls)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        prefetch.halt.set()
+        if prefetch.is_alive():
+            prefetch.join()
     return report
-
-
-class _Serial:
-    """A stand-in executor that maps in the calling thread."""
-
-    def __enter__(self) -> _Serial:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def map(self, fn: Any, items: list[Any]) -> Iterator[Any]:
-        return map(fn, items)
