@@ -1,0 +1,105 @@
+"""Persistent preferences on QSettings: recent files, per-file model choice, theme, window state.
+
+Modelled on Frescobaldi's ``recentfiles.py``: a capped most-recent-first list whose unreadable
+entries are dropped whenever it is read. Tests isolate settings by passing their own
+``QSettings`` (an ini file under a temporary folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from PySide6.QtCore import QByteArray, QSettings
+
+RECENT_MAX = 10
+_RECENT_KEY = "recent/files"
+_MODELS_KEY = "models/by_file"  # JSON object: absolute state-file path -> absolute GGUF path
+_MODELS_MAX = 500
+
+
+def _readable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.R_OK)
+
+
+def _as_list(value: object) -> list[str]:
+    """QSettings returns a str for a one-element list under some backends; normalise."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value else []
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value if v]
+    return []
+
+
+class AppSettings:
+    """Typed access to kvscope's QSettings."""
+
+    def __init__(self, qsettings: QSettings | None = None) -> None:
+        self.qs = qsettings if qsettings is not None else QSettings()
+
+    # -- recent files ---------------------------------------------------------------------------
+    def recent_files(self) -> list[str]:
+        """Most recent first, at most :data:`RECENT_MAX`, unreadable entries dropped (and forgotten)."""
+        stored = _as_list(self.qs.value(_RECENT_KEY))
+        kept = [p for p in stored if _readable(p)][:RECENT_MAX]
+        if kept != stored:
+            self.qs.setValue(_RECENT_KEY, kept)
+        return kept
+
+    def add_recent(self, path: str) -> None:
+        path = os.path.abspath(path)
+        items = [p for p in _as_list(self.qs.value(_RECENT_KEY)) if p != path]
+        self.qs.setValue(_RECENT_KEY, [path, *items][:RECENT_MAX])
+
+    def clear_recent(self) -> None:
+        self.qs.setValue(_RECENT_KEY, [])
+
+    # -- model association ------------------------------------------------------------------------
+    def _model_map(self) -> dict[str, str]:
+        raw = self.qs.value(_MODELS_KEY, "{}")
+        try:
+            data = json.loads(str(raw))
+        except ValueError:
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def model_for(self, state_path: str) -> str | None:
+        """The GGUF remembered for ``state_path`` (None when none, or when it is gone)."""
+        model = self._model_map().get(os.path.abspath(state_path))
+        return model if model and _readable(model) else None
+
+    def set_model_for(self, state_path: str, model_path: str | None) -> None:
+        """Remember (or, with None, forget) the model of a state file."""
+        data = self._model_map()
+        key = os.path.abspath(state_path)
+        data.pop(key, None)
+        if model_path:
+            data[key] = os.path.abspath(model_path)
+        if len(data) > _MODELS_MAX:  # forget the oldest associations (dicts keep insertion order)
+            data = dict(list(data.items())[-_MODELS_MAX:])
+        self.qs.setValue(_MODELS_KEY, json.dumps(data))
+
+    # -- preferences and window state ---------------------------------------------------------------
+    def theme(self) -> str:
+        return str(self.qs.value("view/theme", "system"))
+
+    def set_theme(self, name: str) -> None:
+        self.qs.setValue("view/theme", name)
+
+    def last_dir(self) -> str:
+        return str(self.qs.value("files/last_dir", os.getcwd()))
+
+    def set_last_dir(self, folder: str) -> None:
+        self.qs.setValue("files/last_dir", folder)
+
+    def bytes_value(self, key: str) -> QByteArray | None:
+        value = self.qs.value(key)
+        return value if isinstance(value, QByteArray) and not value.isEmpty() else None
+
+    def set_bytes_value(self, key: str, value: QByteArray) -> None:
+        self.qs.setValue(key, value)
+
+    def sync(self) -> None:
+        self.qs.sync()

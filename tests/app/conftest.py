@@ -1,0 +1,66 @@
+"""Fixtures for the Qt layer's tests: offscreen platform, isolated settings, a window, fixture paths."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import importlib.util  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gui_helpers import model  # noqa: E402
+
+if importlib.util.find_spec("PySide6") is None or importlib.util.find_spec("pytestqt") is None:
+    collect_ignore_glob = ["test_*.py"]  # the core suite runs without Qt
+else:
+    from PySide6.QtCore import QSettings
+
+    from kvscope.app.compat import immortalize_singletons
+
+    immortalize_singletons()  # PySide6 6.12.0 on CPython 3.11 loses references to None/True/False
+
+    @pytest.fixture(autouse=True)
+    def isolated_settings(tmp_path: Path) -> QSettings:
+        """Any default-constructed QSettings lands under tmp_path, never in the user's config."""
+        QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+        for scope in (QSettings.Scope.UserScope, QSettings.Scope.SystemScope):
+            QSettings.setPath(QSettings.Format.IniFormat, scope, str(tmp_path / "qsettings"))
+        return QSettings(str(tmp_path / "kvscope.ini"), QSettings.Format.IniFormat)
+
+    @pytest.fixture
+    def app_settings(isolated_settings: QSettings):  # type: ignore[no-untyped-def]
+        from kvscope.app.settings import AppSettings
+
+        return AppSettings(isolated_settings)
+
+    @pytest.fixture
+    def window(qtbot, app_settings):  # type: ignore[no-untyped-def]
+        from kvscope.app.application import ensure_app
+        from kvscope.app.main_window import MainWindow
+        from kvscope.app.theme import Theme
+
+        ensure_app()
+        win = MainWindow(app_settings, Theme("light"))
+        qtbot.addWidget(win)
+        win.resize(1300, 850)
+        win.show()
+        yield win
+        win.runner.shutdown(5000)
+
+    @pytest.fixture
+    def open_doc(qtbot, window):  # type: ignore[no-untyped-def]
+        """``open_doc(path, model=None)``: open a file and wait for parse and statistics."""
+
+        def _open(path: str | Path, model_key: str | None = None):  # type: ignore[no-untyped-def]
+            w = window.open_file(str(path), model=model(model_key) if model_key else None)
+            assert w is not None
+            qtbot.waitUntil(lambda: w.doc.result is not None and not w.doc.busy, timeout=15000)
+            assert window.wait_idle(15000)
+            return w
+
+        return _open

@@ -1,0 +1,84 @@
+"""Structure tree model against the reader's Node tree; lazy chunks; find."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+
+from gui_helpers import LAB, STATE  # noqa: E402
+from PySide6.QtCore import QModelIndex  # noqa: E402
+
+from kvscope.app.tree_model import CHUNK, COLUMNS, StructureModel  # noqa: E402
+from kvscope.core.reader.parse import read_state  # noqa: E402
+from kvscope.core.reader.tree import Node  # noqa: E402
+
+
+def _walk(model: StructureModel, parent: QModelIndex) -> list[Node]:
+    while model.canFetchMore(parent):
+        model.fetchMore(parent)
+    out: list[Node] = []
+    for r in range(model.rowCount(parent)):
+        idx = model.index(r, 0, parent)
+        node = model.node(idx)
+        assert node is not None
+        assert model.parent(idx) == parent
+        out.append(node)
+        out.extend(_walk(model, idx))
+    return out
+
+
+@pytest.mark.parametrize("path", [
+    STATE / "lfm2-f16-fa0-unified0-ctx.session",
+    STATE / "llama-f16-fa1-unified1-frag-ctx.session",
+    LAB / "truncated_half.seqdata.bin",
+    LAB / "drop_k_layer_1.seqdata.bin",
+])
+def test_tree_model_matches_reader(qtbot, path):  # type: ignore[no-untyped-def]
+    res = read_state(path)
+    model = StructureModel(res.root)
+    nodes = _walk(model, QModelIndex())
+    expected = list(res.root.walk())
+    assert len(nodes) == len(expected)
+    assert [(n.path, n.offset, n.size, n.kind, n.status) for n in nodes] == \
+        [(n.path, n.offset, n.size, n.kind, n.status) for n in expected]
+    # the columns show the same offsets and sizes
+    first = model.index(0, COLUMNS.index("offset"))
+    assert first.data() == "0"
+    assert model.index(0, COLUMNS.index("size")).data() == f"{res.size:,}"
+
+
+def test_cell_table_is_one_row(qtbot):  # type: ignore[no-untyped-def]
+    res = read_state(STATE / "llama-f16-fa1-unified1-frag-ctx.session")
+    model = StructureModel(res.root)
+    cells = [n for n in _walk(model, QModelIndex()) if n.kind == "cell_meta"]
+    assert cells and all(n.is_leaf for n in cells)
+
+
+def test_lazy_chunks(qtbot):  # type: ignore[no-untyped-def]
+    root = Node("f", "file", 0, 5000 * 4)
+    for i in range(5000):
+        root.add(Node(f"x{i}", "field", 4 * i, 4, i))
+    model = StructureModel(root)
+    top = model.index(0, 0)
+    assert model.rowCount(top) == CHUNK
+    assert model.canFetchMore(top)
+    idx = model.index_of(root.children[4321])
+    assert idx.isValid() and model.node(idx) is root.children[4321]
+    assert model.rowCount(top) >= 4322
+
+
+def test_tree_view_selects_and_finds(qtbot, open_doc):  # type: ignore[no-untyped-def]
+    w = open_doc(STATE / "lfm2-f16-fa0-unified0-ctx.session", "lfm2")
+    view = w.tree
+    view.find_edit.setText("V3")
+    node = view.find_next()
+    assert node is not None and node.name == "V3"
+    sel = w.doc.bus.current
+    assert sel is not None and sel.node is node and sel.record is not None and sel.record.role == "v"
+    # the other views followed: hex cursor at the node, layer view on that record
+    assert w.hex.cursor_offset == node.offset
+    assert w.layers.record is sel.record
+    view.find_edit.setText("no such node anywhere")
+    assert view.find_next() is None
+    assert view.find_status.text() == "not found"
