@@ -159,6 +159,10 @@ def build_parser(extra: dict[str, Registrar] | None = None) -> argparse.Argument
     p.add_argument("--json", action="store_true", help="one JSON object per line, then a summary object")
     p.set_defaults(func=cmd_scan)
 
+    from kvscope.core.rewrite_cli import register as register_rewrite  # stdlib-only import: no torch here
+
+    register_rewrite(sub)
+
     for name, register in (extra or {}).items():
         try:
             register(sub)
@@ -169,7 +173,7 @@ def build_parser(extra: dict[str, Registrar] | None = None) -> argparse.Argument
 
 def _plugin_commands(wanted: str | None) -> dict[str, Registrar]:
     """Commands registered by other kvscope layers (entry-point group ``kvscope.commands``)."""
-    if wanted in ("inspect", "diff", "scan"):
+    if wanted in ("inspect", "diff", "scan", "rewrite"):
         return {}
     from importlib.metadata import entry_points
 

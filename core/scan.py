@@ -103,7 +103,8 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
         if r["status"] == "parsed":
             sev.update({k: v for k, v in r["findings"].items() if v})
             codes.update(r["codes"])
-    worst = max((r.get("worst") for r in results if r.get("worst")), key=lambda s: SEVERITY_RANK[s], default=None)
+    severities: list[str] = [str(r["worst"]) for r in results if r.get("worst")]
+    worst = max(severities, key=lambda s: SEVERITY_RANK[s], default=None)
     return {
         "files": len(results),
         "status": dict(status),

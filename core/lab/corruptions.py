@@ -314,8 +314,8 @@ def _fill(data: bytes, res: ParseResult, p: dict[str, str], prof: ModelProfile |
     fail = p.get("then_fail")
     if fail:  # make the restore fail late: after every earlier row was handed over
         last = _last_record(res, fail)
-        old = int(struct.unpack_from("<i", arr, last.header_offset)[0])
-        struct.pack_into("<i", arr, last.header_offset, 0 if old != 0 else 1)
+        old = int(struct.unpack_from("<i", arr.data, last.header_offset)[0])
+        struct.pack_into("<i", arr.data, last.header_offset, 0 if old != 0 else 1)
         desc += (f"; then the type of the last {last.role.upper()} record (layer {last.il}) "
                  f"{gt.type_name(old)} -> {gt.type_name(0 if old != 0 else 1)}")
         ranges.append((last.header_offset, 4))

@@ -54,7 +54,7 @@ GENERATIONS: tuple[Generation, ...] = (
         "2026-04",
         "outputs removed from context state (PR #18862); 8-byte M-RoPE cell ext",
         9, 2, n_stream=True, ctx_outputs=False, blob_header=False, cell_ext=8,
-        partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=True,
+        partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=False,
     ),
     Generation(
         "2026-08",

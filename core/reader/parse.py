@@ -167,8 +167,27 @@ def _attempt(
         -n_trunc,
         -unexplained,
         -sum(1 for f in result.findings if f.severity == "warning"),
+        _swa_masking_consistent(result, gen, profile),
     )
     return _Attempt(result, gen, ext, partial, key)
+
+
+def _swa_masking_consistent(res: ParseResult, gen: Generation, profile: ModelProfile | None) -> bool:
+    """Per-sequence SWA sections of masking builds hold no cell outside the window (a tie-break).
+
+    From 2026-06 llama.cpp writes only the cells inside the sliding window of a sequence; an older
+    file can hold cells that such a build would have left out, which tells the two apart.
+    """
+    if profile is None or not profile.n_swa or res.kind not in ("seq_file", "seq_blob") or not gen.swa_perseq_masked:
+        return True
+    for sec in res.sections:
+        if sec.role != "kv_swa":
+            continue
+        for st in sec.streams:
+            t = st.cells
+            if t is not None and t.count and int(t.pos.max()) - int(t.pos.min()) >= profile.n_swa:
+                return False
+    return True
 
 
 def read_state(

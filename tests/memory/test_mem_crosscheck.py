@@ -1,0 +1,69 @@
+"""The whole-context state of a fixture scenario, loaded into the core, reproduces every
+per-sequence blob and file written from the same context (full and PARTIAL_ONLY), the session
+file and the context blob, byte for byte, in all five build folders.
+
+This checks what the per-sequence writers select (stream, SWA masking, per-seq meta, flags) and
+llama.cpp's cache sizing (the manifests record the sizes the real build used).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mem_helpers import live_context, params_from_manifest, scenarios
+
+from kvscope.core.memory import KvCache
+from kvscope.core.memory.params import ggml_pad
+
+SCENARIOS = scenarios()
+
+
+def _id(s: tuple[Path, str, str, list[dict[str, Any]]]) -> str:
+    return f"{s[0].name[9:]}:{s[2]}-{s[3][0]['scenario']}"
+
+
+def test_all_folders_have_scenarios() -> None:
+    assert {s[1] for s in SCENARIOS} == {"2025-05", "2025-08", "2026-04", "2026-08", "2026-10"}
+    assert len(SCENARIOS) >= 40
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=_id)
+def test_per_sequence_files_from_whole_context(scenario: tuple[Path, str, str, list[dict[str, Any]]]) -> None:
+    folder, gen, key, files = scenario
+    ctx = live_context(folder, gen, key, files)
+    checked = 0
+    for e in files:
+        data = (folder / e["file"]).read_bytes()
+        if e["kind"] == "seq_blob":
+            out = ctx.seq_get_data(e["seq_id"], e.get("flags") or 0)
+        elif e["kind"] == "seq_file":
+            out = ctx.seq_file_bytes(e["seq_id"], e["token_payload"]["tokens"])
+        elif e["kind"] == "session":
+            out = ctx.session_bytes(e["token_payload"]["tokens"])
+        else:
+            out = ctx.get_data()
+        assert bytes(out) == data, f"{folder.name}/{e['file']}"
+        checked += 1
+    assert checked == len(files)
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s[1] == "2026-10"], ids=_id)
+def test_cache_sizes_follow_llama_cpp(scenario: tuple[Path, str, str, list[dict[str, Any]]]) -> None:
+    _, _, key, files = scenario
+    cp = files[0]["context_params"]
+    params = params_from_manifest(cp)
+    assert params.n_ctx_actual == cp["n_ctx_actual"]
+    assert params.n_ctx_seq == cp["n_ctx_seq_actual"]
+    ctx = live_context(*scenario)
+    for part in ctx.memory.parts:
+        if not isinstance(part.mem, KvCache):
+            assert part.mem.size == params.n_seq_max
+        elif part.role == "kv_swa" and not cp["swa_full"]:
+            n_swa = ctx.memory.spec.n_swa
+            want = ggml_pad(min(cp["n_ctx_seq_actual"], n_swa * params.n_seq_max + cp["n_ubatch"]), 256)
+            assert part.mem.size == want
+        else:
+            assert part.mem.size == cp["n_ctx_seq_actual"]
+            assert part.mem.n_stream == (1 if cp["kv_unified"] else cp["n_seq_max"])
