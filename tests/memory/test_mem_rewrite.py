@@ -12,7 +12,6 @@ import pytest
 
 from fixtures import DATA, MODELS
 from kvscope.core import cli
-from kvscope.core.rewrite_cli import register
 
 SAMPLES = [
     "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq1.slot-emulated.seqstate",
@@ -27,9 +26,7 @@ SAMPLES = [
 
 
 def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    parser = cli.build_parser({"rewrite": register})
-    ns = parser.parse_args(["rewrite", *args])
-    rc = ns.func(ns)
+    rc = cli.main(["rewrite", *args])  # the built-in command, as `kvscope rewrite` runs it
     out = capsys.readouterr()
     return rc, out.out, out.err
 
