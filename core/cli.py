@@ -162,6 +162,9 @@ def build_parser(extra: dict[str, Registrar] | None = None) -> argparse.Argument
     from kvscope.core.rewrite_cli import register as register_rewrite  # stdlib-only import: no torch here
 
     register_rewrite(sub)
+    from kvscope.core.lab.lab_cli import register as register_lab  # stdlib-only import: no torch here
+
+    register_lab(sub)
 
     for name, register in (extra or {}).items():
         try:
@@ -173,7 +176,7 @@ def build_parser(extra: dict[str, Registrar] | None = None) -> argparse.Argument
 
 def _plugin_commands(wanted: str | None) -> dict[str, Registrar]:
     """Commands registered by other kvscope layers (entry-point group ``kvscope.commands``)."""
-    if wanted in ("inspect", "diff", "scan", "rewrite"):
+    if wanted in ("inspect", "diff", "scan", "rewrite", "lab"):
         return {}
     from importlib.metadata import entry_points
 

@@ -1,0 +1,149 @@
+"""``kvscope lab``: run the corrupt-and-restore matrix over a live context and print it.
+
+::
+
+    kvscope lab --context CTX --restore STATE --into SEQ --model GGUF [--corrupt SPEC]... [--policy P]...
+                [--reader R]... [--as-is] [--json | --markdown]
+
+``CTX`` is a whole-context state (``context.state.bin``; a ``context.json`` beside it gives the exact
+context parameters, else they are inferred), a lab scenario folder, or its ``context.json``. Without
+``--corrupt`` the standard catalog runs (the entries that apply to the memory). ``--as-is`` adds a row
+that restores ``STATE`` unchanged. Output: Markdown (default) or ``--json`` (``{"results": [...]}``).
+Exit codes: 0 ran, 2 bad input (one line on stderr). torch is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any
+
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``lab`` subcommand to an argparse subparsers object."""
+    p = subparsers.add_parser("lab", help="corrupt-and-restore lab: restore corrupted copies of a state into a live "
+                              "context under each failure policy and reader kind")
+    p.add_argument("--context", required=True, metavar="CTX", help="the live context: a whole-context state file, a "
+                   "lab scenario folder or its context.json")
+    p.add_argument("--restore", metavar="STATE", help="the clean state to corrupt and restore (default: the "
+                   "scenario's seq<SEQ>.clean.seqdata.bin)")
+    p.add_argument("--into", type=int, default=0, metavar="SEQ", help="destination sequence (default 0)")
+    p.add_argument("--model", metavar="GGUF", help="the model that wrote the states (default: the one context.json "
+                   "names)")
+    p.add_argument("--corrupt", action="append", metavar="SPEC", help="a catalog name, KIND:key=value,... or "
+                   "NAME_then_seq_rm (repeatable; default: the standard catalog)")
+    p.add_argument("--policy", action="append", metavar="P", help="contained, legacy, transactional (repeatable; "
+                   "default: all)")
+    p.add_argument("--reader", action="append", metavar="R", help="buffer, file (repeatable; default: both)")
+    p.add_argument("--as-is", action="store_true", help="also restore STATE unchanged")
+    p.add_argument("--live-seq", action="append", metavar="SEQ=FILE", help="build the live context from "
+                   "per-sequence files instead of CTX's whole state (repeatable)")
+    p.add_argument("--layout", metavar="GEN", help="layout generation of the context (default: from the files)")
+    p.add_argument("--ctx-param", action="append", metavar="KEY=VALUE", help="override a context parameter "
+                   "(n_ctx, n_seq_max, kv_unified, flash_attn, type_k, type_v, swa_full, n_batch, n_ubatch, ...)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help='print {"results": [...]}, one entry per matrix cell')
+    out.add_argument("--markdown", action="store_true", help="print the matrix as a Markdown table (default)")
+    p.set_defaults(func=cmd_lab)
+
+
+class _BadInput(Exception):
+    pass
+
+
+def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise _BadInput(f"{what} {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _ctx_overrides(items: list[str] | None) -> dict[str, Any]:
+    from kvscope.core.memory import ContextParams
+
+    types = {f.name: str(f.type) for f in dataclasses.fields(ContextParams)}
+    out: dict[str, Any] = {}
+    for key, value in _pairs(items, "--ctx-param").items():
+        if key not in types:
+            raise _BadInput(f"--ctx-param {key}: not a context parameter ({', '.join(types)})")
+        t = types[key]
+        if t == "bool":
+            low = value.lower()
+            if low not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise _BadInput(f"--ctx-param {key}={value}: expected true or false")
+            out[key] = low in ("1", "true", "yes", "on")
+        elif t.startswith("int"):
+            try:
+                out[key] = None if value.lower() == "none" and "None" in t else int(value, 0)
+            except ValueError:
+                raise _BadInput(f"--ctx-param {key}={value}: expected an integer") from None
+        else:
+            out[key] = value
+    return out
+
+
+def _run(args: argparse.Namespace) -> str:
+    from kvscope.core.lab.corruptions import CorruptionError
+    from kvscope.core.lab.report import render_markdown, run_to_json
+    from kvscope.core.lab.runner import AS_IS, POLICIES, READERS, LabError, LabRunner, parse_case
+    from kvscope.core.lab.scenario import ScenarioError, load_scenario
+
+    policies = tuple(args.policy or POLICIES)
+    readers = tuple(args.reader or READERS)
+    for p in policies:
+        if p not in POLICIES:
+            raise _BadInput(f"--policy {p}: unknown ({', '.join(POLICIES)})")
+    for r in readers:
+        if r not in READERS:
+            raise _BadInput(f"--reader {r}: unknown ({', '.join(READERS)})")
+    try:
+        live_seqs = {int(k): v for k, v in _pairs(args.live_seq, "--live-seq").items()}
+    except ValueError:
+        raise _BadInput("--live-seq: the sequence id must be an integer") from None
+    try:
+        scenario = load_scenario(args.context, model=args.model, restore=args.restore, into=args.into,
+                                 live_seqs=live_seqs or None, layout=args.layout,
+                                 overrides=_ctx_overrides(args.ctx_param))
+        cases = None
+        if args.corrupt or args.as_is:
+            cases = ([parse_case(AS_IS)] if args.as_is else []) + [parse_case(s) for s in args.corrupt or []]
+        runner = LabRunner(scenario, cases, policies, readers)
+        for case in runner.cases:
+            runner.prepare(case)
+    except (ScenarioError, LabError, CorruptionError, ValueError) as e:
+        raise _BadInput(str(e)) from None
+    run = runner.run()
+    if args.json:
+        return json.dumps(run_to_json(run), indent=1)
+    return render_markdown(run)
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    """Run the matrix and print it; 0 ran, 2 bad input."""
+    try:
+        text = _run(args)
+    except _BadInput as e:
+        print(f"kvscope lab: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry (``python -m kvscope.core.lab.lab_cli``), until ``kvscope lab`` is wired in core/cli.py."""
+    parser = argparse.ArgumentParser(prog="kvscope")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
