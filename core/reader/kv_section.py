@@ -17,6 +17,7 @@ from kvscope.core.reader.meta import (
     TailCheck,
     check_cells,
     errors_before,
+    give_up,
     infer_cell_count,
     read_cells,
     truncated_cells,
@@ -69,11 +70,7 @@ def parse_kv_section(
         for s in range(n_stream):
             _, cur = parse_kv_stream(ctx, sec_node, cur, limit, s, n_stream - s - 1, item, tail_ok, sec.streams)
     except Stop as stop:
-        sec.trusted = False
-        ctx.unparsed(sec_node, stop.offset, limit, note="after an unrecoverable error")
-        sec_node.fit_to_children()
-        sec.size = sec_node.size
-        raise Stop(limit, sec) from None
+        raise give_up(ctx, sec, stop, limit) from None
     sec_node.fit_to_children()
     sec.size = cur - off
     sec.trusted = all(st.trusted for st in sec.streams)

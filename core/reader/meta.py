@@ -101,6 +101,16 @@ def truncated_cells(ctx: ParseCtx, node: Node, off: int, count: int, limit: int,
                         min_record_bytes(ctx.ext_bytes))
 
 
+def give_up(ctx: ParseCtx, sec: Section, stop: Stop, limit: int) -> Stop:
+    """A section that cannot go on: the rest of the range is unparsed; the partial section rides on the Stop."""
+    sec.trusted = False
+    assert sec.node is not None
+    ctx.unparsed(sec.node, stop.offset, limit, note="after an unrecoverable error")
+    sec.node.fit_to_children()
+    sec.size = sec.node.size
+    return Stop(limit, sec)
+
+
 def errors_before(ctx: ParseCtx, mark: int) -> int:
     return sum(1 for f in ctx.findings[:mark] if f.severity == "error")
 

@@ -7,7 +7,7 @@ look like records and split into r and s halves whose row sizes must each be uni
 from __future__ import annotations
 
 from kvscope.core.reader.context import ParseCtx, Stop, mark_bad
-from kvscope.core.reader.meta import MAX_LAYERS, PlanItem, check_cells, read_cells, truncated_cells
+from kvscope.core.reader.meta import MAX_LAYERS, PlanItem, check_cells, give_up, read_cells, truncated_cells
 from kvscope.core.reader.records import KvStream, LayerRecord, Section
 from kvscope.core.reader.tensor_records import Expect, read_record
 from kvscope.core.reader.tree import Node
@@ -64,11 +64,7 @@ def parse_recurrent_section(
         else:
             cur = _read_rs_structural(ctx, sec_node, cur, limit, sec, cell_count, n_layer)
     except Stop as stop:
-        sec.trusted = False
-        ctx.unparsed(sec_node, stop.offset, limit, note="after an unrecoverable error")
-        sec_node.fit_to_children()
-        sec.size = sec_node.size
-        raise Stop(limit, sec) from None
+        raise give_up(ctx, sec, stop, limit) from None
     sec_node.fit_to_children()
     sec.size = cur - off
     return sec, cur
