@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from typing import Any
+
+from kvscope.core.fsutil import write_atomic
 
 EXIT_OK, EXIT_INEXACT, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -37,21 +38,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seq-id", type=int, metavar="N", help="source sequence id, for layouts that do not record it")
     p.add_argument("--drop-trailing", action="store_true", help="accept losing bytes that follow the state")
     p.set_defaults(func=cmd_rewrite)
-
-
-def _write_atomic(path: str, data: bytes | bytearray) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".kvscope-rewrite-", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _rewrite(args: argparse.Namespace) -> str:
@@ -114,7 +100,7 @@ def _rewrite(args: argparse.Namespace) -> str:
     same = lay.name == inf.layout.name
     if same and bytes(blob) != data[: len(data) - trailing]:
         raise _Exit(EXIT_INEXACT, f"{src}: the rewrite in its own layout is not byte-identical")
-    _write_atomic(out, blob)
+    write_atomic(out, blob, prefix=".kvscope-rewrite-")
     how = "byte-identical" if same else f"converted from {inf.layout.name}"
     return f"{out}: {res.kind}, layout {lay.name}, {len(blob)} bytes ({how})"
 
