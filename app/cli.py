@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
-VIEW_NAMES = ("tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff")
+VIEW_NAMES = ("tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--screenshot", metavar="OUT.png", help="render the window, save it as a PNG and exit")
     p.add_argument("--view", choices=VIEW_NAMES, help="view to show first (with --screenshot: the one pictured)")
     p.add_argument("--theme", choices=("system", "light", "dark"), help="colour scheme (default: the saved one)")
+    p.add_argument("--lab-restore", metavar="STATE", help="with --view lab: the state to restore into the first FILE "
+                   "(default: the clean sequence-0 blob of its lab scenario folder)")
     p.add_argument("--size", metavar="WxH", default="1400x900", help="window size for --screenshot (default 1400x900)")
 
 
@@ -52,7 +54,8 @@ def _parse_size(text: str) -> tuple[int, int]:
 
 def cmd_gui(args: argparse.Namespace) -> int:
     """Run the window (``--screenshot``: render, save, exit). Returns a process exit code."""
-    for f in [*args.files, *([args.model] if args.model else []), *([args.diff] if args.diff else [])]:
+    for f in [*args.files, *([args.model] if args.model else []), *([args.diff] if args.diff else []),
+              *([args.lab_restore] if args.lab_restore else [])]:
         if not os.path.isfile(f):
             print(f"kvscope: {f}: no such file", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -88,7 +91,7 @@ def _run(args: argparse.Namespace, settings_file: str | None) -> int:
     if args.screenshot:
         from kvscope.app.screenshot import take_screenshot
 
-        rc = take_screenshot(win, args.screenshot, args.view, args.diff, _parse_size(args.size))
+        rc = take_screenshot(win, args.screenshot, args.view, args.diff, _parse_size(args.size), args.lab_restore)
         win.runner.shutdown()
         win.deleteLater()
         return int(rc)

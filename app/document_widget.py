@@ -11,6 +11,7 @@ from kvscope.app.diff_view import DiffView
 from kvscope.app.document import Document
 from kvscope.app.findings_view import FindingsView
 from kvscope.app.hex_view import HexView
+from kvscope.app.lab_view import LabView
 from kvscope.app.layer_view import LayerView
 from kvscope.app.model_banner import ModelBanner
 from kvscope.app.theme import Theme
@@ -19,10 +20,10 @@ from kvscope.app.tree_view import StructureView
 from kvscope.app.widgets import plain_label
 
 # Names accepted by ``--view`` and the View menu, in tab order; tree and bytemap are always shown.
-VIEW_NAMES = ("tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff")
-TAB_VIEWS = ("hex", "cells", "layers", "tokens", "findings", "diff")
+VIEW_NAMES = ("tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")
+TAB_VIEWS = ("hex", "cells", "layers", "tokens", "findings", "diff", "lab")
 TAB_TITLES = {"hex": "Hex", "cells": "Cells", "layers": "Layers", "tokens": "Tokens", "findings": "Findings",
-              "diff": "Diff"}
+              "diff": "Diff", "lab": "Lab"}
 
 
 class DocumentWidget(QWidget):
@@ -40,6 +41,7 @@ class DocumentWidget(QWidget):
         self.tokens = TokensView(doc)
         self.findings = FindingsView(doc)
         self.diff = DiffView(doc, theme)
+        self.lab = LabView(doc, theme)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         for name in TAB_VIEWS:

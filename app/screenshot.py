@@ -67,8 +67,10 @@ def pose(w: DocumentWidget, view: str | None) -> None:
         w.show_view(view)
 
 
-def take_screenshot(win: MainWindow, out: str, view: str | None, diff: str | None, size: tuple[int, int]) -> int:
-    """Render ``win`` once its documents are loaded; 0 on success, 2 when nothing could be saved."""
+def take_screenshot(win: MainWindow, out: str, view: str | None, diff: str | None, size: tuple[int, int],
+                    lab_restore: str | None = None) -> int:
+    """Render ``win`` once its documents are loaded; 0 on success, 2 when nothing could be saved.
+    ``view`` lab runs a small matrix first (``lab_restore``: the state to restore)."""
     win.resize(*size)
     win.show()
     if not win.wait_idle(TIMEOUT_MS):
@@ -77,7 +79,12 @@ def take_screenshot(win: MainWindow, out: str, view: str | None, diff: str | Non
     if w is not None and diff:
         win.compare_with(diff)
         win.wait_idle(TIMEOUT_MS)
-    if w is not None:
+    if w is not None and view == "lab":
+        from kvscope.app.lab_pose import pose_lab
+
+        pose_lab(win, w, lab_restore)
+        win.wait_idle(TIMEOUT_MS)
+    elif w is not None:
         pose(w, view)
         win.wait_idle(TIMEOUT_MS)
     folder = os.path.dirname(os.path.abspath(out))

@@ -21,3 +21,4 @@ shot $L/nan_rows_valid.seqdata.bin --model $D/tiny-llama.gguf --diff $L/seq0.cle
     --screenshot $O/diff.png --view diff
 THEME=dark shot $D/llama-f16-fa1-unified1-frag-ctx.session --model $D/tiny-llama.gguf \
     --screenshot $O/layers-dark.png --view layers
+shot $L/fa0-unified1/context.state.bin --model $D/tiny-llama.gguf --screenshot $O/lab.png --view lab

@@ -1,0 +1,291 @@
+"""The Lab view's result matrix: a table model over a :class:`~kvscope.core.lab.report.LabRun`, the colour
+of each cell's outcome, the texts of its tooltip and detail pane, and the atomic export.
+
+Rows are cases (corruptions), columns policy × reader. A cell shows the Markdown matrix's text
+(:func:`~kvscope.core.lab.report.cell_text`, without the Markdown emphasis) on the colour of its outcome.
+Imports only the lab's report module (plain dataclasses), never torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtGui import QColor, QPainter, QPen
+from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
+
+from kvscope.core.lab.report import CellResult, LabRun, cell_text, render_markdown, run_to_json
+
+Index = QModelIndex | QPersistentModelIndex
+CELL_ROLE = Qt.ItemDataRole.UserRole + 1  # the CellResult (None: not run)
+OUTCOME_ROLE = Qt.ItemDataRole.UserRole + 2  # ok / degraded / poisoned / na
+
+OUTCOMES = ("ok", "degraded", "poisoned", "na")
+OUTCOME_COLORS: dict[bool, dict[str, str]] = {  # dark theme? -> outcome -> background
+    False: {"ok": "#c7e9c0", "degraded": "#fdd9a0", "poisoned": "#f4b6b6", "na": "#dcdcdc"},
+    True: {"ok": "#2d5a32", "degraded": "#6e5318", "poisoned": "#7a2d2d", "na": "#4a4a4e"},
+}
+OUTCOME_LEGEND = ("green: target unchanged or restored, others intact with finite probes · amber: target removed "
+                  "or changed, others intact · red: another sequence not intact or poisoned (non-finite dense "
+                  "probe) · grey: short-read hazard or error")
+
+
+def outcome(r: CellResult) -> str:
+    """The colour class of a cell (see :data:`OUTCOME_LEGEND`)."""
+    if r.error is not None or r.hazard:
+        return "na"
+    if r.others_intact is False or any(not math.isfinite(o.probe_diff.get("dense", 0.0)) for o in r.others.values()):
+        return "poisoned"
+    if r.target.state in ("removed", "changed"):
+        return "degraded"
+    return "ok"
+
+
+def matrix_text(r: CellResult | None) -> str:
+    """The Markdown matrix cell's text without its emphasis markers (``**NaN**`` -> ``NaN``)."""
+    return cell_text(r).replace("**", "")
+
+
+def diff_text(d: float | None) -> str:
+    """A probe difference: ``=`` identical, ``NaN/Inf`` non-finite, else the value."""
+    if d is None:
+        return "–"
+    if not math.isfinite(d):
+        return "NaN/Inf"
+    return "=" if d == 0.0 else f"{d:.4g}"
+
+
+def restore_line(r: CellResult) -> str:
+    """The restore call in one line: return value, bytes read, failed check and its offset."""
+    x = r.restore
+    ret = str(x.returned).lower() if isinstance(x.returned, bool) else str(x.returned)
+    parts = [f"returned {ret}"]
+    if x.bytes is not None:
+        parts.append(f"{x.bytes:,} bytes read")
+    if x.failed_check:
+        where = f" at offset {x.offset:,} (0x{x.offset:x})" if x.offset is not None else ""
+        parts.append(f"failed check {x.failed_check}{where}" + (f" in {x.section}" if x.section else ""))
+    else:
+        parts.append("all checks passed" if x.ok else "failed")
+    return " · ".join(parts)
+
+
+def target_line(r: CellResult) -> str:
+    t = r.target
+    return f"target seq {t.seq}: {t.state} [{t.pos_min},{t.pos_max}]"
+
+
+def others_line(r: CellResult) -> str:
+    if not r.others:
+        return "others: none live"
+    items = []
+    for s, o in r.others.items():
+        probes = ", ".join(f"{k} {diff_text(v)}" for k, v in o.probe_diff.items())
+        items.append(f"seq {s} {'intact' if o.intact else 'NOT intact'} [{o.pos_min},{o.pos_max}]"
+                     + (f" (probe {probes})" if probes else ""))
+    return "others: " + "; ".join(items)
+
+
+def stale_line(r: CellResult) -> str:
+    if r.stale_cells is None:
+        return "stale cells: not measured"
+    by = ", ".join(f"{role} {n}" for role, n in r.stale_by_component.items() if n)
+    text = f"stale cells: {r.stale_cells}" + (f" ({r.stale_nonfinite} non-finite)" if r.stale_nonfinite else "")
+    return text + (f" · {by}" if by and len(r.stale_by_component) > 1 else "")
+
+
+def tooltip(r: CellResult) -> str:
+    """The cell's tooltip: what ran, the failed check and offset, target, others, stale cells."""
+    lines = [f"{r.corruption} · {r.policy} · {r.reader}", r.description, "restore: " + restore_line(r)]
+    if r.restore.message:
+        lines.append("  " + r.restore.message)
+    if r.error is not None:
+        lines.append("error: " + r.error)
+        return "\n".join(lines)
+    if not r.hazard:
+        lines += [target_line(r), others_line(r), stale_line(r)]
+        if r.recovered is not None:
+            lines.append("a clean restore afterwards " + ("brings the target back" if r.recovered
+                                                          else "does NOT bring the target back"))
+    return "\n".join(lines)
+
+
+def detail_text(r: CellResult, before: dict[str, int] | None = None) -> str:
+    """The detail pane's text for one cell; ``before`` maps component role -> the target's cells before."""
+    x = r.restore
+    lines = [f"{r.corruption} · {r.policy} · {r.reader}", r.description, "", "Restore: " + restore_line(r)]
+    if x.message:
+        lines.append("  " + x.message)
+    if x.actions:
+        lines.append("  actions: " + "; ".join(x.actions))
+    if r.error is not None:
+        lines += ["", "Error: " + r.error]
+        return "\n".join(lines)
+    if r.hazard:
+        return "\n".join(lines)
+    t = r.target
+    lines += ["", _upper_first(target_line(r))]
+    for role, c in t.components.items():
+        was = f" (before: {before[role]})" if before is not None and role in before else ""
+        lines.append(f"  {role}: {c.state}, {c.n_cells} cells{was}, positions [{c.pos_min},{c.pos_max}]")
+    if t.probe_diff:
+        lines.append("  probe: " + ", ".join(f"{k} {diff_text(v)}" for k, v in t.probe_diff.items()))
+    lines += ["", _upper_first(others_line(r)), "", _upper_first(stale_line(r))]
+    if r.recovered is not None:
+        lines.append("Recovered by a clean restore: " + ("yes" if r.recovered else "no"))
+    return "\n".join(lines)
+
+
+def _upper_first(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+# ---------------------------------------------------------------------------------------------
+# export
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".kvscope-lab-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def export_text(run: LabRun, fmt: str) -> str:
+    """What ``kvscope lab --json`` (``fmt`` json) or ``--markdown`` prints for ``run``."""
+    text = json.dumps(run_to_json(run), indent=1) if fmt == "json" else render_markdown(run)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def export_run(run: LabRun, path: str) -> str:
+    """Save ``run`` atomically, as JSON when ``path`` ends in ``.json``, else Markdown; returns the format."""
+    fmt = "json" if path.lower().endswith(".json") else "markdown"
+    write_atomic(path, export_text(run, fmt))
+    return fmt
+
+
+# ---------------------------------------------------------------------------------------------
+# the table model
+
+
+class LabMatrixModel(QAbstractTableModel):
+    """Cases × (policy, reader); cells fill in as results arrive (:meth:`add_result`) or all at once."""
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.cases: list[tuple[str, str]] = []
+        self.columns: list[tuple[str, str]] = []
+        self.cells: dict[tuple[str, str, str], CellResult] = {}
+        self.dark = False
+
+    def set_layout(self, cases: list[tuple[str, str]], policies: tuple[str, ...], readers: tuple[str, ...]) -> None:
+        """An empty matrix with these rows and columns."""
+        self.beginResetModel()
+        self.cases = list(cases)
+        self.columns = [(p, r) for p in policies for r in readers]
+        self.cells = {}
+        self.endResetModel()
+
+    def set_run(self, run: LabRun | None) -> None:
+        """Show ``run`` (None: nothing)."""
+        self.beginResetModel()
+        if run is None:
+            self.cases, self.columns, self.cells = [], [], {}
+        else:
+            self.cases = list(run.cases)
+            self.columns = [(p, r) for p in run.policies for r in run.readers]
+            self.cells = {(c.corruption, c.policy, c.reader): c for c in run.results}
+        self.endResetModel()
+
+    def add_result(self, r: CellResult) -> None:
+        """One finished cell (ignored when its row or column is not in the matrix)."""
+        rows = [n for n, _ in self.cases]
+        if r.corruption not in rows or (r.policy, r.reader) not in self.columns:
+            return
+        self.cells[(r.corruption, r.policy, r.reader)] = r
+        i = self.index(rows.index(r.corruption), self.columns.index((r.policy, r.reader)))
+        self.dataChanged.emit(i, i)
+
+    def set_dark(self, dark: bool) -> None:
+        self.dark = dark
+        if self.cases and self.columns:
+            self.dataChanged.emit(self.index(0, 0), self.index(len(self.cases) - 1, len(self.columns) - 1))
+
+    def cell(self, row: int, col: int) -> CellResult | None:
+        if not (0 <= row < len(self.cases) and 0 <= col < len(self.columns)):
+            return None
+        p, rd = self.columns[col]
+        return self.cells.get((self.cases[row][0], p, rd))
+
+    def position(self, case: str, policy: str, reader: str) -> tuple[int, int] | None:
+        """(row, column) of a cell, or None."""
+        rows = [n for n, _ in self.cases]
+        if case not in rows or (policy, reader) not in self.columns:
+            return None
+        return rows.index(case), self.columns.index((policy, reader))
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.cases)
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.columns)
+
+    def headerData(self, section: int, orientation: Qt.Orientation,
+                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation == Qt.Orientation.Horizontal and 0 <= section < len(self.columns):
+            if role == Qt.ItemDataRole.DisplayRole:
+                return "{} · {}".format(*self.columns[section])
+        elif orientation == Qt.Orientation.Vertical and 0 <= section < len(self.cases):
+            if role == Qt.ItemDataRole.DisplayRole:
+                return self.cases[section][0]
+            if role == Qt.ItemDataRole.ToolTipRole:
+                return self.cases[section][1]
+        return None
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        r = self.cell(index.row(), index.column())
+        if role == CELL_ROLE:
+            return r
+        if r is None:
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
+            return matrix_text(r)
+        if role == OUTCOME_ROLE:
+            return outcome(r)
+        if role == Qt.ItemDataRole.BackgroundRole:
+            return QColor(OUTCOME_COLORS[self.dark][outcome(r)])
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return tooltip(r)
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return int(Qt.AlignmentFlag.AlignCenter)
+        return None
+
+
+class OutcomeDelegate(QStyledItemDelegate):
+    """Paints a selected matrix cell on its outcome colour inside a frame (the selection colour would hide it)."""
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: Index) -> None:
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        opt = QStyleOptionViewItem(option)
+        opt.state = opt.state & ~QStyle.StateFlag.State_Selected
+        super().paint(painter, opt, index)
+        if selected:
+            painter.save()
+            painter.setPen(QPen(option.palette.highlight().color(), 3))
+            painter.drawRect(option.rect.adjusted(1, 1, -2, -2))
+            painter.restore()
