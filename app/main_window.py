@@ -192,6 +192,12 @@ class MainWindow(QMainWindow):
         w.show_view("diff")
         w.doc.compare_with(path)
 
+    def export_report(self, dest: str | None = None) -> None:
+        """File → Export report: the current file's report (asks for the folder and options when ``dest`` is None)."""
+        from kvscope.app.report.export import export_current
+
+        export_current(self, dest)
+
     def goto_offset(self, offset: int | None = None) -> None:
         """Select the byte at ``offset`` in the current document (asks when None)."""
         w = self.current()

@@ -30,7 +30,7 @@ class Actions:
     def update(self, win: MainWindow) -> None:
         w = win.current()
         loaded = w is not None and w.doc.result is not None
-        for name in ("close", "find", "goto", "next_finding", "prev_finding", "model"):
+        for name in ("close", "find", "goto", "next_finding", "prev_finding", "model", "export_report"):
             self.by_name[name].setEnabled(w is not None and (loaded or name in ("close", "model")))
         can_diff = loaded and diff_available()
         act = self.by_name["diff"]
@@ -85,6 +85,8 @@ def build_menus(win: MainWindow) -> Actions:
                                 "Diff the current file against a second state file"))
     file_menu.addAction(_action(win, acts, "model", "&Model…", lambda: win.choose_model(), "Ctrl+M",
                                 "Choose the GGUF model the current file was written with"))
+    file_menu.addAction(_action(win, acts, "export_report", "&Export Report…", lambda: win.export_report(), "Ctrl+E",
+                                "Write an HTML / Markdown / JSON report of the current file, with pictures"))
     file_menu.addSeparator()
     file_menu.addAction(_action(win, acts, "close", "&Close", win.close_current, SK.Close))
     file_menu.addAction(_action(win, acts, "quit", "&Quit", win.close, SK.Quit))

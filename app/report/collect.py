@@ -1,0 +1,184 @@
+"""Step 1 of a report: read the file and gather everything the report shows (no Qt; any thread).
+
+The ``inspect`` object is built exactly as ``kvscope inspect --json --stats`` builds it, so a
+report's ``report.json`` is that object plus the report's own keys (``report``, ``diff``, ``lab``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kvscope.app.doc_index import DocumentIndex
+from kvscope.app.report.model import (
+    MAX_HEATMAPS,
+    Cancelled,
+    Flagged,
+    Progress,
+    ReportData,
+    ReportError,
+    ReportOptions,
+    no_progress,
+)
+
+if TYPE_CHECKING:
+    from kvscope.core.diff import StateDiff
+    from kvscope.core.model_profile import ModelProfile
+    from kvscope.core.reader.records import ParseResult
+    from kvscope.core.stats import StatsReport
+
+
+@dataclass(frozen=True)
+class Preloaded:
+    """Work an open document has already done (the app's export reuses it instead of reading again)."""
+
+    result: ParseResult
+    profile: ModelProfile | None
+    stats: StatsReport
+    index: DocumentIndex | None = None
+    diff: StateDiff | None = None
+
+
+def check_inputs(options: ReportOptions) -> None:
+    """Fail early, with one line, on paths that cannot be read."""
+    named = [("", options.file), ("model ", options.model), ("--compare ", options.compare),
+             ("--lab-context ", options.lab_context)]
+    for what, path in named:
+        if path is None:
+            continue
+        if not os.path.exists(path):
+            raise ReportError(f"{what}{path}: no such file")
+        if os.path.isdir(path) and what != "--lab-context ":
+            raise ReportError(f"{what}{path}: is a directory")
+
+
+def load_profile(path: str | None) -> ModelProfile | None:
+    """The model profile of ``path`` (None without one); ReportError when it cannot be used."""
+    if path is None:
+        return None
+    from kvscope.core.model_profile import ModelProfileError, load_model_profile
+
+    try:
+        return load_model_profile(path)
+    except ModelProfileError as e:
+        raise ReportError(f"cannot use model {path}: {e}") from None
+    except OSError as e:
+        raise ReportError(f"cannot open model {path}: {e.strerror or e}") from None
+
+
+def read(path: str, profile: ModelProfile | None) -> ParseResult:
+    """Parse ``path``; ReportError when it is unreadable or not a llama.cpp state file."""
+    from kvscope.core.reader.parse import ReadError, read_state
+
+    try:
+        res = read_state(path, profile=profile)
+    except (ReadError, ValueError) as e:
+        raise ReportError(str(e)) from None
+    except OSError as e:
+        raise ReportError(f"{path}: {e.strerror or e}") from None
+    if res.kind == "unknown":
+        why = res.findings[0].message if res.findings else "not a llama.cpp state file"
+        raise ReportError(f"{path}: {why}")
+    return res
+
+
+def inspect_object(res: ParseResult, profile: ModelProfile | None, stats: StatsReport | None) -> dict[str, object]:
+    """What ``kvscope inspect --json --stats`` prints for ``res``."""
+    from kvscope.core.reader.report import result_to_json
+
+    out = result_to_json(res, profile)
+    if stats is not None:
+        out["stats"] = stats.to_json()
+        out["findings"] = [f.to_json() for f in res.findings]
+    return out
+
+
+def flagged_records(res: ParseResult, index: DocumentIndex, stats: StatsReport | None) -> tuple[list[Flagged], int]:
+    """Records with non-finite values or zero rows (at most :data:`MAX_HEATMAPS`, plus how many in all);
+    with none, the first K record (else the first record) so the report still shows one heatmap."""
+    by_key = {(si, st.index if st is not None else None, r.role, r.index): r for si, _, st, r in index.records}
+    hits: list[Flagged] = []
+    for ls in stats.layers if stats is not None else []:
+        if not (ls.n_nonfinite or ls.zero_rows):
+            continue
+        rec = by_key.get((ls.section_index, ls.stream, ls.role, ls.index))
+        if rec is None:
+            continue
+        why = "flagged for " + " and ".join(x for x in (f"{ls.n_nonfinite} non-finite values" if ls.n_nonfinite
+                                                        else "", f"{ls.zero_rows} zero rows" if ls.zero_rows
+                                                        else "") if x)
+        hits.append(Flagged(rec, ls, why))
+    if hits:
+        return _spread(hits), len(hits)
+    recs = [r for _, _, _, r in index.records]
+    first = next((r for r in recs if r.role == "k"), recs[0] if recs else None)
+    if first is None:
+        return [], 0
+    ref = next((x for x in stats.layers if x.data_offset == first.data_offset), None) if stats is not None else None
+    return [Flagged(first, ref, "for reference: no record has non-finite values or zero rows")], 0
+
+
+def _spread(hits: list[Flagged]) -> list[Flagged]:
+    """At most :data:`MAX_HEATMAPS` of ``hits``: the first of each section/stream/role first, then the
+    next ones; kept in file order."""
+    def unit(f: Flagged) -> tuple[object, ...]:
+        ls = f.stats
+        return (ls.section_index, ls.stream, f.record.role) if ls is not None else (f.record.role,)
+
+    seen: set[tuple[object, ...]] = set()
+    first: list[int] = []
+    for i, f in enumerate(hits):
+        if unit(f) not in seen:
+            seen.add(unit(f))
+            first.append(i)
+    rest = [i for i in range(len(hits)) if i not in first]
+    keep = sorted((first + rest)[:MAX_HEATMAPS])
+    return [hits[i] for i in keep]
+
+
+def collect(options: ReportOptions, progress: Progress = no_progress, cancelled: Cancelled | None = None,
+            preloaded: Preloaded | None = None) -> ReportData:
+    """Gather the report's data; ``preloaded`` skips the parse and statistics an open document already has."""
+    check_inputs(options)
+
+    def check() -> None:
+        if cancelled is not None and cancelled():
+            raise ReportError("cancelled")
+
+    stats_error: str | None = None
+    if preloaded is not None:
+        res, profile, stats = preloaded.result, preloaded.profile, preloaded.stats
+    else:
+        progress(None, "reading model" if options.model else "parsing")
+        profile = load_profile(options.model)
+        check()
+        progress(None, "parsing")
+        res = read(options.file, profile)
+        check()
+        progress(None, "scanning payloads")
+        stats = None
+        try:
+            from kvscope.core.stats import scan_stats
+
+            stats = scan_stats(res)
+        except Exception as e:  # a report without statistics beats no report; the failure is shown
+            stats_error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    check()
+    index = preloaded.index if preloaded is not None and preloaded.index is not None else DocumentIndex(res)
+    data = ReportData(options, res, profile, index, stats, stats_error, inspect_object(res, profile, stats))
+    data.flagged, data.flagged_total = flagged_records(res, index, stats)
+    if options.compare:
+        data.diff = preloaded.diff if preloaded is not None and preloaded.diff is not None else None
+        if data.diff is None:
+            progress(None, f"comparing with {os.path.basename(options.compare)}")
+            from kvscope.core.diff import diff_states
+
+            data.diff = diff_states(res, read(options.compare, profile))
+        check()
+    if options.lab:
+        from kvscope.app.report.lab import run_lab
+
+        data.lab = run_lab(options, profile, progress, cancelled)
+        check()
+    return data

@@ -1,0 +1,114 @@
+"""What a report is made of: its options, the collected data, its pictures (no Qt here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvscope.app.doc_index import DocumentIndex
+    from kvscope.core.diff import StateDiff
+    from kvscope.core.lab.report import LabRun
+    from kvscope.core.model_profile import ModelProfile
+    from kvscope.core.reader.records import LayerRecord, ParseResult
+    from kvscope.core.stats import LayerStats, StatsReport
+
+Progress = Callable[[float | None, str], None]  # (fraction or None for "busy", text)
+Cancelled = Callable[[], bool]
+
+GENERATOR = "kvscope report"  # report.json's "report.generator": marks a folder a report may replace
+MAX_HEATMAPS = 4  # flagged layers pictured; the others are listed
+MAX_CELL_TABLES = 4  # cell tables pictured
+
+
+class ReportError(Exception):
+    """Bad input or an unwritable destination: one line for the user (exit code 2)."""
+
+
+def no_progress(_fraction: float | None, _text: str) -> None:
+    """A progress callback that ignores everything."""
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What to report on. ``lab_context``: the live context for ``--lab`` (else the file's scenario folder)."""
+
+    file: str
+    model: str | None = None
+    compare: str | None = None
+    lab: bool = False
+    lab_context: str | None = None
+    lab_into: int = 0
+
+
+@dataclass
+class LabSection:
+    """The lab matrix run for the report, or why there is none (``run`` None, ``reason`` set)."""
+
+    run: LabRun | None
+    context: str | None  # the scenario folder or live state used
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"ran": true, "context": ..., <run_to_json>}`` or ``{"ran": false, "reason": ...}``."""
+        if self.run is None:
+            return {"ran": False, "context": self.context, "reason": self.reason}
+        from kvscope.core.lab.report import run_to_json
+
+        return {"ran": True, "context": self.context, **run_to_json(self.run)}
+
+
+@dataclass(frozen=True)
+class Flagged:
+    """A layer record pictured as a heatmap, and why."""
+
+    record: LayerRecord
+    stats: LayerStats | None
+    why: str
+
+
+@dataclass
+class ReportData:
+    """Everything collected for one report (step 1)."""
+
+    options: ReportOptions
+    result: ParseResult
+    profile: ModelProfile | None
+    index: DocumentIndex
+    stats: StatsReport | None
+    stats_error: str | None
+    inspect: dict[str, Any]  # exactly what ``kvscope inspect --json --stats`` prints
+    diff: StateDiff | None = None
+    lab: LabSection | None = None
+    flagged: list[Flagged] = field(default_factory=list)
+    flagged_total: int = 0  # flagged records, pictured or not
+
+    @property
+    def name(self) -> str:
+        import os
+
+        return os.path.basename(self.result.path)
+
+    def finding_counts(self) -> dict[str, int]:
+        """Findings per severity (error, warning, info)."""
+        out = {"error": 0, "warning": 0, "info": 0}
+        for f in self.result.findings:
+            out[f.severity] = out.get(f.severity, 0) + 1
+        return out
+
+
+@dataclass(frozen=True)
+class ReportImage:
+    """One picture: file name in the report folder, title, caption and PNG bytes."""
+
+    file: str
+    title: str
+    caption: str
+    png: bytes
+    width: int
+    height: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "title": self.title, "caption": self.caption, "width": self.width,
+                "height": self.height}

@@ -1,0 +1,58 @@
+"""Fixtures for the report tests: offscreen Qt, isolated settings, fixture paths, a report built once."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import importlib.util  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from report_paths import MODEL, NAN_FILE  # noqa: E402
+
+if importlib.util.find_spec("PySide6") is None or importlib.util.find_spec("pytestqt") is None:
+    collect_ignore_glob = ["test_*.py"]  # the core suite runs without Qt
+else:
+    from PySide6.QtCore import QSettings
+
+    from kvscope.app.compat import immortalize_singletons
+
+    immortalize_singletons()
+
+    @pytest.fixture(autouse=True)
+    def isolated_settings(tmp_path: Path) -> QSettings:
+        """Any default-constructed QSettings lands under tmp_path, never in the user's config."""
+        QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+        for scope in (QSettings.Scope.UserScope, QSettings.Scope.SystemScope):
+            QSettings.setPath(QSettings.Format.IniFormat, scope, str(tmp_path / "qsettings"))
+        return QSettings(str(tmp_path / "kvscope.ini"), QSettings.Format.IniFormat)
+
+    @pytest.fixture
+    def window(qtbot, isolated_settings):  # type: ignore[no-untyped-def]
+        """A main window with isolated settings, shown offscreen."""
+        from kvscope.app.application import ensure_app
+        from kvscope.app.main_window import MainWindow
+        from kvscope.app.settings import AppSettings
+        from kvscope.app.theme import Theme
+
+        ensure_app()
+        win = MainWindow(AppSettings(isolated_settings), Theme("light"))
+        qtbot.addWidget(win)
+        win.resize(1300, 850)
+        win.show()
+        yield win
+        win.runner.shutdown(5000)
+
+    @pytest.fixture(scope="session")
+    def nan_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+        """``kvscope report`` of the NaN fixture with the model (absolute paths), built once."""
+        from kvscope.app.report_cli import main
+
+        out = tmp_path_factory.mktemp("nan") / "report"
+        assert main([str(NAN_FILE.resolve()), "--model", str(MODEL.resolve()), "-o", str(out)]) == 0
+        return out
