@@ -7,7 +7,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QAbstractTableModel, QItemSelectionModel, QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPersistentModelIndex, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from kvscope.app.document import Document, diff_available
+from kvscope.app.row_model import RIGHT, RowTableModel
 from kvscope.app.stats_plot import ROLE_COLORS, ROLE_LABEL
 from kvscope.app.theme import Theme
 from kvscope.app.widgets import plain_label
@@ -31,35 +32,19 @@ Index = QModelIndex | QPersistentModelIndex
 COLUMNS = ("kind", "offset A", "offset B", "layer", "description")
 
 
-class DiffModel(QAbstractTableModel):
+class DiffModel(RowTableModel["DiffItem"]):
     """Rows are ``StateDiff.differences`` in the core's order."""
 
-    def __init__(self, parent: Any = None) -> None:
-        super().__init__(parent)
-        self.items: list[DiffItem] = []
+    columns = COLUMNS
+
+    @property
+    def items(self) -> list[DiffItem]:
+        return self.rows
 
     def set_items(self, items: list[DiffItem]) -> None:
-        self.beginResetModel()
-        self.items = list(items)
-        self.endResetModel()
+        self.set_rows(items)
 
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.items)
-
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation,
-                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return COLUMNS[section]
-        return None
-
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid():
-            return None
-        d = self.items[index.row()]
-        col = COLUMNS[index.column()]
+    def cell(self, d: DiffItem, col: str, role: int) -> Any:
         if role == Qt.ItemDataRole.DisplayRole:
             def off(v: int | None) -> str:
                 return "—" if v is None else f"{v:,}"
@@ -69,7 +54,7 @@ class DiffModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             return d.description
         if role == Qt.ItemDataRole.TextAlignmentRole and col in ("offset A", "offset B", "layer"):
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            return RIGHT
         return None
 
 

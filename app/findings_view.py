@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import (
-    QAbstractTableModel,
     QItemSelectionModel,
     QModelIndex,
     QPersistentModelIndex,
@@ -26,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from kvscope.app.doc_index import Selection
 from kvscope.app.document import Document
+from kvscope.app.row_model import RIGHT, RowTableModel
 from kvscope.app.theme import SEVERITY_COLORS
 from kvscope.app.widgets import plain_label
 from kvscope.core.findings import SEVERITY_RANK, Finding
@@ -36,35 +36,19 @@ FINDING_ROLE = Qt.ItemDataRole.UserRole + 2
 COLUMNS = ("severity", "code", "offset", "length", "layer", "message")
 
 
-class FindingsModel(QAbstractTableModel):
+class FindingsModel(RowTableModel[Finding]):
     """A snapshot of the document's findings (refreshed when statistics add some)."""
 
-    def __init__(self, parent: Any = None) -> None:
-        super().__init__(parent)
-        self.findings: list[Finding] = []
+    columns = COLUMNS
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.rows
 
     def set_findings(self, findings: list[Finding]) -> None:
-        self.beginResetModel()
-        self.findings = list(findings)
-        self.endResetModel()
+        self.set_rows(findings)
 
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.findings)
-
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation,
-                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return COLUMNS[section]
-        return None
-
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid():
-            return None
-        f = self.findings[index.row()]
-        col = COLUMNS[index.column()]
+    def cell(self, f: Finding, col: str, role: int) -> Any:
         if role == Qt.ItemDataRole.DisplayRole:
             return {
                 "severity": f.severity, "code": f.code, "offset": f"{f.offset:,}", "length": f"{f.length:,}",
@@ -82,7 +66,7 @@ class FindingsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ForegroundRole and col == "severity":
             return QColor(SEVERITY_COLORS.get(f.severity, "#808080"))
         if role == Qt.ItemDataRole.TextAlignmentRole and col in ("offset", "length", "layer"):
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            return RIGHT
         return None
 
 
