@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
+from kvscope.core.fsutil import write_atomic
 from kvscope.core.lab.report import CellResult, LabRun, cell_text, render_markdown, run_to_json
 
 Index = QModelIndex | QPersistentModelIndex
@@ -148,22 +147,6 @@ def _upper_first(text: str) -> str:
 # export
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".kvscope-lab-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def export_text(run: LabRun, fmt: str) -> str:
     """What ``kvscope lab --json`` (``fmt`` json) or ``--markdown`` prints for ``run``."""
     text = json.dumps(run_to_json(run), indent=1) if fmt == "json" else render_markdown(run)
@@ -173,7 +156,7 @@ def export_text(run: LabRun, fmt: str) -> str:
 def export_run(run: LabRun, path: str) -> str:
     """Save ``run`` atomically, as JSON when ``path`` ends in ``.json``, else Markdown; returns the format."""
     fmt = "json" if path.lower().endswith(".json") else "markdown"
-    write_atomic(path, export_text(run, fmt))
+    write_atomic(path, export_text(run, fmt), prefix=".kvscope-lab-")
     return fmt
 
 
