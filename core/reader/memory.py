@@ -132,6 +132,11 @@ def _parse_structural(ctx: ParseCtx, mem: Node, off: int, limit: int, sections: 
                     and _has_cells(t[3])]
             if good:
                 good = [max(good, key=lambda t: _explained(t[2]))]
+        if not good and kinds:  # a damaged section that still explains most of what is left: show it as one
+            damaged = [t for t in tries if t[3] is not None and _has_cells(t[3])
+                       and 2 * _explained(t[2]) >= limit - cur]
+            if damaged:
+                good = [max(damaged, key=lambda t: (-t[1].n_errors, _explained(t[2])))]
         if len(good) == 2:
             kv_try = next(t for t in good if t[0] == "kv")
             assert kv_try[3] is not None

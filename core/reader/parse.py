@@ -158,12 +158,13 @@ def _attempt(
     # Running out of bytes is how a damaged file usually ends; any other error suggests the
     # layout is wrong. So count the two apart, then prefer the reading that explains more bytes.
     n_trunc = sum(1 for f in result.findings if f.severity == "error" and f.code == "truncated")
+    n_tail = sum(1 for f in result.findings if f.severity == "error" and f.code == "trailing_bytes")
     unexplained = cov["unparsed_bytes"] + cov["untrusted_bytes"] + cov["trailing_bytes"]
     key = (
         version_ok,
         ext_ok,
         -(unexplained * 4 // max(1, src.size)),  # coarse: only a big difference in bytes explained counts here
-        -(result.n_errors - n_trunc + (1 if cov["trailing_bytes"] and kind != "session_file" else 0)),
+        -(result.n_errors - n_trunc - n_tail + (1 if cov["trailing_bytes"] else 0)),
         -n_trunc,
         -unexplained,
         -sum(1 for f in result.findings if f.severity == "warning"),

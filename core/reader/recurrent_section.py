@@ -7,7 +7,15 @@ look like records and split into r and s halves whose row sizes must each be uni
 from __future__ import annotations
 
 from kvscope.core.reader.context import ParseCtx, Stop, mark_bad
-from kvscope.core.reader.meta import MAX_LAYERS, PlanItem, check_cells, give_up, read_cells, truncated_cells
+from kvscope.core.reader.meta import (
+    MAX_LAYERS,
+    PlanItem,
+    check_cells,
+    give_up,
+    infer_cell_count,
+    read_cells,
+    truncated_cells,
+)
 from kvscope.core.reader.records import KvStream, LayerRecord, Section
 from kvscope.core.reader.tensor_records import Expect, read_record
 from kvscope.core.reader.tree import Node
@@ -28,11 +36,16 @@ def parse_recurrent_section(
         if cell_count * 8 > src.remaining(cur):
             with ctx.cell_ext(0):
                 truncated_cells(ctx, sec_node, cur, cell_count, limit, sec)
+                inferred = infer_cell_count(ctx, cur, limit)
             ctx.find("error", "cell_count_invalid", off, 4,
-                     f"cell_count {cell_count} needs at least {cell_count * 8} bytes, {src.remaining(cur)} remain",
-                     sec_node)
-            mark_bad(sec_node.children[-1])
-            raise Stop(cur)
+                     f"cell_count {cell_count} needs at least {cell_count * 8} bytes, {src.remaining(cur)} remain"
+                     + (f"; the meta table holds {inferred} records" if inferred else ""), sec_node,
+                     inferred=inferred)
+            if not inferred:
+                mark_bad(sec_node.children[-1])
+                raise Stop(cur)
+            ctx.untrusted = True
+            cell_count = inferred
         sec.cell_count = cell_count
         if cell_count:
             with ctx.cell_ext(0):
