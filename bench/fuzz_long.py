@@ -54,6 +54,9 @@ from kvscope.core.reader.tree import check_tiling, coverage
 from kvscope.core.stats import scan_stats
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from fuzz_mutations import apply_mutations as apply_byte_mutations  # noqa: E402  (shared with the CI test)
+
 DATA = ROOT / "tests" / "data"
 MODELS = DATA / "llamacpp-2026-10-01"
 OUT = ROOT / "bench" / "out" / "fuzz-failures"
@@ -148,37 +151,9 @@ def draw_mutation(rng: random.Random, seed: Seed, n: int) -> Mutation:
     return (op, rng.randbytes(rng.randint(1, 64)))
 
 
-def _put(buf: bytearray, off: int, width: int, value: int) -> None:
-    if off < 0 or off >= len(buf):
-        return
-    raw = (value & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
-    end = min(len(buf), off + width)
-    buf[off:end] = raw[: end - off]
-
-
 def apply_mutations(seed: Seed, muts: list[Mutation]) -> bytes:
-    """Same semantics as ``tests/test_fuzz_reader.apply_mutations`` (positions modulo length)."""
-    buf = bytearray(seed.data)
-    for m in muts:
-        op, n = m[0], len(buf)
-        if op == "truncate":
-            del buf[m[1] % (n + 1) :]
-        elif op == "flip" and n:
-            buf[m[1] % n] ^= m[2]
-        elif op == "field" and seed.fields:
-            off, _ = seed.fields[m[1] % len(seed.fields)]
-            _put(buf, off, m[2], m[3])
-        elif op == "word" and n >= 4:
-            _put(buf, (m[1] % (n // 4)) * 4, m[2], m[3])
-        elif op == "insert":
-            at = m[1] % (n + 1)
-            buf[at:at] = m[2]
-        elif op == "delete" and n:
-            at = m[1] % n
-            del buf[at : at + m[2]]
-        elif op == "append":
-            buf += m[1]
-    return bytes(buf)
+    """The same mutations as the CI fuzz test (``tests/fuzz_mutations.py``)."""
+    return apply_byte_mutations(seed.data, seed.fields, muts)
 
 
 def make_input(seeds: list[Seed], run_seed: int, index: int) -> tuple[Seed, bool, list[Mutation], bytes]:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fuzz_mutations import apply_mutations as apply_byte_mutations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
@@ -105,41 +106,8 @@ MUTATION = st.one_of(
 )
 
 
-def _put(buf: bytearray, off: int, width: int, value: int) -> None:
-    if off < 0 or off >= len(buf):
-        return
-    raw = (value & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
-    end = min(len(buf), off + width)
-    buf[off:end] = raw[: end - off]
-
-
 def apply_mutations(data: bytes, rel: str, muts: list[tuple[Any, ...]]) -> bytes:
-    buf = bytearray(data)
-    for m in muts:
-        op = m[0]
-        n = len(buf)
-        if op == "truncate":
-            del buf[m[1] % (n + 1) :]
-        elif op == "flip" and n:
-            buf[m[1] % n] ^= m[2]
-        elif op == "field":  # an extreme value over a real header / meta field
-            fields = field_offsets(rel)
-            if fields:
-                off, _ = fields[m[1] % len(fields)]
-                _put(buf, off, m[2], m[3])
-        elif op == "word" and n >= 4:  # an extreme value over a 4-aligned word anywhere
-            _put(buf, (m[1] % (n // 4)) * 4, m[2], m[3])
-        elif op == "insert":
-            at = m[1] % (n + 1)
-            buf[at:at] = m[2]
-        elif op == "delete" and n:
-            at = m[1] % n
-            del buf[at : at + m[2]]
-        elif op == "append":
-            buf += m[1]
-        elif op == "put":  # regressions: an absolute offset
-            _put(buf, m[1], m[2], m[3])
-    return bytes(buf)
+    return apply_byte_mutations(data, field_offsets(rel), muts)
 
 
 # -- checks -------------------------------------------------------------------------------
