@@ -53,7 +53,8 @@ class CellMapView(QWidget):
         self.pos_plot.hideAxis("left")
         self.img = pg.ImageItem(axisOrder="row-major", autoDownsample=True)
         self.plot.addItem(self.img)
-        self.pos_curve = self.pos_plot.plot([], [], pen=None, symbol="s", symbolSize=4)
+        # one scatter per colour: per-point brushes cost pyqtgraph ~50 us a point on the GUI thread
+        self.pos_curves: list[pg.PlotDataItem] = []
         self.marks = [pg.InfiniteLine(angle=0, movable=False, pen=pg.mkPen("#3d8ee6", width=2)) for _ in range(2)]
         for p, m in zip((self.plot, self.pos_plot), self.marks, strict=True):
             p.addItem(m)
@@ -131,7 +132,7 @@ class CellMapView(QWidget):
         if ref is None:
             self.image = None
             self.img.clear()
-            self.pos_curve.setData([], [])
+            self._set_positions([])
             return
         t = ref.table
         masked = None
@@ -147,10 +148,14 @@ class CellMapView(QWidget):
         rows = np.arange(0, t.count, step) + 0.5
         shown = im.order[::step]
         first = t.seq_ids[np.minimum(t.seq_start[shown], max(0, t.seq_ids.size - 1))] if t.seq_ids.size else None
-        brushes = [pg.mkBrush(EMPTY_BRUSH if int(t.n_seq[c]) == 0 or first is None else SEQ_COLORS[int(s) % len(
-            SEQ_COLORS)]) for c, s in zip(shown, first if first is not None else shown, strict=True)]
-        self.pos_curve.setData(im.pos[::step].astype(np.float64), rows, symbolBrush=brushes,
-                               symbolSize=7 if t.count <= 256 else 4 if t.count <= 4096 else 2)
+        palette = [*SEQ_COLORS, EMPTY_BRUSH]
+        color = np.full(shown.size, len(SEQ_COLORS), dtype=np.int64)  # empty cells: the last colour
+        if first is not None:
+            filled = t.n_seq[shown] > 0
+            color[filled] = first[filled].astype(np.int64) % len(SEQ_COLORS)
+        xs = im.pos[::step].astype(np.float64)
+        size = 7 if t.count <= 256 else 4 if t.count <= 4096 else 2
+        self._set_positions([(palette[k], xs[color == k], rows[color == k], size) for k in np.unique(color)])
         ticks = [(j + 0.5, f"seq {s}") for j, s in enumerate(im.seqs)] + [(len(im.seqs) + 0.5, "shared")]
         self.plot.getAxis("bottom").setTicks([ticks])
         self.plot.setXRange(0, len(im.seqs) + 1, padding=0)
@@ -170,6 +175,15 @@ class CellMapView(QWidget):
                              + ("; " + "; ".join(parts) if parts else ""))
         self._mark(self.doc.bus.current)
 
+    def _set_positions(self, groups: list[tuple[str, np.ndarray, np.ndarray, int]]) -> None:
+        """One scatter item per colour (created on demand, emptied when unused)."""
+        while len(self.pos_curves) < len(groups):
+            self.pos_curves.append(self.pos_plot.plot([], [], pen=None, symbol="s", symbolPen=None))
+        for curve, (color, xs, ys, size) in zip(self.pos_curves, groups, strict=False):
+            curve.setData(xs, ys, symbolBrush=pg.mkBrush(color), symbolSize=size)
+        for curve in self.pos_curves[len(groups):]:
+            curve.setData([], [])
+
     def apply_theme(self, dark: bool) -> None:
         bg, fg = self.theme.plot_colors()
         self.glw.setBackground(bg)
@@ -177,7 +191,8 @@ class CellMapView(QWidget):
             for name in ("left", "bottom"):
                 p.getAxis(name).setPen(fg)
                 p.getAxis(name).setTextPen(fg)
-        self.pos_curve.setSymbolPen(None)
+        for curve in self.pos_curves:
+            curve.setSymbolPen(None)
         if self.image is not None:
             self._redraw()
 

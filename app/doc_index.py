@@ -84,6 +84,7 @@ class DocumentIndex:
         self._rec_by_node: dict[int, LayerRecord] = {}
         self._table_of_rec: dict[int, int] = {}
         self._cell_starts: dict[int, npt.NDArray[np.int64]] = {}
+        self._token_cells_cache: tuple[npt.NDArray[np.int32], npt.NDArray[np.int64]] | None = None
         for si, sec in enumerate(res.sections):
             units: list[tuple[KvStream | None, CellTable | None, list[LayerRecord]]]
             if sec.kind == "kv":
@@ -183,13 +184,24 @@ class DocumentIndex:
         return TokenLink(tables[0].key, seqs[0]), ""
 
     def cell_of_token(self, i: int) -> int | None:
-        link = self.token_link
-        if link is None:
+        lookup = self._token_cells()
+        if lookup is None:
             return None
-        t = self.tables[link.table].table
-        idx = t.cells_of_seq(link.seq)
-        hit = idx[t.pos[idx] == i]
-        return int(hit[0]) if hit.size else None
+        positions, cells = lookup
+        k = int(np.searchsorted(positions, i))
+        return int(cells[k]) if k < positions.size and positions[k] == i else None
+
+    def _token_cells(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64]] | None:
+        """The linked sequence's cells sorted by position, built once (the token list asks per row)."""
+        if self._token_cells_cache is None:
+            link = self.token_link
+            if link is None:
+                return None
+            t = self.tables[link.table].table
+            idx = t.cells_of_seq(link.seq)
+            order = np.argsort(t.pos[idx], kind="stable")
+            self._token_cells_cache = (t.pos[idx][order], idx[order])
+        return self._token_cells_cache
 
     def token_of_cell(self, key: int, i: int) -> int | None:
         link = self.token_link

@@ -92,8 +92,9 @@ class TokensView(QWidget):
         self.table.verticalHeader().hide()
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 4)
         hh = self.table.horizontalHeader()
+        # Fixed widths from the widest number: ResizeToContents would ask every row (100,000+ tokens).
         for col in (0, 1, 3):
-            hh.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+            hh.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
         hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         self.table.setAlternatingRowColors(True)
         self.summary = plain_label()
@@ -108,9 +109,18 @@ class TokensView(QWidget):
         self._syncing = False
         self._reload()
 
+    def _fit_columns(self, n_tokens: int, max_id: int, max_cell: int) -> None:
+        fm = self.table.fontMetrics()
+        for col, widest in ((0, n_tokens), (1, max_id), (3, max_cell)):
+            text = max(str(widest), self.model.HEADERS[col], key=len)
+            self.table.setColumnWidth(col, fm.horizontalAdvance(text + "00"))
+
     def _reload(self) -> None:
         self.model.reset()
         res, idx = self.doc.result, self.doc.index
+        if res is not None:
+            max_cell = max((t.table.count for t in idx.tables), default=0) if idx is not None else 0
+            self._fit_columns(len(res.tokens), max(res.tokens, default=0), max_cell)
         if res is None:
             self.summary.setText("")
             return
