@@ -158,8 +158,8 @@ class CellMapView(QWidget):
         self._set_positions([(palette[k], xs[color == k], rows[color == k], size) for k in np.unique(color)])
         ticks = [(j + 0.5, f"seq {s}") for j, s in enumerate(im.seqs)] + [(len(im.seqs) + 0.5, "shared")]
         self.plot.getAxis("bottom").setTicks([ticks])
-        self.plot.setXRange(0, len(im.seqs) + 1, padding=0)
-        self.plot.setYRange(0, max(1, t.count), padding=0.02)
+        pad = 0.02 * max(1, t.count)  # one range update (two calls would lay the view out twice)
+        self.plot.vb.setRange(xRange=(0, len(im.seqs) + 1), yRange=(-pad, max(1, t.count) + pad), padding=0)
         parts = []
         for j, s in enumerate(im.seqs):
             p = im.pos[im.occupancy[:, j]]
