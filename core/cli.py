@@ -181,9 +181,10 @@ def _plugin_commands(wanted: str | None) -> dict[str, Registrar]:
     from importlib.metadata import entry_points
 
     out: dict[str, Registrar] = {}
-    for ep in entry_points(group="kvscope.commands"):
-        if wanted not in (None, "-h", "--help") and ep.name != wanted:
-            continue
+    eps = list(entry_points(group="kvscope.commands"))
+    if any(ep.name == wanted for ep in eps):  # load only the command asked for (the others may import Qt)
+        eps = [ep for ep in eps if ep.name == wanted]
+    for ep in eps:
         try:
             out[ep.name] = ep.load()
         except Exception as e:
