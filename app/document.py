@@ -55,8 +55,6 @@ def _load_profile(model_path: str | None) -> tuple[ModelProfile | None, str | No
         return load_model_profile(model_path), None
     except ModelProfileError as e:
         return None, f"model {os.path.basename(model_path)} not used: {e}"
-    except OSError as e:
-        return None, f"model {os.path.basename(model_path)} not used: {e.strerror or e}"
 
 
 def load_job(path: str, model_path: str | None) -> Any:

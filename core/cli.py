@@ -39,8 +39,6 @@ def _load_profile(path: str | None) -> Any:
         return load_model_profile(path)
     except ModelProfileError as e:
         raise CliError(f"cannot use model {path}: {e}") from None
-    except OSError as e:
-        raise CliError(f"cannot open model {path}: {e.strerror}") from None
 
 
 def _read(path: str, profile: Any, kind: str | None = None, layout: str | None = None) -> Any:

@@ -63,8 +63,6 @@ def load_profile(path: str | None) -> ModelProfile | None:
         return load_model_profile(path)
     except ModelProfileError as e:
         raise ReportError(f"cannot use model {path}: {e}") from None
-    except OSError as e:
-        raise ReportError(f"cannot open model {path}: {e.strerror or e}") from None
 
 
 def read(path: str, profile: ModelProfile | None) -> ParseResult:

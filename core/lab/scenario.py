@@ -353,8 +353,6 @@ def _profile(model: str | Path | ModelProfile | None, cj: Mapping[str, Any] | No
         return load_model_profile(path)
     except ModelProfileError as e:
         raise ScenarioError(f"cannot use model {path}: {e}") from None
-    except OSError as e:
-        raise ScenarioError(f"cannot open model {path}: {e.strerror or e}") from None
 
 
 def load_scenario(path: str | Path, *, model: str | Path | ModelProfile | None = None,
