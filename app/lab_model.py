@@ -17,7 +17,7 @@ from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
 from kvscope.core.fsutil import write_atomic
-from kvscope.core.lab.report import CellResult, LabRun, cell_text, render_markdown, run_to_json
+from kvscope.core.lab.report import CellResult, LabRun, cell_text, diff_text, render_markdown, run_to_json
 
 Index = QModelIndex | QPersistentModelIndex
 CELL_ROLE = Qt.ItemDataRole.UserRole + 1  # the CellResult (None: not run)
@@ -49,13 +49,9 @@ def matrix_text(r: CellResult | None) -> str:
     return cell_text(r).replace("**", "")
 
 
-def diff_text(d: float | None) -> str:
-    """A probe difference: ``=`` identical, ``NaN/Inf`` non-finite, else the value."""
-    if d is None:
-        return "–"
-    if not math.isfinite(d):
-        return "NaN/Inf"
-    return "=" if d == 0.0 else f"{d:.4g}"
+def probe_text(d: float | None) -> str:
+    """A probe difference as the detail pane shows it (the matrix's wording, more digits)."""
+    return diff_text(d, nonfinite="NaN/Inf", digits=4)
 
 
 def restore_line(r: CellResult) -> str:
@@ -83,7 +79,7 @@ def others_line(r: CellResult) -> str:
         return "others: none live"
     items = []
     for s, o in r.others.items():
-        probes = ", ".join(f"{k} {diff_text(v)}" for k, v in o.probe_diff.items())
+        probes = ", ".join(f"{k} {probe_text(v)}" for k, v in o.probe_diff.items())
         items.append(f"seq {s} {'intact' if o.intact else 'NOT intact'} [{o.pos_min},{o.pos_max}]"
                      + (f" (probe {probes})" if probes else ""))
     return "others: " + "; ".join(items)
@@ -132,7 +128,7 @@ def detail_text(r: CellResult, before: dict[str, int] | None = None) -> str:
         was = f" (before: {before[role]})" if before is not None and role in before else ""
         lines.append(f"  {role}: {c.state}, {c.n_cells} cells{was}, positions [{c.pos_min},{c.pos_max}]")
     if t.probe_diff:
-        lines.append("  probe: " + ", ".join(f"{k} {diff_text(v)}" for k, v in t.probe_diff.items()))
+        lines.append("  probe: " + ", ".join(f"{k} {probe_text(v)}" for k, v in t.probe_diff.items()))
     lines += ["", _upper_first(others_line(r)), "", _upper_first(stale_line(r))]
     if r.recovered is not None:
         lines.append("Recovered by a clean restore: " + ("yes" if r.recovered else "no"))

@@ -174,12 +174,13 @@ def run_to_json(run: LabRun) -> dict[str, Any]:
 # Markdown
 
 
-def _diff_text(d: float | None) -> str:
+def diff_text(d: float | None, nonfinite: str = "**NaN**", digits: int = 3) -> str:
+    """A probe difference: ``=`` identical, ``nonfinite`` for a non-finite read-out, else the value."""
     if d is None:
         return "–"
     if not math.isfinite(d):
-        return "**NaN**"
-    return "=" if d == 0.0 else f"{d:.3g}"
+        return nonfinite
+    return "=" if d == 0.0 else f"{d:.{digits}g}"
 
 
 def _state_text(r: CellResult) -> str:
@@ -204,7 +205,7 @@ def cell_text(r: CellResult | None) -> str:
     ret_s = str(ret).lower() if isinstance(ret, bool) else str(ret)
     intact = r.others_intact
     others = "–" if intact is None else ("✓" if intact else "✗")
-    text = f"{ret_s} · {_state_text(r)} · {others} · {_diff_text(r.others_diff('dense'))}"
+    text = f"{ret_s} · {_state_text(r)} · {others} · {diff_text(r.others_diff('dense'))}"
     if r.stale_nonfinite:
         text += " ⚠"
     return text
