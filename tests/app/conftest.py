@@ -19,21 +19,10 @@ if importlib.util.find_spec("PySide6") is None or importlib.util.find_spec("pyte
     collect_ignore_glob = ["test_*.py"]  # the core suite runs without Qt
 else:
     from PySide6.QtCore import QSettings
-
-    from kvscope.app.compat import immortalize_singletons
-
-    immortalize_singletons()  # PySide6 6.12.0 on CPython 3.11 loses references to None/True/False
-
-    @pytest.fixture(autouse=True)
-    def isolated_settings(tmp_path: Path) -> QSettings:
-        """Any default-constructed QSettings lands under tmp_path, never in the user's config."""
-        QSettings.setDefaultFormat(QSettings.Format.IniFormat)
-        for scope in (QSettings.Scope.UserScope, QSettings.Scope.SystemScope):
-            QSettings.setPath(QSettings.Format.IniFormat, scope, str(tmp_path / "qsettings"))
-        return QSettings(str(tmp_path / "kvscope.ini"), QSettings.Format.IniFormat)
+    from qt_settings import isolated_settings  # noqa: F401  (autouse fixture)
 
     @pytest.fixture
-    def app_settings(isolated_settings: QSettings):  # type: ignore[no-untyped-def]
+    def app_settings(isolated_settings: QSettings):  # type: ignore[no-untyped-def]  # noqa: F811
         from kvscope.app.settings import AppSettings
 
         return AppSettings(isolated_settings)

@@ -18,22 +18,10 @@ from report_paths import MODEL, NAN_FILE  # noqa: E402
 if importlib.util.find_spec("PySide6") is None or importlib.util.find_spec("pytestqt") is None:
     collect_ignore_glob = ["test_*.py"]  # the core suite runs without Qt
 else:
-    from PySide6.QtCore import QSettings
-
-    from kvscope.app.compat import immortalize_singletons
-
-    immortalize_singletons()
-
-    @pytest.fixture(autouse=True)
-    def isolated_settings(tmp_path: Path) -> QSettings:
-        """Any default-constructed QSettings lands under tmp_path, never in the user's config."""
-        QSettings.setDefaultFormat(QSettings.Format.IniFormat)
-        for scope in (QSettings.Scope.UserScope, QSettings.Scope.SystemScope):
-            QSettings.setPath(QSettings.Format.IniFormat, scope, str(tmp_path / "qsettings"))
-        return QSettings(str(tmp_path / "kvscope.ini"), QSettings.Format.IniFormat)
+    from qt_settings import isolated_settings  # noqa: F401  (autouse fixture)
 
     @pytest.fixture
-    def window(qtbot, isolated_settings):  # type: ignore[no-untyped-def]
+    def window(qtbot, isolated_settings):  # type: ignore[no-untyped-def]  # noqa: F811
         """A main window with isolated settings, shown offscreen."""
         from kvscope.app.application import ensure_app
         from kvscope.app.main_window import MainWindow
