@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     import kvscope.core.diff
     import kvscope.core.reader.parse
     import kvscope.core.stats  # noqa: F401  (imported before the clock starts, as a running app has them)
-    from kvscope.app.application import ensure_app
-    from kvscope.app.main_window import MainWindow
+    from kvscope.app.base.application import ensure_app
+    from kvscope.app.shell.main_window import MainWindow
 
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         path = Path(tmp) / "big.seqstate"

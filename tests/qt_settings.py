@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings
 
-from kvscope.app.compat import immortalize_singletons
+from kvscope.app.base.compat import immortalize_singletons
 
 immortalize_singletons()  # PySide6 6.12.0 on CPython 3.11 loses references to None/True/False
 

@@ -14,7 +14,7 @@ from kvscope.app.report.writer import write_report
 
 def ensure_report_app() -> None:
     """A QApplication with the Fusion style the app uses (pictures look the same from the CLI and the app)."""
-    from kvscope.app.application import ensure_app
+    from kvscope.app.base.application import ensure_app
 
     app = ensure_app()
     if app.style().name().lower() != "fusion":

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvscope.app.doc_index import DocumentIndex
+from kvscope.app.document.doc_index import DocumentIndex
 from kvscope.app.report.model import (
     MAX_HEATMAPS,
     Cancelled,

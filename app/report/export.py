@@ -5,11 +5,15 @@ statistics and diff when they are in; the status bar shows progress and can canc
 thread draws the pictures (the views must live there), and a second background task writes the
 folder atomically. The result is the same report as ``kvscope report FILE --model GGUF
 [--compare OTHER] [--lab ...]`` gives for the document.
+
+The exporter gets what it needs from the window as arguments (the task runner, a status-bar
+callback, the parent widget), so this module never imports the window.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, Signal
@@ -26,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvscope.app.base.tasks import CancelToken, Report, Task, TaskRunner
 from kvscope.app.report.atomic import check_destination
 from kvscope.app.report.collect import Preloaded, collect
 from kvscope.app.report.images import render_images
@@ -33,13 +38,13 @@ from kvscope.app.report.lab import lab_context, memory_core_available
 from kvscope.app.report.model import ReportData, ReportError, ReportImage, ReportOptions
 from kvscope.app.report.summary import summary_line
 from kvscope.app.report.writer import write_report
-from kvscope.app.tasks import CancelToken, Report, Task
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from kvscope.app.document import Document
-    from kvscope.app.main_window import MainWindow
+    from kvscope.app.document.document import Document
+
+ShowStatus = Callable[[str, int], None]  # (text, milliseconds): a status-bar message
 
 
 def report_options(doc: Document, compare: bool = True, lab: bool = False, context: str | None = None,
@@ -59,16 +64,22 @@ def preloaded(doc: Document, options: ReportOptions) -> Preloaded | None:
 
 
 class ReportExporter(QObject):
-    """Runs one export at a time for a window; ``finished(summary line)`` or ``failed(message)`` ends it."""
+    """Runs one export at a time on ``runner``; ``finished(summary line)`` or ``failed(message)`` ends it.
+
+    ``show_status`` shows progress and the outcome (the window's status bar); ``last_message`` holds
+    the last failure as shown.
+    """
 
     finished = Signal(str)
     failed = Signal(str)
 
-    def __init__(self, win: MainWindow) -> None:
-        super().__init__(win)
-        self.win = win
+    def __init__(self, runner: TaskRunner, show_status: ShowStatus, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.runner = runner
+        self.show_status = show_status
         self.task: Task | None = None
         self.dest = ""
+        self.last_message = ""
 
     @property
     def busy(self) -> bool:
@@ -90,14 +101,13 @@ class ReportExporter(QObject):
         def job(token: CancelToken, report: Report) -> ReportData:
             return collect(options, report, lambda: token.cancelled, pre)
 
-        self.task = self.win.runner.submit(f"report of {doc.name}", job, self._draw, self._fail)
+        self.task = self.runner.submit(f"report of {doc.name}", job, self._draw, self._fail)
         self.task.cancelled.connect(lambda: self._fail("cancelled"))
         return self.task
 
     def _draw(self, data: ReportData) -> None:
-        bar = self.win.statusBar()
         try:
-            images = render_images(data, lambda _f, text: bar.showMessage(f"report: {text}", 4000))
+            images = render_images(data, lambda _f, text: self.show_status(f"report: {text}", 4000))
         except Exception as e:  # a slot must not raise into Qt: the failure is reported instead
             self._fail(str(e) or type(e).__name__)
             return
@@ -106,20 +116,20 @@ class ReportExporter(QObject):
             report(None, "writing")
             return write_report(data, images, self.dest)
 
-        self.task = self.win.runner.submit("write report", job, lambda _p: self._done(data, images), self._fail)
+        self.task = self.runner.submit("write report", job, lambda _p: self._done(data, images), self._fail)
         self.task.cancelled.connect(lambda: self._fail("cancelled"))
 
     def _done(self, data: ReportData, _images: list[ReportImage]) -> None:
         line = summary_line(data, self.dest)
         if data.lab is not None and data.lab.run is None:
             line += f" (the lab did not run: {data.lab.reason})"
-        self.win.statusBar().showMessage(line, 10000)
+        self.show_status(line, 10000)
         self.finished.emit(line)
 
     def _fail(self, message: str) -> None:
         text = f"Cannot write the report: {message}"
-        self.win.statusBar().showMessage(text, 10000)
-        self.win.last_message = text
+        self.show_status(text, 10000)
+        self.last_message = text
         self.failed.emit(message)
 
 
@@ -176,28 +186,22 @@ class ExportDialog(QDialog):
                               self.context.text().strip() or None)
 
 
-def exporter_of(win: MainWindow) -> ReportExporter:
-    """The window's exporter (created on first use, owned by the window)."""
-    found = win.findChild(ReportExporter, options=Qt.FindChildOption.FindDirectChildrenOnly)
-    return found if isinstance(found, ReportExporter) else ReportExporter(win)
-
-
-def export_current(win: MainWindow, dest: str | None = None, options: ReportOptions | None = None) -> Task | None:
-    """Export the current document's report; asks for the folder and options when ``dest`` is None."""
-    w = win.current()
-    if w is None or w.doc.result is None:
+def export_document(exporter: ReportExporter, doc: Document, parent: QWidget, start_dir: str,
+                    dest: str | None = None, options: ReportOptions | None = None) -> Task | None:
+    """Export ``doc``'s report; asks for the folder and options (starting in ``start_dir``) when ``dest`` is None."""
+    if doc.result is None:
         return None
     if dest is None:
-        dlg = ExportDialog(w.doc, win.settings.last_dir() or os.path.dirname(w.doc.path), win)
+        dlg = ExportDialog(doc, start_dir, parent)
         if dlg.exec() != QDialog.DialogCode.Accepted:
             return None
         dest, options = dlg.folder.text().strip(), dlg.options()
         if not dest:
             return None
-    exporter = exporter_of(win)
-    task = exporter.start(w.doc, dest, options or report_options(w.doc))
+    task = exporter.start(doc, dest, options or report_options(doc))
     if task is None:
-        box = QMessageBox(QMessageBox.Icon.Warning, "kvscope", win.last_message, QMessageBox.StandardButton.Ok, win)
+        box = QMessageBox(QMessageBox.Icon.Warning, "kvscope", exporter.last_message, QMessageBox.StandardButton.Ok,
+                          parent)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.setModal(False)
         box.show()

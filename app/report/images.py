@@ -1,8 +1,8 @@
 """Step 2 of a report: the pictures, drawn by the app's own views (GUI thread only).
 
-Each picture is a view class of the app (:class:`~kvscope.app.bytemap.ByteMap`,
-:class:`~kvscope.app.cellmap.CellMapView`, :class:`~kvscope.app.stats_plot.StatsPlot`,
-:class:`~kvscope.app.layer_view.LayerView`) on a private :class:`~kvscope.app.document.Document`
+Each picture is a view class of the app (:class:`~kvscope.app.views.bytes.bytemap.ByteMap`,
+:class:`~kvscope.app.views.cells.cellmap.CellMapView`, :class:`~kvscope.app.views.layers.stats_plot.StatsPlot`,
+:class:`~kvscope.app.views.layers.layer_view.LayerView`) on a private :class:`~kvscope.app.document.document.Document`
 filled with the collected data, rendered off screen in the light theme at a fixed size; the lab
 matrix is painted by :mod:`kvscope.app.report.lab_matrix`.
 """
@@ -13,15 +13,15 @@ import re
 
 from PySide6.QtWidgets import QWidget
 
-from kvscope.app.bytemap import ByteMap, fmt_size
-from kvscope.app.cellmap import CellMapView
-from kvscope.app.document import Document
-from kvscope.app.layer_view import LayerView
+from kvscope.app.base.tasks import TaskRunner
+from kvscope.app.base.theme import Theme
+from kvscope.app.document.document import Document
 from kvscope.app.report.model import MAX_CELL_TABLES, Progress, ReportData, ReportImage, no_progress
 from kvscope.app.report.snapshot import dispose, grab, png_bytes, prepare, settle
-from kvscope.app.stats_plot import ROLE_COLORS, ROLE_LABEL, StatsPlot, unit_stats
-from kvscope.app.tasks import TaskRunner
-from kvscope.app.theme import Theme
+from kvscope.app.views.bytes.bytemap import ByteMap, fmt_size
+from kvscope.app.views.cells.cellmap import CellMapView
+from kvscope.app.views.layers.layer_view import LayerView
+from kvscope.app.views.layers.stats_plot import ROLE_COLORS, ROLE_LABEL, StatsPlot, unit_stats
 
 WIDTH = 1200
 CELLS_HEIGHT = 560

@@ -1,7 +1,7 @@
 """The lab matrix as a picture, drawn by the app's Lab view table (GUI thread).
 
-The table is a ``QTableView`` over the Lab tab's own :class:`~kvscope.app.lab_model.LabMatrixModel`
-and :class:`~kvscope.app.lab_model.OutcomeDelegate`, set up as :class:`~kvscope.app.lab_view.LabView`
+The table is a ``QTableView`` over the Lab tab's own :class:`~kvscope.app.lab.model.LabMatrixModel`
+and :class:`~kvscope.app.lab.model.OutcomeDelegate`, set up as :class:`~kvscope.app.lab.view.LabView`
 sets up its table (fixed-width columns, wrapped text, rows as tall as their text), in the light
 theme and sized to show every row and column without scroll bars.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractItemView, QFrame, QHeaderView, QTableView
 
-from kvscope.app.lab_model import OUTCOME_LEGEND, LabMatrixModel, OutcomeDelegate
-from kvscope.app.lab_view import COLUMN_WIDTH
+from kvscope.app.base.tasks import TaskRunner
+from kvscope.app.lab.model import OUTCOME_LEGEND, LabMatrixModel, OutcomeDelegate
+from kvscope.app.lab.view import COLUMN_WIDTH
 from kvscope.app.report.model import ReportImage
 from kvscope.app.report.snapshot import dispose, grab, png_bytes, prepare, settle
-from kvscope.app.tasks import TaskRunner
 from kvscope.core.lab.report import LabRun
 
 MIN_WIDTH = 400

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvscope.app.doc_index import DocumentIndex
+    from kvscope.app.document.doc_index import DocumentIndex
     from kvscope.core.diff import StateDiff
     from kvscope.core.lab.report import LabRun
     from kvscope.core.model_profile import ModelProfile

@@ -12,8 +12,8 @@ from PySide6.QtCore import QBuffer, QByteArray, QElapsedTimer, QEventLoop, QIODe
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication, QWidget
 
-from kvscope.app.tasks import TaskRunner
-from kvscope.app.theme import light_palette
+from kvscope.app.base.tasks import TaskRunner
+from kvscope.app.base.theme import light_palette
 
 SETTLE_TIMEOUT_MS = 120000
 

@@ -6,7 +6,7 @@ PY=${PY:-.venv/bin/python}
 D=tests/data/llamacpp-2026-10-01
 L=tests/data/lab/llamacpp-2026-10-01/llama
 O=docs/screenshots
-shot() { QT_QPA_PLATFORM=offscreen "$PY" -m kvscope.app.cli "$@" --theme "${THEME:-light}"; }
+shot() { QT_QPA_PLATFORM=offscreen "$PY" -m kvscope.app.shell.cli "$@" --theme "${THEME:-light}"; }
 shot $D/lfm2-f16-fa0-unified0-ctx.session --model $D/tiny-lfm2.gguf --screenshot $O/tree.png --view tree
 shot $L/nan_rows_late_fail.seqdata.bin --model $D/tiny-llama.gguf --screenshot $O/bytemap.png --view bytemap
 shot $D/lfm2-f16-fa0-unified0-ctx.session --model $D/tiny-lfm2.gguf --screenshot $O/hex.png --view hex

@@ -23,15 +23,15 @@ else:
 
     @pytest.fixture
     def app_settings(isolated_settings: QSettings):  # type: ignore[no-untyped-def]  # noqa: F811
-        from kvscope.app.settings import AppSettings
+        from kvscope.app.shell.settings import AppSettings
 
         return AppSettings(isolated_settings)
 
     @pytest.fixture
     def window(qtbot, app_settings):  # type: ignore[no-untyped-def]
-        from kvscope.app.application import ensure_app
-        from kvscope.app.main_window import MainWindow
-        from kvscope.app.theme import Theme
+        from kvscope.app.base.application import ensure_app
+        from kvscope.app.base.theme import Theme
+        from kvscope.app.shell.main_window import MainWindow
 
         ensure_app()
         win = MainWindow(app_settings, Theme("light"))

@@ -12,8 +12,8 @@ pytest.importorskip("PySide6")
 from gui_helpers import LAB, STATE  # noqa: E402
 from PySide6.QtCore import QPoint  # noqa: E402
 
-from kvscope.app.hex_inspect import inspect_values, read_value  # noqa: E402
-from kvscope.app.hex_model import BYTES_PER_ROW, HexModel  # noqa: E402
+from kvscope.app.views.bytes.hex_inspect import inspect_values, read_value  # noqa: E402
+from kvscope.app.views.bytes.hex_model import BYTES_PER_ROW, HexModel  # noqa: E402
 
 
 def test_bytemap_tooltip_and_click(qtbot, open_doc):  # type: ignore[no-untyped-def]

@@ -9,8 +9,8 @@ pytest.importorskip("PySide6")
 
 from gui_helpers import LAB, STATE  # noqa: E402
 
-from kvscope.app.cellmap_image import build_cell_image  # noqa: E402
-from kvscope.app.swa import seq_max_pos, swa_masked_cells, swa_masked_pairs  # noqa: E402
+from kvscope.app.views.cells.cellmap_image import build_cell_image  # noqa: E402
+from kvscope.app.views.cells.swa import seq_max_pos, swa_masked_cells, swa_masked_pairs  # noqa: E402
 from kvscope.core.reader.records import CellTable  # noqa: E402
 
 

@@ -9,7 +9,7 @@ pytest.importorskip("PySide6")
 from gui_helpers import LAB, STATE, model  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 
-from kvscope.app.findings_view import FINDING_ROLE  # noqa: E402
+from kvscope.app.views.findings.findings_view import FINDING_ROLE  # noqa: E402
 from kvscope.core.diff import diff_states  # noqa: E402
 from kvscope.core.model_profile import load_model_profile  # noqa: E402
 from kvscope.core.reader.parse import read_state  # noqa: E402

@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 from gui_helpers import LAB, model  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 
-from kvscope.app.lab_model import CELL_ROLE, OUTCOME_ROLE, matrix_text  # noqa: E402
+from kvscope.app.lab.model import CELL_ROLE, OUTCOME_ROLE, matrix_text  # noqa: E402
 from kvscope.core.lab.lab_cli import main as lab_main  # noqa: E402
 from kvscope.core.lab.report import cell_text, cell_to_json, run_to_json  # noqa: E402
 
@@ -203,7 +203,7 @@ def test_specs_are_checked_inline_and_folders_work(qtbot, open_doc):  # type: ig
 
 
 def test_screenshot_runs_a_small_matrix(qtbot, window, tmp_path):  # type: ignore[no-untyped-def]
-    from kvscope.app.screenshot import take_screenshot
+    from kvscope.app.shell.screenshot import take_screenshot
 
     assert window.open_file(str(CONTEXT), model=model("llama")) is not None
     out = tmp_path / "lab.png"

@@ -9,7 +9,7 @@ pytest.importorskip("PySide6")
 from gui_helpers import LAB, STATE  # noqa: E402
 from PySide6.QtCore import QModelIndex  # noqa: E402
 
-from kvscope.app.tree_model import CHUNK, COLUMNS, StructureModel  # noqa: E402
+from kvscope.app.views.structure.tree_model import CHUNK, COLUMNS, StructureModel  # noqa: E402
 from kvscope.core.reader.parse import read_state  # noqa: E402
 from kvscope.core.reader.tree import Node  # noqa: E402
 

@@ -15,10 +15,10 @@ from gui_helpers import LAB, STATE, model  # noqa: E402
 from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QTimer, QUrl  # noqa: E402
 from PySide6.QtGui import QDropEvent  # noqa: E402
 
-from kvscope.app.main_window import MainWindow  # noqa: E402
-from kvscope.app.model_files import best_match, suggest_models  # noqa: E402
-from kvscope.app.settings import RECENT_MAX, AppSettings  # noqa: E402
-from kvscope.app.theme import Theme  # noqa: E402
+from kvscope.app.base.theme import Theme  # noqa: E402
+from kvscope.app.document.model_files import best_match, suggest_models  # noqa: E402
+from kvscope.app.shell.main_window import MainWindow  # noqa: E402
+from kvscope.app.shell.settings import RECENT_MAX, AppSettings  # noqa: E402
 
 
 def test_recent_files_capped_and_pruned(tmp_path, app_settings):  # type: ignore[no-untyped-def]
@@ -223,7 +223,7 @@ def test_theme_switch(qtbot, open_doc, window):  # type: ignore[no-untyped-def]
 
 
 def test_cli_screenshot(qtbot, tmp_path):  # type: ignore[no-untyped-def]
-    from kvscope.app.cli import cmd_gui, register
+    from kvscope.app.shell.cli import cmd_gui, register
 
     ap = argparse.ArgumentParser()
     register(ap.add_subparsers())
@@ -237,7 +237,7 @@ def test_cli_screenshot(qtbot, tmp_path):  # type: ignore[no-untyped-def]
 
 
 def test_core_cli_finds_gui_command() -> None:
-    from kvscope.app.cli import cmd_gui, main, register
+    from kvscope.app.shell.cli import cmd_gui, main, register
     from kvscope.core.cli import build_parser
 
     ap = build_parser({"gui": register})

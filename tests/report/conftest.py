@@ -23,10 +23,10 @@ else:
     @pytest.fixture
     def window(qtbot, isolated_settings):  # type: ignore[no-untyped-def]  # noqa: F811
         """A main window with isolated settings, shown offscreen."""
-        from kvscope.app.application import ensure_app
-        from kvscope.app.main_window import MainWindow
-        from kvscope.app.settings import AppSettings
-        from kvscope.app.theme import Theme
+        from kvscope.app.base.application import ensure_app
+        from kvscope.app.base.theme import Theme
+        from kvscope.app.shell.main_window import MainWindow
+        from kvscope.app.shell.settings import AppSettings
 
         ensure_app()
         win = MainWindow(AppSettings(isolated_settings), Theme("light"))
@@ -39,7 +39,7 @@ else:
     @pytest.fixture(scope="session")
     def nan_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
         """``kvscope report`` of the NaN fixture with the model (absolute paths), built once."""
-        from kvscope.app.report_cli import main
+        from kvscope.app.report.cli import main
 
         out = tmp_path_factory.mktemp("nan") / "report"
         assert main([str(NAN_FILE.resolve()), "--model", str(MODEL.resolve()), "-o", str(out)]) == 0

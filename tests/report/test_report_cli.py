@@ -12,7 +12,7 @@ pytest.importorskip("PySide6")
 
 from report_paths import EXAMPLES, LAB, MODEL, NAN_FILE  # noqa: E402
 
-from kvscope.app.report_cli import main, register  # noqa: E402
+from kvscope.app.report.cli import main, register  # noqa: E402
 from kvscope.core import cli as core_cli  # noqa: E402
 
 EXTRA_KEYS = {"report", "diff", "lab"}

@@ -16,9 +16,9 @@ from report_paths import MODEL, NAN_FILE  # noqa: E402
 
 from kvscope.app.report import writer  # noqa: E402
 from kvscope.app.report.builder import build_report  # noqa: E402
+from kvscope.app.report.cli import main  # noqa: E402
 from kvscope.app.report.collect import collect  # noqa: E402
 from kvscope.app.report.model import MAX_HEATMAPS, ReportError, ReportOptions  # noqa: E402
-from kvscope.app.report_cli import main  # noqa: E402
 
 
 class _Refs(HTMLParser):
@@ -97,14 +97,12 @@ def test_heatmaps_picture_flagged_layers_or_the_first_k() -> None:
 
 
 def test_export_from_the_app_is_the_same_report(qtbot, window, nan_report: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from kvscope.app.report.export import exporter_of
-
     w = window.open_file(str(NAN_FILE.resolve()), model=str(MODEL.resolve()))
     assert w is not None
     qtbot.waitUntil(lambda: w.doc.stats is not None and not w.doc.busy, timeout=20000)
     assert window.actions_["export_report"].isEnabled()
     dest = tmp_path / "exported"
-    exporter = exporter_of(window)
+    exporter = window.exporter
     with qtbot.waitSignal(exporter.finished, timeout=30000) as blocker:
         window.export_report(str(dest))
     assert blocker.args[0].startswith(f"kvscope report: {dest}: 8 findings (8 errors")
@@ -112,15 +110,13 @@ def test_export_from_the_app_is_the_same_report(qtbot, window, nan_report: Path,
 
 
 def test_export_refuses_a_folder_that_is_not_a_report(qtbot, window, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from kvscope.app.report.export import exporter_of
-
     w = window.open_file(str(NAN_FILE))
     assert w is not None
     qtbot.waitUntil(lambda: w.doc.stats is not None and not w.doc.busy, timeout=20000)
     dest = tmp_path / "mine"
     dest.mkdir()
     (dest / "keep.txt").write_text("x")
-    with qtbot.waitSignal(exporter_of(window).failed, timeout=5000):
+    with qtbot.waitSignal(window.exporter.failed, timeout=5000):
         window.export_report(str(dest))
     assert "not a kvscope report" in window.last_message
     assert sorted(p.name for p in dest.iterdir()) == ["keep.txt"]

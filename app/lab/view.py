@@ -1,0 +1,359 @@
+"""Lab view: restore corrupted copies of a state into a live context, under each failure policy and reader
+kind, and see what happens (the ``kvscope lab`` matrix, interactive).
+
+Pick the live context (an open whole-context state, or a lab scenario folder), the state to restore
+(another open file, or the scenario's clean per-sequence blob) and the destination sequence; the model
+is the document's. Choose corruptions (the catalog entries that apply, plus free-text specs), policies
+and reader kinds (:class:`~kvscope.app.lab.controls.LabControls`); the matrix runs on the app's thread
+pool with progress and Cancel, and fills in as cells finish. Selecting a cell shows its detail
+(:class:`~kvscope.app.lab.detail.LabDetail`); Export saves what ``kvscope lab --markdown`` / ``--json``
+prints.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import QShowEvent
+from PySide6.QtWidgets import QAbstractItemView, QFileDialog, QHeaderView, QSplitter, QTableView, QVBoxLayout, QWidget
+
+from kvscope.app.base.tasks import Task
+from kvscope.app.base.theme import WARNING_COLOR, Theme
+from kvscope.app.base.widgets import plain_label
+from kvscope.app.document.document import Document
+from kvscope.app.lab.controls import LabControls
+from kvscope.app.lab.detail import LabDetail
+from kvscope.app.lab.jobs import ScenarioReady, guess_kind, lab_unavailable, run_job, scenario_folder, scenario_job
+from kvscope.app.lab.model import OUTCOME_LEGEND, LabMatrixModel, OutcomeDelegate, export_run
+
+if TYPE_CHECKING:
+    from kvscope.core.lab.report import CellResult, LabRun
+
+COLUMN_WIDTH = 132
+
+
+class LabView(QWidget):
+    """The Lab tab of one document (whose model the lab uses)."""
+
+    runProgress = Signal(object, str)  # fraction (None: busy), text
+    runFinished = Signal()  # a run ended: done, cancelled or failed
+    scenarioChanged = Signal()  # a scenario loaded or failed to load
+
+    def __init__(self, doc: Document, theme: Theme, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.doc, self.theme = doc, theme
+        self.ready: ScenarioReady | None = None  # the scenario the controls describe
+        self.run_ready: ScenarioReady | None = None  # the scenario of the matrix shown
+        self.lab_run: LabRun | None = None  # the last finished (or cancelled) run
+        self.error = ""  # the last error shown (tests and scripts read it)
+        self._load_task: Task | None = None
+        self._run_task: Task | None = None
+        self._load_error: str | None = None  # the document could not be read
+        tasks: list[Task] = []  # every task started here; cancelled when the document closes
+        self._tasks = tasks
+        doc.destroyed.connect(lambda *_: [t.cancel() for t in tasks if not t.done])
+        self._stop = threading.Event()
+        self._sink: deque[CellResult] = deque()
+        self._dirty = True  # the choices changed since the scenario was last loaded
+        self._load_timer = QTimer(self)
+        self._load_timer.setSingleShot(True)
+        self._load_timer.setInterval(150)
+        self._load_timer.timeout.connect(self.load_scenario)
+
+        self.reason = plain_label("", wrap=True)
+        self.reason.setStyleSheet(f"color: {WARNING_COLOR};")
+        self.controls = LabControls(doc.path, self.open_files)
+        self.model = LabMatrixModel(self)
+        self.model.set_dark(theme.dark)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setItemDelegate(OutcomeDelegate(self.table))
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setWordWrap(True)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        self.table.horizontalHeader().setDefaultSectionSize(COLUMN_WIDTH)
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.summary = plain_label(" ", wrap=True)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.legend = plain_label(OUTCOME_LEGEND, wrap=True)
+        self.detail = LabDetail(theme)
+        top = QWidget()
+        tl = QVBoxLayout(top)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.addWidget(self.summary)
+        tl.addWidget(self.table, 1)
+        tl.addWidget(self.legend)
+        self.right = QSplitter(Qt.Orientation.Vertical)
+        self.right.addWidget(top)
+        self.right.addWidget(self.detail)
+        self.right.setSizes([400, 350])
+        self.split = QSplitter(Qt.Orientation.Horizontal)
+        self.split.addWidget(self.controls)
+        self.split.addWidget(self.right)
+        self.split.setStretchFactor(1, 1)
+        self.split.setSizes([320, 900])
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 2)
+        lay.addWidget(self.reason)
+        lay.addWidget(self.split, 1)
+
+        c = self.controls
+        c.inputsChanged.connect(self._schedule_load)
+        c.choicesChanged.connect(self._update_controls)
+        c.folder_button.clicked.connect(self.choose_folder)
+        c.input_button.clicked.connect(self.choose_input)
+        c.run_button.clicked.connect(self.run_matrix)
+        c.cancel_button.clicked.connect(self.cancel)
+        c.export_button.clicked.connect(self.export_dialog)
+        self.table.selectionModel().currentChanged.connect(self._on_current)
+        doc.loaded.connect(self._on_doc_loaded)
+        doc.failed.connect(self._on_doc_failed)
+        theme.changed.connect(self.model.set_dark)
+        c.refresh_choices()
+        self._update_controls()
+
+    # -- inputs --------------------------------------------------------------------------------------
+    def open_files(self) -> list[tuple[str, str | None]]:
+        """(path, state kind) of the files open in the window, this document first."""
+        docs = [self.doc]
+        for w in getattr(self.window(), "documents", []):
+            d = getattr(w, "doc", None)
+            if isinstance(d, Document) and d is not self.doc:
+                docs.append(d)
+        return [(d.path, guess_kind(d.path, d.result.kind if d.result is not None else None)) for d in docs]
+
+    def unavailable(self) -> str | None:
+        """Why the lab cannot run for this document, else None."""
+        why = lab_unavailable()
+        if why is not None:
+            return why
+        if self.doc.result is None:
+            return self._load_error or f"waiting for {self.doc.name} to load…"
+        if self.doc.profile is None:
+            detail = self.doc.model_error or "choose the GGUF it was written with: File → Model… (Ctrl+M)"
+            return f"The lab needs the model the state was written with; {detail}"
+        return None
+
+    def choose_folder(self) -> None:
+        start = scenario_folder(self.doc.path) or os.path.dirname(self.doc.path)
+        folder = QFileDialog.getExistingDirectory(self, "Lab scenario folder", start)
+        if not folder:
+            return
+        if scenario_folder(folder) is None:
+            self._show_error(f"{folder} is not a lab scenario folder (it has no context.json)")
+            return
+        self.controls.add_folder(folder)
+
+    def choose_input(self) -> None:
+        start = os.path.dirname(self.controls.restore_path or self.doc.path)
+        path, _ = QFileDialog.getOpenFileName(self, "State to restore", start, "llama.cpp state (*.seqdata.bin "
+                                              "*.seqstate *.state.bin *.session *.bin *.slot);;All files (*)")
+        if path:
+            self.controls.set_restore(path)
+
+    # -- scenario ------------------------------------------------------------------------------------
+    def showEvent(self, e: QShowEvent) -> None:
+        super().showEvent(e)
+        self.controls.refresh_choices()
+        if self._dirty:
+            self._schedule_load()
+
+    def _on_doc_failed(self, message: str) -> None:
+        self._load_error = f"{self.doc.name} could not be read: {message}"
+        self._update_controls()
+
+    def _track(self, task: Task) -> Task:
+        self._tasks[:] = [t for t in self._tasks if not t.done] + [task]
+        return task
+
+    def _on_doc_loaded(self) -> None:
+        self._load_error = None
+        self.ready = None
+        self.controls.refresh_choices()
+        self._schedule_load()
+
+    def _schedule_load(self) -> None:
+        self._dirty = True
+        self._update_controls()
+        if self.isVisible():
+            self._load_timer.start()
+
+    def load_scenario(self) -> Task | None:
+        """Build the scenario of the current choices in the background (None: nothing to load)."""
+        self._load_timer.stop()
+        self._dirty = False
+        if self._load_task is not None and not self._load_task.done:
+            self._load_task.cancel()
+        self._load_task = None
+        c, profile = self.controls, self.doc.profile
+        live, restore = c.live_path, c.restore_path
+        if self.unavailable() is not None or live is None or restore is None or profile is None:
+            if self.unavailable() is None:
+                self.summary.setText("Open a whole-context state (context.state.bin, a session file) or choose a lab "
+                                     "scenario folder, and a state to restore.")
+            self._update_controls()
+            return None
+        base = self.ready if self.ready is not None else self.run_ready
+        job = scenario_job(live, restore, c.into_spin.value(), profile, base)
+        self._load_task = task = self._track(self.doc.runner.submit(f"lab scenario of {self.doc.name}", job,
+                                                                    self._on_ready, self._on_load_failed))
+        task.finished.connect(self._update_controls)
+        self.summary.setText("Loading the scenario…")
+        self._update_controls()
+        return task
+
+    def _on_ready(self, ready: ScenarioReady) -> None:
+        self.ready = ready
+        self.error = ""
+        self.controls.set_cases(ready)
+        self.summary.setText(_summary(ready))
+        self.scenarioChanged.emit()
+        self._update_controls()
+
+    def _on_load_failed(self, message: str) -> None:
+        self.ready = None
+        self.controls.set_cases(None)
+        self.summary.setText(" ")
+        self._show_error(f"Cannot build the scenario: {message}")
+        self.scenarioChanged.emit()
+
+    # -- state ---------------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._run_task is not None and not self._run_task.done
+
+    def _update_controls(self) -> None:
+        why = self.unavailable()
+        c = self.controls
+        loading = self._load_task is not None and not self._load_task.done
+        self.reason.setText(why or self.error)
+        self.reason.setVisible(bool(why or self.error))
+        prof = self.doc.profile
+        c.model_label.setText(os.path.basename(self.doc.model_path) if prof is not None and self.doc.model_path
+                              else "none")
+        cases, specs, _ = c.selected_cases() if why is None else ([], [], "")
+        can_run = (why is None and not self.running and not loading and not self._dirty and self.ready is not None
+                   and bool(cases or specs) and bool(c.policies()) and bool(c.readers()))
+        c.set_state(why, self.running, can_run, self.lab_run is not None)
+
+    def _show_error(self, text: str) -> None:
+        self.error = text
+        self.controls.status.setText(text.splitlines()[0])
+        self._update_controls()
+
+    # -- running -------------------------------------------------------------------------------------
+    def run_matrix(self) -> Task | None:
+        """Start the matrix of the current choices (None: nothing to run; the reason is shown)."""
+        if self.running:
+            return None
+        c, ready = self.controls, self.ready
+        cases, specs, err = c.selected_cases()
+        policies, readers = c.policies(), c.readers()
+        if self.unavailable() or ready is None or err or not (cases or specs) or not policies or not readers:
+            self._show_error(err or self.unavailable() or "nothing to run: choose a scenario, corruptions, "
+                             "policies and readers")
+            return None
+        self.error = ""
+        self._stop = threading.Event()
+        self._sink = deque()
+        self.lab_run, self.run_ready = None, ready
+        self.model.set_layout([*((x.name, x.description) for x in cases), *((s, s) for s in specs)], policies,
+                              readers)
+        self.detail.set_ready(ready)
+        job = run_job(ready.scenario, cases, specs, policies, readers, self._stop, self._sink)
+        self._run_task = task = self._track(self.doc.runner.submit(f"lab matrix of {self.doc.name}", job,
+                                                                   self._on_run_done, self._on_run_failed))
+        task.progressed.connect(self._on_progress)
+        task.cancelled.connect(self._on_run_cancelled)
+        task.finished.connect(self._on_run_finished)
+        c.progress.setValue(0)
+        c.status.setText(f"running {(len(cases) + len(specs)) * len(policies) * len(readers)} cells…")
+        self._update_controls()
+        return task
+
+    def cancel(self) -> None:
+        """Stop the run after the cell in progress; the cells that ran stay in the matrix."""
+        if self.running:
+            self._stop.set()
+            self.controls.status.setText("cancelling…")
+
+    def _drain(self) -> None:
+        while self._sink:
+            self.model.add_result(self._sink.popleft())
+
+    def _on_progress(self, fraction: object, text: str) -> None:
+        self._drain()
+        if isinstance(fraction, float):
+            self.controls.progress.setValue(int(fraction * 1000))
+        self.controls.status.setText(text)
+        self.runProgress.emit(fraction, text)
+
+    def _on_run_done(self, run: LabRun) -> None:
+        self._sink.clear()
+        self.lab_run = run
+        self.model.set_run(run)
+        total = len(run.cases) * len(run.policies) * len(run.readers)
+        self.controls.status.setText(f"cancelled after {len(run.results)} of {total} cells" if run.cancelled
+                                     else f"{len(run.results)} cells in {run.seconds:.1f} s")
+
+    def _on_run_failed(self, message: str) -> None:
+        self._drain()
+        self._show_error(f"The lab run failed: {message}")
+
+    def _on_run_cancelled(self) -> None:
+        self._drain()
+        self.controls.status.setText(f"cancelled; {len(self.model.cells)} cells ran")
+
+    def _on_run_finished(self) -> None:
+        self._update_controls()
+        self.runFinished.emit()
+
+    # -- results -------------------------------------------------------------------------------------
+    def _on_current(self, current: QModelIndex, _prev: QModelIndex) -> None:
+        self.detail.show_cell(self.model.cell(current.row(), current.column()) if current.isValid() else None)
+
+    def select_cell(self, case: str, policy: str, reader: str) -> CellResult | None:
+        """Select a matrix cell and show its detail."""
+        at = self.model.position(case, policy, reader)
+        if at is None:
+            return None
+        self.table.setCurrentIndex(self.model.index(*at))
+        return self.model.cell(*at)
+
+    def export(self, path: str) -> bool:
+        """Save the last run as Markdown or JSON (by ``path``'s extension), atomically."""
+        if self.lab_run is None:
+            return False
+        try:
+            fmt = export_run(self.lab_run, path)
+        except OSError as e:
+            self._show_error(f"Cannot write {path}: {e.strerror or e}")
+            return False
+        self.controls.status.setText(f"saved the matrix as {fmt} to {os.path.basename(path)}")
+        return True
+
+    def export_dialog(self) -> None:
+        if self.lab_run is None:
+            return
+        name = str(self.lab_run.scenario.get("name") or "lab").replace(os.sep, "-")
+        start = os.path.join(os.path.dirname(self.doc.path), f"lab-{name}.md")
+        path, chosen = QFileDialog.getSaveFileName(self, "Export the lab matrix", start,
+                                                   "Markdown (*.md);;JSON (*.json)")
+        if path:
+            if "json" in chosen.lower() and not path.lower().endswith(".json"):
+                path += ".json"
+            self.export(path)
+
+
+def _summary(ready: ScenarioReady) -> str:
+    s: dict[str, Any] = ready.scenario.summary()
+    r = s["restore"]
+    text = (f"{s['name'] or s['arch']}: {s['arch']} ({s['memory_class']}: {', '.join(s['components'])}), "
+            f"{s['n_stream']} stream(s), flash attention {'on' if s['flash_attn'] else 'off'}, layout {s['layout']} · "
+            f"restore {r['name']} ({r['api']}, {r['size']:,} bytes) into seq {s['target']} · live sequences "
+            f"{s['live_sequences']}")
+    return text + "".join(f"\nnote: {n}" for n in s["notes"])

@@ -1,0 +1,131 @@
+"""``kvscope report``: a state file's report as HTML, Markdown, JSON and PNG pictures, headless.
+
+::
+
+    kvscope report FILE [--model GGUF] [--compare OTHER] [--lab [--lab-context CTX] [--lab-into SEQ]] -o DIR
+
+The core CLI finds :func:`register` through the ``kvscope.commands`` entry-point group; Qt is
+imported only when the command runs, on the ``offscreen`` platform unless QT_QPA_PLATFORM is set.
+Exit codes: 0 written (findings or not: a summary line gives their counts), 2 bad input or an
+unwritable destination (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="the state file to report on")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="report folder to write (replaced as a "
+                   "whole when it holds an earlier report)")
+    p.add_argument("--model", metavar="GGUF", help="the model that wrote the state (model checks, token text, heads)")
+    p.add_argument("--compare", metavar="OTHER", help="add a structural diff against OTHER")
+    p.add_argument("--lab", action="store_true", help="run the lab's standard catalog with FILE as the state to "
+                   "restore (needs a live context: FILE's lab scenario folder, or --lab-context)")
+    p.add_argument("--lab-context", metavar="CTX", help="live context for --lab (implies it): a whole-context state, "
+                   "a lab scenario folder or its context.json")
+    p.add_argument("--lab-into", type=int, default=0, metavar="SEQ", help="sequence FILE is restored into (default 0)")
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``report`` subcommand to the core CLI's subparsers."""
+    p = subparsers.add_parser("report", help="write an HTML / Markdown / JSON report with pictures of a state file")
+    add_arguments(p)
+    p.set_defaults(func=cmd_report)
+
+
+def _use_offscreen() -> None:
+    """The report draws without a window: the offscreen platform unless the user chose one."""
+    if not os.environ.get("QT_QPA_PLATFORM"):
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+
+
+def _quiet_qt() -> None:
+    """Drop the offscreen platform's notes about window hints (the report has no windows)."""
+    from PySide6.QtCore import QtMsgType, qInstallMessageHandler
+
+    previous = None
+
+    def handler(kind: QtMsgType, context: Any, message: str) -> None:
+        if "propagateSizeHints" in message:
+            return
+        if previous is not None:
+            previous(kind, context, message)
+        else:
+            sys.stderr.write(message + "\n")
+
+    previous = qInstallMessageHandler(handler)
+
+
+def _progress() -> Any:
+    """Progress on stderr when it is a terminal, else nothing."""
+    if not sys.stderr.isatty():
+        return lambda _f, _t: None
+
+    def show(fraction: float | None, text: str) -> None:
+        pct = f"{fraction * 100:3.0f}% " if isinstance(fraction, float) else ""
+        sys.stderr.write(f"\r\033[K{pct}{text[:100]}")
+        sys.stderr.flush()
+
+    return show
+
+
+def _clear_progress() -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the report; 0 written, 2 bad input (one line on stderr)."""
+    _use_offscreen()
+    try:
+        import pyqtgraph  # noqa: F401
+        import PySide6  # noqa: F401
+    except ImportError as e:
+        print(f"kvscope report: needs PySide6 and pyqtgraph (pip install 'kvscope[gui]'): {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from kvscope.app.report.builder import build_report
+    from kvscope.app.report.model import ReportError, ReportOptions
+    from kvscope.app.report.summary import summary_line
+
+    if args.lab_into < 0:
+        print("kvscope report: --lab-into must be a sequence id (0 or more)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    options = ReportOptions(args.file, args.model, args.compare, bool(args.lab or args.lab_context),
+                            args.lab_context, args.lab_into)
+    _quiet_qt()
+    progress = _progress()
+    try:
+        data, _ = build_report(options, args.output, progress)
+    except ReportError as e:
+        _clear_progress()
+        print(f"kvscope report: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    _clear_progress()
+    if data.lab is not None and data.lab.run is None:
+        print(f"kvscope report: the lab did not run: {data.lab.reason}", file=sys.stderr)
+    print(summary_line(data, args.output))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry (``python -m kvscope.app.report.cli``)."""
+    ap = argparse.ArgumentParser(prog="kvscope report", description="Write a report of a llama.cpp state file.")
+    add_arguments(ap)
+    try:
+        args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as e:
+        return int(e.code) if isinstance(e.code, int) else EXIT_BAD_INPUT
+    return cmd_report(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

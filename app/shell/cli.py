@@ -1,0 +1,125 @@
+"""``kvscope gui``: the command that opens the window (and, with ``--screenshot``, saves a picture of it).
+
+The core CLI finds :func:`register` through the ``kvscope.commands`` entry-point group; this
+module imports Qt only when the command runs, so ``kvscope inspect`` never pays for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+VIEW_NAMES = ("tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="*", metavar="FILE", help="state files to open (each in its own tab)")
+    p.add_argument("--model", metavar="GGUF", help="read the files with this model (remembered per file)")
+    p.add_argument("--diff", metavar="OTHER", help="compare the first FILE with OTHER")
+    p.add_argument("--screenshot", metavar="OUT.png", help="render the window, save it as a PNG and exit")
+    p.add_argument("--view", choices=VIEW_NAMES, help="view to show first (with --screenshot: the one pictured)")
+    p.add_argument("--theme", choices=("system", "light", "dark"), help="colour scheme (default: the saved one)")
+    p.add_argument("--lab-restore", metavar="STATE", help="with --view lab: the state to restore into the first FILE "
+                   "(default: the clean sequence-0 blob of its lab scenario folder)")
+    p.add_argument("--size", metavar="WxH", default="1400x900", help="window size for --screenshot (default 1400x900)")
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``gui`` subcommand to the core CLI's subparsers."""
+    p = subparsers.add_parser("gui", help="open state files in the graphical inspector")
+    add_arguments(p)
+    p.set_defaults(func=cmd_gui)
+
+
+def _no_display() -> bool:
+    if os.environ.get("QT_QPA_PLATFORM"):
+        return False
+    if sys.platform.startswith("linux"):
+        return not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    return False
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        return 1400, 900
+    return max(400, w), max(300, h)
+
+
+def cmd_gui(args: argparse.Namespace) -> int:
+    """Run the window (``--screenshot``: render, save, exit). Returns a process exit code."""
+    for f in [*args.files, *([args.model] if args.model else []), *([args.diff] if args.diff else []),
+              *([args.lab_restore] if args.lab_restore else [])]:
+        if not os.path.isfile(f):
+            print(f"kvscope: {f}: no such file", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    if args.screenshot and _no_display():
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    try:
+        import pyqtgraph  # noqa: F401
+        import PySide6  # noqa: F401
+    except ImportError as e:
+        print(f"kvscope: the GUI needs PySide6 and pyqtgraph (pip install 'kvscope[gui]'): {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.screenshot:
+        with tempfile.TemporaryDirectory(prefix="kvscope-shot-") as tmp:
+            return _run(args, os.path.join(tmp, "settings.ini"))
+    return _run(args, None)
+
+
+def _run(args: argparse.Namespace, settings_file: str | None) -> int:
+    from PySide6.QtCore import QSettings
+
+    from kvscope.app.base.application import ensure_app
+    from kvscope.app.base.theme import Theme
+    from kvscope.app.shell.main_window import MainWindow
+    from kvscope.app.shell.settings import AppSettings
+
+    app = ensure_app()
+    qs = QSettings(settings_file, QSettings.Format.IniFormat) if settings_file else QSettings()
+    settings = AppSettings(qs)
+    theme = Theme(args.theme or settings.theme())
+    theme.apply()
+    win = MainWindow(settings, theme)
+    opened = [w for f in args.files if (w := win.open_file(f, model=args.model)) is not None]
+    if args.screenshot:
+        from kvscope.app.shell.screenshot import take_screenshot
+
+        rc = take_screenshot(win, args.screenshot, args.view, args.diff, _parse_size(args.size), args.lab_restore)
+        win.runner.shutdown()
+        win.deleteLater()
+        return int(rc)
+    if args.diff and opened:
+        first = opened[0]
+
+        def diff_once() -> None:
+            first.doc.loaded.disconnect(diff_once)
+            win.compare_with(args.diff, first)
+
+        first.doc.loaded.connect(diff_once)
+    if args.view:
+        for w in opened:
+            w.show_view(args.view)
+    win.show()
+    return int(app.exec())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kvscope-gui`` script."""
+    ap = argparse.ArgumentParser(prog="kvscope-gui", description="Graphical inspector for llama.cpp saved state.")
+    add_arguments(ap)
+    try:
+        args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as e:
+        return int(e.code) if isinstance(e.code, int) else EXIT_BAD_INPUT
+    return cmd_gui(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

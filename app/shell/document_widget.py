@@ -1,0 +1,118 @@
+"""One document's page: model banner, structure tree, byte map and the view tabs, all on one selection bus."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtWidgets import QSplitter, QStackedWidget, QTabWidget, QVBoxLayout, QWidget
+
+from kvscope.app.base.theme import Theme
+from kvscope.app.base.widgets import plain_label
+from kvscope.app.document.document import Document
+from kvscope.app.document.model_banner import ModelBanner
+from kvscope.app.lab.view import LabView
+from kvscope.app.views.bytes.bytemap import ByteMap
+from kvscope.app.views.bytes.hex_view import HexView
+from kvscope.app.views.cells.cellmap import CellMapView
+from kvscope.app.views.diff.diff_view import DiffView
+from kvscope.app.views.findings.findings_view import FindingsView
+from kvscope.app.views.layers.layer_view import LayerView
+from kvscope.app.views.structure.tree_view import StructureView
+from kvscope.app.views.tokens.tokens_view import TokensView
+
+# Names accepted by ``--view`` and the View menu, in tab order; tree and bytemap are always shown.
+VIEW_NAMES = ("tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")
+TAB_VIEWS = ("hex", "cells", "layers", "tokens", "findings", "diff", "lab")
+TAB_TITLES = {"hex": "Hex", "cells": "Cells", "layers": "Layers", "tokens": "Tokens", "findings": "Findings",
+              "diff": "Diff", "lab": "Lab"}
+
+
+class DocumentWidget(QWidget):
+    """Lays out every view of one :class:`Document`."""
+
+    def __init__(self, doc: Document, theme: Theme, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.doc = doc
+        self.banner = ModelBanner(doc)
+        self.tree = StructureView(doc)
+        self.bytemap = ByteMap(doc)
+        self.hex = HexView(doc)
+        self.cells = CellMapView(doc, theme)
+        self.layers = LayerView(doc, theme)
+        self.tokens = TokensView(doc)
+        self.findings = FindingsView(doc)
+        self.diff = DiffView(doc, theme)
+        self.lab = LabView(doc, theme)
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        for name in TAB_VIEWS:
+            self.tabs.addTab(getattr(self, name), TAB_TITLES[name])
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.setSpacing(2)
+        rl.addWidget(self.bytemap)
+        rl.addWidget(self.tabs, 1)
+        self.split = QSplitter(Qt.Orientation.Horizontal)
+        self.split.addWidget(self.tree)
+        self.split.addWidget(right)
+        self.split.setStretchFactor(1, 1)
+        self.split.setSizes([470, 930])
+        self.error = plain_label()
+        self.error.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.error.setWordWrap(True)
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.split)
+        self.stack.addWidget(self.error)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(2)
+        lay.addWidget(self.banner)
+        lay.addWidget(self.stack, 1)
+        doc.loaded.connect(self._on_loaded)
+        doc.statsReady.connect(self._update_titles)
+        doc.diffReady.connect(lambda: self.show_view("diff"))
+        doc.failed.connect(self._on_failed)
+        theme.changed.connect(lambda dark: self.hex.model.set_colors(self.hex.palette().highlight().color(), dark))
+        self.error.setText(f"Reading {doc.name}…")
+        self.stack.setCurrentWidget(self.error)
+
+    def _on_loaded(self) -> None:
+        self.stack.setCurrentWidget(self.split)
+        self._update_titles()
+        res = self.doc.result
+        if res is not None and res.kind == "unknown":
+            self.show_view("findings")
+
+    def _on_failed(self, message: str) -> None:
+        self.error.setText(f"Cannot read {self.doc.path}:\n{message}")
+        self.stack.setCurrentWidget(self.error)
+        self.banner.hide()
+
+    def _update_titles(self) -> None:
+        res = self.doc.result
+        n = len(res.findings) if res is not None else 0
+        errors = res.n_errors if res is not None else 0
+        i = TAB_VIEWS.index("findings")
+        self.tabs.setTabText(i, f"Findings ({n})" if n else "Findings")
+        self.tabs.setTabToolTip(i, f"{errors} errors" if errors else "")
+        i = TAB_VIEWS.index("tokens")
+        self.tabs.setTabText(i, f"Tokens ({len(res.tokens)})" if res is not None and res.tokens else "Tokens")
+
+    def show_view(self, name: str) -> None:
+        """Bring view ``name`` (one of :data:`VIEW_NAMES`) to the front."""
+        if name in TAB_VIEWS:
+            self.tabs.setCurrentIndex(TAB_VIEWS.index(name))
+        elif name == "tree":
+            self.tree.tree.setFocus()
+        elif name == "bytemap":
+            self.bytemap.setFocus()
+
+    def current_view(self) -> str:
+        return TAB_VIEWS[self.tabs.currentIndex()]
+
+    def save_layout(self) -> QByteArray:
+        return self.split.saveState()
+
+    def restore_layout(self, state: QByteArray | None) -> None:
+        if state is not None:
+            self.split.restoreState(state)

@@ -1,0 +1,346 @@
+"""The main window: documents in tabs, menus and shortcuts, drag and drop, status bar, persistence."""
+
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import QElapsedTimer, QEventLoop, Qt, QTimer
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QInputDialog,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QTabWidget,
+    QToolButton,
+)
+
+from kvscope.app.base.tasks import TaskRunner
+from kvscope.app.base.theme import Theme
+from kvscope.app.base.widgets import plain_label
+from kvscope.app.document.doc_index import Selection
+from kvscope.app.document.document import Document
+from kvscope.app.report.export import ReportExporter, export_document
+from kvscope.app.shell.document_widget import DocumentWidget
+from kvscope.app.shell.menus import build_menus
+from kvscope.app.shell.settings import AppSettings
+
+STATE_FILTER = "llama.cpp state (*.session *.seqstate *.bin *.state *.slot);;All files (*)"
+GGUF_FILTER = "GGUF model (*.gguf);;All files (*)"
+
+
+class MainWindow(QMainWindow):
+    """kvscope's window. ``settings`` may be given (tests pass an isolated one)."""
+
+    def __init__(self, settings: AppSettings | None = None, theme: Theme | None = None) -> None:
+        super().__init__()
+        self.settings = settings if settings is not None else AppSettings()
+        self.theme = theme if theme is not None else Theme(self.settings.theme(), self)
+        self.runner = TaskRunner(self)
+        self.last_message = ""  # the last warning shown (tests and scripts read it)
+        self.setWindowTitle("kvscope")
+        self.setAcceptDrops(True)
+        self.tabs = QTabWidget()
+        self.tabs.setTabsClosable(True)
+        self.tabs.setMovable(True)
+        self.tabs.tabCloseRequested.connect(self.close_tab)
+        self.tabs.currentChanged.connect(self._on_tab_changed)
+        self.welcome = plain_label("Open a llama.cpp state file: File → Open (Ctrl+O), or drop files here.\n"
+                              "Slot files, sequence state files and blobs, session files.")
+        self.welcome.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setCentralWidget(self.tabs)
+        self._show_welcome(True)
+        self._build_status_bar()
+        self.exporter = ReportExporter(self.runner, self.statusBar().showMessage, self)
+        self.exporter.failed.connect(self._on_export_failed)
+        self.actions_ = build_menus(self)
+        self.runner.activeChanged.connect(self._on_active)
+        self.runner.progressed.connect(self._on_progress)
+        self.resize(1400, 900)
+        self._restore_window()
+        self._update_actions()
+
+    # -- layout helpers ------------------------------------------------------------------------------
+    def _show_welcome(self, on: bool) -> None:
+        if on and self.centralWidget() is not self.welcome:
+            self.takeCentralWidget()
+            self.setCentralWidget(self.welcome)
+        elif not on and self.centralWidget() is not self.tabs:
+            self.takeCentralWidget()
+            self.setCentralWidget(self.tabs)
+
+    def _build_status_bar(self) -> None:
+        sb = self.statusBar()
+        self.offset_label = plain_label()
+        self.size_label = plain_label()
+        self.path_label = plain_label()
+        self.path_label.setMinimumWidth(200)
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(160)
+        self.progress.setTextVisible(False)
+        self.cancel_button = QToolButton()
+        self.cancel_button.setText("Cancel")
+        self.cancel_button.setToolTip("Cancel background work")
+        self.cancel_button.clicked.connect(self.runner.cancel_all)
+        for w in (self.path_label, self.offset_label, self.size_label, self.progress, self.cancel_button):
+            sb.addPermanentWidget(w)
+        self.progress.hide()
+        self.cancel_button.hide()
+
+    # -- documents -----------------------------------------------------------------------------------
+    @property
+    def documents(self) -> list[DocumentWidget]:
+        return [w for i in range(self.tabs.count()) if isinstance(w := self.tabs.widget(i), DocumentWidget)]
+
+    def current(self) -> DocumentWidget | None:
+        w = self.tabs.currentWidget()
+        return w if isinstance(w, DocumentWidget) else None
+
+    def open_file(self, path: str, model: str | None = None) -> DocumentWidget | None:
+        """Open ``path`` in a new tab (or switch to it); ``model`` overrides the remembered model."""
+        path = os.path.abspath(path)
+        if not os.path.isfile(path) or not os.access(path, os.R_OK):
+            why = "no such file" if not os.path.exists(path) else "not a readable file"
+            self._warn(f"Cannot open {path}: {why}.")
+            return None
+        for w in self.documents:
+            if w.doc.path == path:
+                self.tabs.setCurrentWidget(w)
+                if model is not None and model != w.doc.model_path:
+                    self.set_model(w, model)
+                return w
+        if model is not None:
+            self.settings.set_model_for(path, model)
+        doc = Document(path, self.runner, model or self.settings.model_for(path), self)
+        w = DocumentWidget(doc, self.theme)
+        w.restore_layout(self.settings.bytes_value("layout/document_split"))
+        w.banner.modelChosen.connect(lambda m, w=w: self.set_model(w, m))
+        w.banner.browseRequested.connect(lambda w=w: self.choose_model(w))
+        w.diff.compareRequested.connect(lambda w=w: self.compare_with(None, w))
+        doc.message.connect(lambda text: self.statusBar().showMessage(text, 8000))
+        doc.failed.connect(lambda msg, p=path: self._on_load_failed(p, msg))
+        doc.bus.changed.connect(lambda sel, d=doc: self._on_selection(d, sel))
+        doc.loaded.connect(self._update_actions)
+        i = self.tabs.addTab(w, doc.name)
+        self.tabs.setTabToolTip(i, path)
+        self.tabs.setCurrentIndex(i)
+        self._show_welcome(False)
+        self.settings.add_recent(path)
+        self.settings.set_last_dir(os.path.dirname(path))
+        doc.load()
+        return w
+
+    def _on_load_failed(self, path: str, message: str) -> None:
+        self.statusBar().showMessage(f"Cannot read {os.path.basename(path)}: {message}", 10000)
+        self._warn(f"Cannot read {path}:\n{message}")
+
+    def _warn(self, text: str) -> None:
+        """A non-blocking message box (never a modal loop that tests or scripts could hang on)."""
+        self.statusBar().showMessage(text.splitlines()[0], 10000)
+        box = QMessageBox(QMessageBox.Icon.Warning, "kvscope", text, QMessageBox.StandardButton.Ok, self)
+        box.setTextFormat(Qt.TextFormat.PlainText)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.setModal(False)
+        box.show()
+        self.last_message = text
+
+    def close_tab(self, index: int) -> None:
+        w = self.tabs.widget(index)
+        if isinstance(w, DocumentWidget):
+            self.settings.set_bytes_value("layout/document_split", w.save_layout())
+            w.doc.cancel()
+            self.tabs.removeTab(index)
+            w.deleteLater()
+            w.doc.deleteLater()
+        if self.tabs.count() == 0:
+            self._show_welcome(True)
+        self._update_actions()
+
+    def close_current(self) -> None:
+        if self.tabs.count():
+            self.close_tab(self.tabs.currentIndex())
+
+    # -- file actions ------------------------------------------------------------------------------------
+    def open_dialog(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Open state files", self.settings.last_dir(), STATE_FILTER)
+        for p in paths:
+            self.open_file(p)
+
+    def set_model(self, w: DocumentWidget, model: str | None) -> None:
+        """Read ``w``'s file with ``model`` (None: without one) and remember the choice."""
+        self.settings.set_model_for(w.doc.path, model)
+        w.doc.set_model(model)
+
+    def choose_model(self, w: DocumentWidget | None = None) -> None:
+        w = w or self.current()
+        if w is None:
+            return
+        start = os.path.dirname(w.doc.model_path or w.doc.path)
+        path, _ = QFileDialog.getOpenFileName(self, f"Model for {w.doc.name}", start, GGUF_FILTER)
+        if path:
+            self.set_model(w, path)
+
+    def compare_with(self, path: str | None = None, w: DocumentWidget | None = None) -> None:
+        """Diff ``w`` (default: the current document) against ``path`` (asks for a file when None)."""
+        w = w or self.current()
+        if w is None or w.doc.result is None:
+            return
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self, f"Compare {w.doc.name} with", os.path.dirname(w.doc.path),
+                                                  STATE_FILTER)
+            if not path:
+                return
+        w.show_view("diff")
+        w.doc.compare_with(path)
+
+    def export_report(self, dest: str | None = None) -> None:
+        """File → Export report: the current file's report (asks for the folder and options when ``dest`` is None)."""
+        w = self.current()
+        if w is not None:
+            export_document(self.exporter, w.doc, self, self.settings.last_dir() or os.path.dirname(w.doc.path), dest)
+
+    def _on_export_failed(self, _message: str) -> None:
+        self.last_message = self.exporter.last_message
+
+    def goto_offset(self, offset: int | None = None) -> None:
+        """Select the byte at ``offset`` in the current document (asks when None)."""
+        w = self.current()
+        if w is None or w.doc.index is None:
+            return
+        if offset is None:
+            text, ok = QInputDialog.getText(self, "Go to offset", "Offset (decimal or 0x hex):")
+            if not ok or not text.strip():
+                return
+            try:
+                offset = int(text.strip().replace("_", "").replace(",", ""), 0)
+            except ValueError:
+                self.statusBar().showMessage(f"not an offset: {text!r}", 5000)
+                return
+        size = int(w.doc.data.size)
+        if not 0 <= offset < size:
+            self.statusBar().showMessage(f"offset {offset:,} is outside the file (0..{size - 1:,})", 5000)
+            return
+        w.doc.bus.select(w.doc.index.for_offset(offset), origin=self)
+        w.show_view("hex")
+
+    def step_finding(self, delta: int) -> None:
+        w = self.current()
+        if w is not None:
+            w.show_view("findings")
+            w.findings.step(delta)
+
+    def step_difference(self, delta: int) -> None:
+        w = self.current()
+        if w is not None:
+            w.show_view("diff")
+            w.diff.step(delta)
+
+    def find_in_tree(self) -> None:
+        w = self.current()
+        if w is not None:
+            w.tree.focus_find()
+
+    def show_view(self, name: str) -> None:
+        w = self.current()
+        if w is not None:
+            w.show_view(name)
+
+    def set_theme(self, name: str) -> None:
+        self.settings.set_theme(name)
+        self.theme.set_preference(name)
+
+    # -- status ---------------------------------------------------------------------------------------
+    def _on_selection(self, doc: Document, sel: Selection) -> None:
+        w = self.current()
+        if w is None or w.doc is not doc:
+            return
+        self.offset_label.setText(f"offset {sel.at:,} (0x{sel.at:x})")
+        self.size_label.setText(f"size {sel.length:,}")
+        path = sel.node.path if sel.node is not None else ""
+        if sel.cell is not None:
+            path += f" · cell {sel.cell}"
+        self.path_label.setText(path)
+
+    def _on_tab_changed(self, _index: int) -> None:
+        w = self.current()
+        sel = w.doc.bus.current if w is not None else None
+        if w is not None and sel is not None:
+            self._on_selection(w.doc, sel)
+        else:
+            for label in (self.offset_label, self.size_label, self.path_label):
+                label.setText("")
+        self.setWindowTitle(f"{w.doc.name} — kvscope" if w is not None else "kvscope")
+        self._update_actions()
+
+    def _on_active(self, n: int) -> None:
+        self.progress.setVisible(n > 0)
+        self.cancel_button.setVisible(n > 0)
+        if n > 0:
+            self.progress.setRange(0, 0)
+
+    def _on_progress(self, label: str, fraction: object, text: str) -> None:
+        if isinstance(fraction, float):
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(fraction * 1000))
+        else:
+            self.progress.setRange(0, 0)
+        self.statusBar().showMessage(f"{label}: {text}", 4000)
+
+    def _update_actions(self) -> None:
+        if hasattr(self, "actions_"):
+            self.actions_.update(self.current())
+
+    # -- drag and drop -----------------------------------------------------------------------------------
+    def dragEnterEvent(self, e: QDragEnterEvent) -> None:
+        if e.mimeData().hasUrls() and any(u.isLocalFile() for u in e.mimeData().urls()):
+            e.acceptProposedAction()
+
+    def dropEvent(self, e: QDropEvent) -> None:
+        paths = [u.toLocalFile() for u in e.mimeData().urls() if u.isLocalFile()]
+        for p in paths:
+            cur = self.current()
+            if p.lower().endswith(".gguf") and cur is not None:
+                self.set_model(cur, p)  # a dropped model applies to the file in front
+            else:
+                self.open_file(p)
+        e.acceptProposedAction()
+
+    # -- persistence --------------------------------------------------------------------------------------
+    def _restore_window(self) -> None:
+        geo = self.settings.bytes_value("window/geometry")
+        if geo is not None:
+            self.restoreGeometry(geo)
+        state = self.settings.bytes_value("window/state")
+        if state is not None:
+            self.restoreState(state)
+
+    def save_settings(self) -> None:
+        self.settings.set_bytes_value("window/geometry", self.saveGeometry())
+        self.settings.set_bytes_value("window/state", self.saveState())
+        w = self.current()
+        if w is not None:
+            self.settings.set_bytes_value("layout/document_split", w.save_layout())
+        self.settings.sync()
+
+    def closeEvent(self, e: QCloseEvent) -> None:
+        self.save_settings()
+        self.runner.shutdown()
+        super().closeEvent(e)
+
+    # -- scripting and tests ------------------------------------------------------------------------------
+    def wait_idle(self, timeout_ms: int = 30000) -> bool:
+        """Process events until no background task is left (True) or ``timeout_ms`` passes (False)."""
+        timer = QElapsedTimer()
+        timer.start()
+        quiet = 0
+        while timer.elapsed() < timeout_ms:
+            QApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+            quiet = quiet + 1 if not self.runner.active else 0
+            if quiet >= 3:
+                return True
+            loop = QEventLoop()
+            QTimer.singleShot(20, loop.quit)
+            loop.exec()
+        return False

@@ -1,0 +1,154 @@
+"""Menus, actions and their standard shortcuts; greys out what the current document cannot do, saying why.
+
+The menus know the window only as a :class:`MenuHost`: the commands its actions trigger. The window
+passes itself, so this module never imports the window.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtWidgets import QMenu, QMenuBar, QMessageBox, QWidget
+
+from kvscope.app.base.theme import THEMES, Theme
+from kvscope.app.document.document import diff_available
+from kvscope.app.shell.document_widget import TAB_TITLES, TAB_VIEWS, DocumentWidget
+from kvscope.app.shell.settings import AppSettings
+
+
+class MenuHost(Protocol):
+    """What the menus need from the window that owns them: its settings, theme, menu bar and commands."""
+
+    settings: AppSettings
+    theme: Theme
+
+    def window(self) -> QWidget: ...  # the top-level widget that parents the actions and dialogs
+    def menuBar(self) -> QMenuBar: ...
+    def close(self) -> bool: ...
+    def current(self) -> DocumentWidget | None: ...
+    def open_file(self, path: str, model: str | None = None) -> Any: ...
+    def open_dialog(self) -> None: ...
+    def close_current(self) -> None: ...
+    def compare_with(self, path: str | None = None, w: DocumentWidget | None = None) -> None: ...
+    def choose_model(self, w: DocumentWidget | None = None) -> None: ...
+    def export_report(self, dest: str | None = None) -> None: ...
+    def find_in_tree(self) -> None: ...
+    def goto_offset(self, offset: int | None = None) -> None: ...
+    def step_finding(self, delta: int) -> None: ...
+    def step_difference(self, delta: int) -> None: ...
+    def show_view(self, name: str) -> None: ...
+    def set_theme(self, name: str) -> None: ...
+
+
+@dataclass
+class Actions:
+    """The window's actions that depend on the current document."""
+
+    by_name: dict[str, QAction] = field(default_factory=dict)
+    recent_menu: QMenu | None = None
+
+    def __getitem__(self, name: str) -> QAction:
+        return self.by_name[name]
+
+    def update(self, w: DocumentWidget | None) -> None:
+        """Enable what ``w`` (the current document's page, None without one) can do."""
+        loaded = w is not None and w.doc.result is not None
+        for name in ("close", "find", "goto", "next_finding", "prev_finding", "model", "export_report"):
+            self.by_name[name].setEnabled(w is not None and (loaded or name in ("close", "model")))
+        can_diff = loaded and diff_available()
+        act = self.by_name["diff"]
+        act.setEnabled(can_diff)
+        act.setToolTip("" if can_diff else ("needs kvscope.core.diff" if not diff_available()
+                                            else "open a state file first"))
+        has_diff = w is not None and w.doc.diff is not None
+        for name in ("next_diff", "prev_diff"):
+            self.by_name[name].setEnabled(has_diff)
+        for name in TAB_VIEWS:
+            self.by_name[f"view_{name}"].setEnabled(w is not None)
+
+
+def _action(win: MenuHost, acts: Actions, name: str, text: str, slot: object,
+            shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None, tip: str = "") -> QAction:
+    a = QAction(text, win.window())
+    if shortcut is not None:
+        a.setShortcut(QKeySequence(shortcut))
+    if tip:
+        a.setStatusTip(tip)
+        a.setToolTip(tip)
+    a.triggered.connect(slot)
+    acts.by_name[name] = a
+    return a
+
+
+def _fill_recent(win: MenuHost, menu: QMenu) -> None:
+    menu.clear()
+    paths = win.settings.recent_files()
+    for i, p in enumerate(paths):
+        a = menu.addAction(f"&{(i + 1) % 10} {os.path.basename(p)}")
+        a.setToolTip(p)
+        a.setStatusTip(p)
+        a.triggered.connect(lambda _=False, p=p: win.open_file(p))
+    if not paths:
+        menu.addAction("(no recent files)").setEnabled(False)
+    menu.addSeparator()
+    menu.addAction("Clear list").triggered.connect(win.settings.clear_recent)
+
+
+def build_menus(win: MenuHost) -> Actions:
+    """Create the menu bar of ``win``."""
+    acts = Actions()
+    mb = win.menuBar()
+    SK = QKeySequence.StandardKey
+    file_menu = mb.addMenu("&File")
+    file_menu.addAction(_action(win, acts, "open", "&Open…", win.open_dialog, SK.Open, "Open state files"))
+    recent = acts.recent_menu = file_menu.addMenu("Open &Recent")
+    recent.aboutToShow.connect(lambda: _fill_recent(win, recent))
+    _fill_recent(win, recent)
+    file_menu.addAction(_action(win, acts, "diff", "Compare &with…", lambda: win.compare_with(), "Ctrl+D",
+                                "Diff the current file against a second state file"))
+    file_menu.addAction(_action(win, acts, "model", "&Model…", lambda: win.choose_model(), "Ctrl+M",
+                                "Choose the GGUF model the current file was written with"))
+    file_menu.addAction(_action(win, acts, "export_report", "&Export Report…", lambda: win.export_report(), "Ctrl+E",
+                                "Write an HTML / Markdown / JSON report of the current file, with pictures"))
+    file_menu.addSeparator()
+    file_menu.addAction(_action(win, acts, "close", "&Close", win.close_current, SK.Close))
+    file_menu.addAction(_action(win, acts, "quit", "&Quit", win.close, SK.Quit))
+
+    nav = mb.addMenu("&Navigate")
+    nav.addAction(_action(win, acts, "find", "&Find in Tree…", win.find_in_tree, SK.Find))
+    nav.addAction(_action(win, acts, "goto", "&Go to Offset…", lambda: win.goto_offset(), "Ctrl+G"))
+    nav.addSeparator()
+    nav.addAction(_action(win, acts, "next_finding", "&Next Finding", lambda: win.step_finding(1), "F8"))
+    nav.addAction(_action(win, acts, "prev_finding", "&Previous Finding", lambda: win.step_finding(-1), "Shift+F8"))
+    nav.addAction(_action(win, acts, "next_diff", "Next &Difference", lambda: win.step_difference(1), "F7"))
+    nav.addAction(_action(win, acts, "prev_diff", "Previous D&ifference", lambda: win.step_difference(-1),
+                          "Shift+F7"))
+
+    view = mb.addMenu("&View")
+    for i, name in enumerate(TAB_VIEWS):
+        view.addAction(_action(win, acts, f"view_{name}", TAB_TITLES[name], lambda _=False, n=name: win.show_view(n),
+                               f"Alt+{i + 1}"))
+    view.addSeparator()
+    theme_menu = view.addMenu("&Theme")
+    group = QActionGroup(win.window())
+    for name in THEMES:
+        a = theme_menu.addAction(name.capitalize() if name != "system" else "Follow system")
+        a.setCheckable(True)
+        a.setChecked(win.theme.preference == name)
+        a.triggered.connect(lambda _=False, n=name: win.set_theme(n))
+        group.addAction(a)
+
+    help_menu = mb.addMenu("&Help")
+    help_menu.addAction("&About kvscope").triggered.connect(lambda: _about(win))
+    return acts
+
+
+def _about(win: MenuHost) -> None:
+    box = QMessageBox(QMessageBox.Icon.Information, "About kvscope",
+                      "kvscope — inspector for llama.cpp saved state (slot, sequence and session files, "
+                      "state blobs).\nFiles are opened read-only.", QMessageBox.StandardButton.Ok, win.window())
+    box.setModal(False)
+    box.show()

@@ -1,0 +1,159 @@
+"""Lazy table model over the memory-mapped bytes: 16 bytes per row, one page of rows at a time.
+
+A 2 GiB file has 134 million rows; item views cannot hold that many (header sections are 32-bit
+pixel positions). So the model exposes a *page*: ``page_rows`` rows starting at ``base_row``,
+and the hex view drives ``base_row`` from its own scroll bar over all rows. Cells are formatted
+on demand from the memory map; nothing is copied.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtGui import QColor, QFontDatabase
+
+from kvscope.app.base.theme import kind_color
+from kvscope.core.reader.tree import Node
+
+BYTES_PER_ROW = 16
+ASCII_COL = BYTES_PER_ROW
+Index = QModelIndex | QPersistentModelIndex
+
+
+class HexModel(QAbstractTableModel):
+    """One page of a hex dump: columns 0..15 are bytes, column 16 their ASCII."""
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.buf: npt.NDArray[np.uint8] = np.zeros(0, np.uint8)
+        self.base_row = 0
+        self.page_rows = 32
+        self.highlight: tuple[int, int] | None = None  # [start, end)
+        self._leaves: list[Node] = []
+        self._starts: list[int] = []
+        self._tints: dict[str, QColor] = {}
+        self._hl = QColor("#3d8ee6")
+        self._dark = False
+        self._font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+
+    # -- setup ------------------------------------------------------------------------------------
+    def set_data(self, buf: npt.NDArray[np.uint8], leaves: list[Node]) -> None:
+        self.beginResetModel()
+        self.buf = buf
+        self.base_row = 0
+        self.highlight = None
+        self._leaves = leaves
+        self._starts = [n.offset for n in leaves]
+        self.endResetModel()
+
+    def set_colors(self, highlight: QColor, dark: bool) -> None:
+        self._hl = QColor(highlight)
+        self._hl.setAlpha(150)
+        self._tints = {}
+        self._dark = dark
+        self._emit_all()
+
+    @property
+    def total_rows(self) -> int:
+        return (int(self.buf.size) + BYTES_PER_ROW - 1) // BYTES_PER_ROW
+
+    def set_page(self, base_row: int, page_rows: int) -> None:
+        """Show rows ``[base_row, base_row + page_rows)`` of the file."""
+        base_row = max(0, min(base_row, max(0, self.total_rows - 1)))
+        page_rows = max(1, page_rows)
+        old = self.rowCount()
+        self.base_row, self.page_rows = base_row, page_rows
+        new = self.rowCount()
+        if new != old:
+            self.beginResetModel()
+            self.endResetModel()
+        else:
+            self._emit_all()
+            self.headerDataChanged.emit(Qt.Orientation.Vertical, 0, max(0, new - 1))
+
+    def set_highlight(self, start: int, end: int) -> None:
+        self.highlight = (start, end) if end > start else None
+        self._emit_all()
+
+    def _emit_all(self) -> None:
+        if self.rowCount():
+            self.dataChanged.emit(self.index(0, 0), self.index(self.rowCount() - 1, ASCII_COL))
+
+    # -- addressing --------------------------------------------------------------------------------
+    def offset_of(self, row: int, col: int) -> int:
+        """Absolute offset of a byte cell (the row's first byte for the ASCII column)."""
+        return (self.base_row + row) * BYTES_PER_ROW + (0 if col == ASCII_COL else col)
+
+    def cell_of(self, offset: int) -> tuple[int, int] | None:
+        """(row, col) of ``offset`` on the current page, or None when it is not shown."""
+        row = offset // BYTES_PER_ROW - self.base_row
+        if 0 <= row < self.rowCount() and 0 <= offset < self.buf.size:
+            return row, offset % BYTES_PER_ROW
+        return None
+
+    def _leaf_at(self, offset: int) -> Node | None:
+        i = bisect_right(self._starts, offset) - 1
+        return self._leaves[i] if 0 <= i < len(self._leaves) and offset < self._leaves[i].end else None
+
+    def _tint(self, kind: str, status: str) -> QColor:
+        key = f"{kind}/{status}"
+        c = self._tints.get(key)
+        if c is None:
+            c = kind_color("unparsed" if status == "unparsed" else kind)
+            c.setAlpha(70 if self._dark else 45)
+            self._tints[key] = c
+        return c
+
+    # -- Qt model API ------------------------------------------------------------------------------
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        if parent.isValid():
+            return 0
+        return max(0, min(self.page_rows, self.total_rows - self.base_row))
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else BYTES_PER_ROW + 1
+
+    def headerData(self, section: int, orientation: Qt.Orientation,
+                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if role == Qt.ItemDataRole.FontRole:
+            return self._font
+        if role != Qt.ItemDataRole.DisplayRole:
+            return None
+        if orientation == Qt.Orientation.Horizontal:
+            return "ASCII" if section == ASCII_COL else f"{section:X}"
+        return f"{(self.base_row + section) * BYTES_PER_ROW:08x}"
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        row, col = index.row(), index.column()
+        start = (self.base_row + row) * BYTES_PER_ROW
+        if role == Qt.ItemDataRole.DisplayRole:
+            if col == ASCII_COL:
+                chunk = self.buf[start : start + BYTES_PER_ROW]
+                return "".join(chr(b) if 32 <= b < 127 else "." for b in chunk.tolist())
+            off = start + col
+            return f"{int(self.buf[off]):02x}" if off < self.buf.size else ""
+        if role == Qt.ItemDataRole.FontRole:
+            return self._font
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return int(Qt.AlignmentFlag.AlignCenter if col != ASCII_COL else Qt.AlignmentFlag.AlignLeft
+                       | Qt.AlignmentFlag.AlignVCenter)
+        if col == ASCII_COL:
+            return None
+        off = start + col
+        if role == Qt.ItemDataRole.BackgroundRole and off < self.buf.size:
+            hl = self.highlight
+            if hl is not None and hl[0] <= off < hl[1]:
+                return self._hl
+            leaf = self._leaf_at(off)
+            return self._tint(leaf.kind, leaf.status) if leaf is not None else None
+        if role == Qt.ItemDataRole.ToolTipRole and off < self.buf.size:
+            leaf = self._leaf_at(off)
+            where = f"\n{leaf.path} ({leaf.kind}, {leaf.status})" if leaf is not None else ""
+            return f"offset {off:,} (0x{off:x}){where}"
+        return None

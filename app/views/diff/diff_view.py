@@ -1,0 +1,238 @@
+"""Diff view: this file (A) against a second one (B): the list of differences, per-layer plots."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TYPE_CHECKING, Any
+
+import pyqtgraph as pg
+from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QPushButton,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from kvscope.app.base.theme import Theme
+from kvscope.app.base.widgets import plain_label
+from kvscope.app.document.document import Document, diff_available
+from kvscope.app.views.layers.stats_plot import ROLE_COLORS, ROLE_LABEL
+from kvscope.app.views.row_model import RIGHT, RowTableModel
+
+if TYPE_CHECKING:
+    from kvscope.core.diff import DiffItem, StateDiff
+
+Index = QModelIndex | QPersistentModelIndex
+COLUMNS = ("kind", "offset A", "offset B", "layer", "description")
+
+
+class DiffModel(RowTableModel["DiffItem"]):
+    """Rows are ``StateDiff.differences`` in the core's order."""
+
+    columns = COLUMNS
+
+    @property
+    def items(self) -> list[DiffItem]:
+        return self.rows
+
+    def set_items(self, items: list[DiffItem]) -> None:
+        self.set_rows(items)
+
+    def cell(self, d: DiffItem, col: str, role: int) -> Any:
+        if role == Qt.ItemDataRole.DisplayRole:
+            def off(v: int | None) -> str:
+                return "—" if v is None else f"{v:,}"
+
+            return {"kind": d.kind, "offset A": off(d.offset_a), "offset B": off(d.offset_b),
+                    "layer": "" if d.layer is None else str(d.layer), "description": d.description}[col]
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return d.description
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in ("offset A", "offset B", "layer"):
+            return RIGHT
+        return None
+
+
+class DiffView(QWidget):
+    """Open a second file against the current one; step through differences; plot per-layer numbers."""
+
+    compareRequested = Signal()  # the window asks for a file and calls ``doc.compare_with``
+
+    def __init__(self, doc: Document, theme: Theme, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.doc, self.theme = doc, theme
+        self.model = DiffModel(self)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
+        self.table.setWordWrap(False)
+        hh = self.table.horizontalHeader()
+        hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        hh.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
+        self.open_button = QPushButton("Compare with…")
+        self.prev_button = QPushButton("◀ Previous")
+        self.next_button = QPushButton("Next ▶")
+        self.header = plain_label("Compare this file with a second state file (File → Compare with…, Ctrl+D).")
+        self.header.setWordWrap(True)
+        self.detail = plain_label(" ")
+        self.detail.setWordWrap(True)
+        if not diff_available():
+            self.open_button.setEnabled(False)
+            self.open_button.setToolTip("needs kvscope.core.diff")
+        self.glw = pg.GraphicsLayoutWidget()
+        self.abs_plot = self.glw.addPlot(row=0, col=0)
+        self.cells_plot = self.glw.addPlot(row=0, col=1)
+        self.nan_plot = self.glw.addPlot(row=0, col=2)
+        self.abs_plot.setTitle("max |A − B| (finite values)")
+        self.cells_plot.setTitle("cells that differ")
+        self.nan_plot.setTitle("NaN values: A solid, B dashed")
+        for p in self.plots:
+            p.setLabel("bottom", "layer")
+            p.setMenuEnabled(False)
+            p.showGrid(x=True, y=True, alpha=0.25)
+        self.abs_plot.addLegend(offset=(-10, 5))
+        top = QHBoxLayout()
+        top.addWidget(self.open_button)
+        top.addWidget(self.prev_button)
+        top.addWidget(self.next_button)
+        top.addWidget(self.header, 1)
+        upper = QWidget()
+        ul = QVBoxLayout(upper)
+        ul.setContentsMargins(0, 0, 0, 0)
+        ul.addLayout(top)
+        ul.addWidget(self.table, 1)
+        ul.addWidget(self.detail)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(upper)
+        split.addWidget(self.glw)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 2)
+        lay.addWidget(split)
+        self.open_button.clicked.connect(self.compareRequested)
+        self.prev_button.clicked.connect(lambda: self.step(-1))
+        self.next_button.clicked.connect(lambda: self.step(1))
+        self.table.selectionModel().currentRowChanged.connect(self._on_current)
+        self.table.clicked.connect(self._activate)
+        doc.diffReady.connect(self._reload)
+        doc.loaded.connect(self._reload)
+        theme.changed.connect(self.apply_theme)
+        self.apply_theme(theme.dark)
+        self._reload()
+
+    @property
+    def plots(self) -> tuple[pg.PlotItem, pg.PlotItem, pg.PlotItem]:
+        return self.abs_plot, self.cells_plot, self.nan_plot
+
+    @property
+    def diff(self) -> StateDiff | None:
+        return self.doc.diff.diff if self.doc.diff is not None else None
+
+    def _reload(self) -> None:
+        state = self.doc.diff
+        d = self.diff
+        self.model.set_items(d.differences if d is not None else [])
+        has = d is not None and bool(d.differences)
+        self.prev_button.setEnabled(has)
+        self.next_button.setEnabled(has)
+        if state is None or d is None:
+            self.header.setText("Compare this file with a second state file (File → Compare with…, Ctrl+D).")
+            self.detail.setText(" ")
+        else:
+            b = state.other
+            first = "" if d.first_byte is None else f"; first differing byte @{d.first_byte:,}"
+            self.header.setText(f"A: {self.doc.name} ({d.size_a:,} bytes) · B: {os.path.basename(state.other_path)} "
+                                f"({b.kind}, {d.size_b:,} bytes) · "
+                                + (f"{len(d.differences)} differences{first}" if d.differences else "identical"))
+        self._plot(d)
+
+    def _plot(self, d: StateDiff | None) -> None:
+        for p in self.plots:
+            p.clear()
+        if d is None:
+            return
+        series: dict[str, tuple[list[float], list[list[float]], str]] = {}
+        for sd in d.sections:
+            for ld in sd.layers:
+                stream = "" if ld.stream_a is None else f" s{ld.stream_a}"
+                key = f"{sd.role}{stream} {ROLE_LABEL.get(ld.role, ld.role)}"
+                xs, ys, role = series.setdefault(key, ([], [[], [], [], []], ld.role))
+                xs.append(float(ld.il if ld.il is not None else ld.index))
+                for col, v in zip(ys, (ld.max_abs, ld.cells_differ, ld.nan_a, ld.nan_b), strict=True):
+                    col.append(float(v) if math.isfinite(float(v)) else math.nan)
+        styles = (Qt.PenStyle.SolidLine, Qt.PenStyle.DotLine, Qt.PenStyle.DashDotLine)
+        layers: set[float] = set()
+        for n, (key, (xs, ys, role)) in enumerate(series.items()):
+            color = ROLE_COLORS.get(role, "#888888")
+            pen = pg.mkPen(color, width=2, style=styles[(n // 2) % len(styles)])
+            kw = {"symbol": "o", "symbolSize": 6, "symbolBrush": color}
+            fin = [(x, y) for x, y in zip(xs, ys[0], strict=True) if math.isfinite(y)]
+            self.abs_plot.plot([x for x, _ in fin], [y for _, y in fin], pen=pen, name=key, **kw)
+            self.cells_plot.plot(xs, ys[1], pen=pen, **kw)
+            self.nan_plot.plot(xs, ys[2], pen=pen, **kw)
+            self.nan_plot.plot(xs, ys[3], pen=pg.mkPen(color, width=2, style=Qt.PenStyle.DashLine), symbol="t1",
+                               symbolSize=7, symbolBrush=color)
+            layers.update(xs)
+        ticks = [(x, f"{x:g}") for x in sorted(layers)] if 0 < len(layers) <= 40 else None
+        tops = self._tops(series)
+        for p, top in zip(self.plots, tops, strict=True):
+            p.getAxis("bottom").setTicks([ticks] if ticks else None)
+            p.setYRange(0, top * 1.15 if top > 0 else 1.0, padding=0)  # counts and distances start at 0
+
+    @staticmethod
+    def _tops(series: dict[str, tuple[list[float], list[list[float]], str]]) -> list[float]:
+        """The largest finite value each of the three plots shows."""
+        def top(cols: tuple[int, ...]) -> float:
+            vals = [v for _, ys, _ in series.values() for c in cols for v in ys[c] if math.isfinite(v)]
+            return max(vals, default=0.0)
+
+        return [top((0,)), top((1,)), top((2, 3))]
+
+    def apply_theme(self, _dark: bool) -> None:
+        bg, fg = self.theme.plot_colors()
+        self.glw.setBackground(bg)
+        for p in self.plots:
+            for name in ("left", "bottom"):
+                p.getAxis(name).setPen(fg)
+                p.getAxis(name).setTextPen(fg)
+            p.titleLabel.setAttr("color", fg)
+            p.setTitle(p.titleLabel.text)
+            if p.legend is not None:
+                p.legend.setLabelTextColor(fg)
+
+    # -- stepping and selection ---------------------------------------------------------------------
+    def step(self, delta: int) -> DiffItem | None:
+        """Select the next (1) or previous (-1) difference, wrapping."""
+        n = self.model.rowCount()
+        if n == 0:
+            return None
+        cur = self.table.currentIndex()
+        row = (cur.row() + delta) % n if cur.isValid() else (0 if delta > 0 else n - 1)
+        idx = self.model.index(row, 0)
+        self.table.selectionModel().setCurrentIndex(
+            idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
+        self.table.scrollTo(idx)
+        return self.model.items[row]
+
+    def _on_current(self, current: QModelIndex, _prev: QModelIndex) -> None:
+        if current.isValid():
+            self._activate(current)
+
+    def _activate(self, index: QModelIndex) -> None:
+        item = self.model.items[index.row()]
+        where_b = "" if item.offset_b is None else f" · in B at {item.offset_b:,} (0x{item.offset_b:x})"
+        if item.offset_a is None:
+            self.detail.setText(f"only in B{where_b}: {item.description}")
+            return
+        self.detail.setText(f"A at {item.offset_a:,} (0x{item.offset_a:x}){where_b}: {item.description}")
+        if self.doc.index is not None and item.offset_a < self.doc.data.size:
+            self.doc.bus.select(self.doc.index.for_offset(item.offset_a), origin=self)

@@ -1,0 +1,208 @@
+"""Findings: a sortable, filterable table; a click jumps to the bytes and the node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import (
+    QItemSelectionModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+)
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLineEdit,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from kvscope.app.base.theme import SEVERITY_COLORS
+from kvscope.app.base.widgets import plain_label
+from kvscope.app.document.doc_index import Selection
+from kvscope.app.document.document import Document
+from kvscope.app.views.row_model import RIGHT, RowTableModel
+from kvscope.core.findings import SEVERITY_RANK, Finding
+
+Index = QModelIndex | QPersistentModelIndex
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1
+FINDING_ROLE = Qt.ItemDataRole.UserRole + 2
+COLUMNS = ("severity", "code", "offset", "length", "layer", "message")
+
+
+class FindingsModel(RowTableModel[Finding]):
+    """A snapshot of the document's findings (refreshed when statistics add some)."""
+
+    columns = COLUMNS
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.rows
+
+    def set_findings(self, findings: list[Finding]) -> None:
+        self.set_rows(findings)
+
+    def cell(self, f: Finding, col: str, role: int) -> Any:
+        if role == Qt.ItemDataRole.DisplayRole:
+            return {
+                "severity": f.severity, "code": f.code, "offset": f"{f.offset:,}", "length": f"{f.length:,}",
+                "layer": "" if f.layer is None else str(f.layer), "message": f.message,
+            }[col]
+        if role == SORT_ROLE:
+            return {
+                "severity": SEVERITY_RANK.get(f.severity, 0), "code": f.code, "offset": f.offset,
+                "length": f.length, "layer": -1 if f.layer is None else f.layer, "message": f.message,
+            }[col]
+        if role == FINDING_ROLE:
+            return f
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return f"{f.severity} {f.code} @{f.offset:,} (0x{f.offset:x}), {f.length:,} bytes\n{f.path}\n{f.message}"
+        if role == Qt.ItemDataRole.ForegroundRole and col == "severity":
+            return QColor(SEVERITY_COLORS.get(f.severity, "#808080"))
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in ("offset", "length", "layer"):
+            return RIGHT
+        return None
+
+
+class FindingsFilter(QSortFilterProxyModel):
+    """Keeps findings at or above a severity whose code, message or path contains the filter text."""
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.min_rank = 0
+        self.text = ""
+        self.setSortRole(SORT_ROLE)
+
+    def set_filter(self, min_rank: int, text: str) -> None:
+        self.min_rank, self.text = min_rank, text.strip().lower()
+        self.invalidate()
+
+    def filterAcceptsRow(self, row: int, parent: Index) -> bool:
+        model = self.sourceModel()
+        if not isinstance(model, FindingsModel):
+            return True
+        f = model.findings[row]
+        if SEVERITY_RANK.get(f.severity, 0) < self.min_rank:
+            return False
+        return not self.text or self.text in f"{f.code} {f.message} {f.path}".lower()
+
+
+class FindingsView(QWidget):
+    """Findings table with a severity filter and a text filter; F8/Shift+F8 step through rows."""
+
+    def __init__(self, doc: Document, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.doc = doc
+        self.model = FindingsModel(self)
+        self.proxy = FindingsFilter(self)
+        self.proxy.setSourceModel(self.model)
+        self.table = QTableView()
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(2, Qt.SortOrder.AscendingOrder)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
+        self.table.setWordWrap(False)
+        hh = self.table.horizontalHeader()
+        hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        hh.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
+        self.severity = QComboBox()
+        self.severity.addItem("all severities", 0)
+        self.severity.addItem("warnings and errors", 1)
+        self.severity.addItem("errors only", 2)
+        self.filter_edit = QLineEdit()
+        self.filter_edit.setPlaceholderText("Filter findings (code, message, path)…")
+        self.filter_edit.setClearButtonEnabled(True)
+        self.count = plain_label()
+        self.detail = plain_label(" ", wrap=True)
+        self.detail.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        top = QHBoxLayout()
+        top.addWidget(self.severity)
+        top.addWidget(self.filter_edit, 1)
+        top.addWidget(self.count)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 2)
+        lay.addLayout(top)
+        lay.addWidget(self.table, 1)
+        lay.addWidget(self.detail)
+        self.severity.currentIndexChanged.connect(self._apply_filter)
+        self.filter_edit.textChanged.connect(self._apply_filter)
+        self.table.clicked.connect(self._activate)
+        self.table.activated.connect(self._activate)
+        self.table.selectionModel().currentRowChanged.connect(self._on_current)
+        doc.loaded.connect(self._reload)
+        doc.statsReady.connect(self._reload)
+        doc.bus.changed.connect(self._on_selection)
+        self._syncing = False
+        self._reload()
+
+    def _reload(self) -> None:
+        res = self.doc.result
+        self.model.set_findings(res.findings if res is not None else [])
+        self._update_count()
+
+    def _apply_filter(self) -> None:
+        self.proxy.set_filter(int(self.severity.currentData() or 0), self.filter_edit.text())
+        self._update_count()
+
+    def _update_count(self) -> None:
+        n, shown = self.model.rowCount(), self.proxy.rowCount()
+        self.count.setText(f"{shown} of {n}" if shown != n else f"{n} finding" + ("" if n == 1 else "s"))
+
+    def finding_at(self, proxy_row: int) -> Finding | None:
+        f = self.proxy.index(proxy_row, 0).data(FINDING_ROLE)
+        return f if isinstance(f, Finding) else None
+
+    def _activate(self, index: QModelIndex) -> None:
+        f = self.finding_at(index.row())
+        self._show_detail(f)
+        if f is not None and self.doc.index is not None:
+            self.doc.bus.select(self.doc.index.for_finding(f), origin=self)
+
+    def _show_detail(self, f: Finding | None) -> None:
+        if f is None:
+            self.detail.setText(" ")
+            return
+        layer = f" · layer {f.layer}" if f.layer is not None else ""
+        self.detail.setText(f"{f.severity} {f.code} at {f.offset:,} (0x{f.offset:x}), {f.length:,} bytes{layer} · "
+                            f"{f.path}\n{f.message}")
+
+    def _on_current(self, current: QModelIndex, _prev: QModelIndex) -> None:
+        if not self._syncing and current.isValid():
+            self._activate(current)
+
+    def step(self, delta: int) -> Finding | None:
+        """Select the next (``delta`` 1) or previous (-1) finding in table order, wrapping."""
+        n = self.proxy.rowCount()
+        if n == 0:
+            return None
+        cur = self.table.currentIndex()
+        row = (cur.row() + delta) % n if cur.isValid() else (0 if delta > 0 else n - 1)
+        idx = self.proxy.index(row, 0)
+        self.table.selectionModel().setCurrentIndex(
+            idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
+        self.table.scrollTo(idx)
+        return self.finding_at(row)
+
+    def _on_selection(self, sel: Selection) -> None:
+        if sel.origin is self or sel.finding is None:
+            return
+        for row in range(self.proxy.rowCount()):
+            if self.finding_at(row) is sel.finding:
+                self._show_detail(sel.finding)
+                self._syncing = True
+                try:
+                    self.table.selectionModel().setCurrentIndex(
+                        self.proxy.index(row, 0),
+                        QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
+                finally:
+                    self._syncing = False
+                return

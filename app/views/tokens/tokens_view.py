@@ -1,0 +1,160 @@
+"""Tokens: ids and, with a model, their text; a token selects its cell where tokens map to cells."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QItemSelectionModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QAbstractItemView, QApplication, QHeaderView, QTableView, QVBoxLayout, QWidget
+
+from kvscope.app.base.widgets import plain_label
+from kvscope.app.document.doc_index import Selection
+from kvscope.app.document.document import Document
+
+Index = QModelIndex | QPersistentModelIndex
+NEEDS_MODEL = "needs a model: token text comes from the GGUF vocabulary (File → Model…)"
+
+
+class TokensModel(QAbstractTableModel):
+    """Columns: index, token id, text (with a model), cell (where tokens map to cells)."""
+
+    HEADERS = ("#", "id", "text", "cell")
+
+    def __init__(self, doc: Document, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.doc = doc
+
+    def reset(self) -> None:
+        self.beginResetModel()
+        self.endResetModel()
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.doc.result.tokens if self.doc.result is not None else []
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.tokens)
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.HEADERS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation,
+                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation != Qt.Orientation.Horizontal:
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self.HEADERS[section]
+        if role == Qt.ItemDataRole.ToolTipRole and section == 2 and self.doc.profile is None:
+            return NEEDS_MODEL
+        if role == Qt.ItemDataRole.ToolTipRole and section == 3 and self.doc.index is not None \
+                and self.doc.index.token_link is None:
+            return self.doc.index.token_link_reason
+        return None
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        i, col = index.row(), index.column()
+        tok = self.tokens[i]
+        prof = self.doc.profile
+        if role == Qt.ItemDataRole.DisplayRole:
+            if col == 0:
+                return i
+            if col == 1:
+                return tok
+            if col == 2:
+                if prof is None:
+                    return "—"
+                text = prof.token_text(tok)
+                return "⟨out of vocabulary⟩" if text is None else repr(text)[1:-1]
+            idx = self.doc.index
+            cell = idx.cell_of_token(i) if idx is not None else None
+            return "" if cell is None else cell
+        if role == Qt.ItemDataRole.ToolTipRole and col == 2 and prof is None:
+            return NEEDS_MODEL
+        if role == Qt.ItemDataRole.ForegroundRole and col == 2 and prof is None:
+            return QApplication.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text)
+        return None
+
+
+class TokensView(QWidget):
+    """The token list; selecting a token selects its cell (or its bytes) everywhere."""
+
+    def __init__(self, doc: Document, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.doc = doc
+        self.model = TokensModel(doc, self)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 4)
+        hh = self.table.horizontalHeader()
+        # Fixed widths from the widest number: ResizeToContents would ask every row (100,000+ tokens).
+        for col in (0, 1, 3):
+            hh.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
+        hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.table.setAlternatingRowColors(True)
+        self.summary = plain_label()
+        self.summary.setWordWrap(True)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 2)
+        lay.addWidget(self.summary)
+        lay.addWidget(self.table, 1)
+        self.table.selectionModel().currentRowChanged.connect(self._on_current)
+        doc.loaded.connect(self._reload)
+        doc.bus.changed.connect(self._on_selection)
+        self._syncing = False
+        self._reload()
+
+    def _fit_columns(self, n_tokens: int, max_id: int, max_cell: int) -> None:
+        fm = self.table.fontMetrics()
+        for col, widest in ((0, n_tokens), (1, max_id), (3, max_cell)):
+            text = max(str(widest), self.model.HEADERS[col], key=len)
+            self.table.setColumnWidth(col, fm.horizontalAdvance(text + "00"))
+
+    def _reload(self) -> None:
+        self.model.reset()
+        res, idx = self.doc.result, self.doc.index
+        if res is not None:
+            max_cell = max((t.table.count for t in idx.tables), default=0) if idx is not None else 0
+            self._fit_columns(len(res.tokens), max(res.tokens, default=0), max_cell)
+        if res is None:
+            self.summary.setText("")
+            return
+        parts = [f"{len(res.tokens)} tokens"]
+        if res.token_payload is not None:
+            parts.append("unpacked from a llama-server token payload")
+        if self.doc.profile is not None and res.tokens:
+            text = self.doc.profile.detokenize(res.tokens)
+            parts.append(f"text: {text[:300]!r}" + ("…" if len(text) > 300 else ""))
+        else:
+            parts.append("token text " + NEEDS_MODEL)
+        if idx is not None:
+            if idx.token_link is not None:
+                parts.append(f"token i ↔ the cell of seq {idx.token_link.seq} at position i")
+            elif res.tokens:
+                parts.append(idx.token_link_reason)
+        self.summary.setText(" · ".join(parts))
+
+    def _on_current(self, current: QModelIndex, _prev: QModelIndex) -> None:
+        if self._syncing or not current.isValid() or self.doc.index is None:
+            return
+        self.doc.bus.select(self.doc.index.for_token(current.row()), origin=self)
+
+    def _on_selection(self, sel: Selection) -> None:
+        if sel.origin is self:
+            return
+        self._syncing = True
+        try:
+            if sel.token is not None and sel.token < self.model.rowCount():
+                idx = self.model.index(sel.token, 0)
+                self.table.selectionModel().setCurrentIndex(
+                    idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
+                self.table.scrollTo(idx)
+            else:
+                self.table.selectionModel().clearSelection()
+        finally:
+            self._syncing = False

@@ -1,0 +1,156 @@
+"""The import structure of the source tree: no import cycles, layered app packages, a core without Qt.
+
+Read from the sources with ``ast`` (no module is imported, so this runs without Qt too). Every import
+counts: module level, inside functions, and under ``if TYPE_CHECKING:`` for the app (a cycle hidden
+in a type-only or deferred import is still a cycle); the core is held to no cycle at run time.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+PACKAGES = {"core": "kvscope.core", "app": "kvscope.app"}
+# kvscope.app's packages, bottom up: a module may import its own layer and the ones below it.
+APP_LAYERS = ("base", "document", "views", "lab", "report", "shell")
+QT_MODULES = ("PySide6", "PySide2", "PyQt5", "PyQt6", "pyqtgraph", "shiboken6")
+
+
+@dataclass(frozen=True)
+class Imported:
+    name: str  # the module named, or for ``from M import N`` also ``M.N``
+    type_only: bool  # under ``if TYPE_CHECKING:``
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for folder, package in PACKAGES.items():
+        for py in sorted((ROOT / folder).rglob("*.py")):
+            parts = py.relative_to(ROOT / folder).with_suffix("").parts
+            found[".".join([package, *(parts[:-1] if parts[-1] == "__init__" else parts)])] = py
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(module: str, path: Path) -> Iterator[Imported]:
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+    def walk(node: ast.AST, type_only: bool) -> Iterator[Imported]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for stmt in child.body:
+                    yield from walk_one(stmt, True)
+                for stmt in child.orelse:
+                    yield from walk_one(stmt, type_only)
+            else:
+                yield from walk_one(child, type_only)
+
+    def walk_one(node: ast.AST, type_only: bool) -> Iterator[Imported]:
+        if isinstance(node, ast.Import):
+            yield from (Imported(a.name, type_only) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([base] if base else [])])
+            yield Imported(base, type_only)
+            yield from (Imported(f"{base}.{a.name}", type_only) for a in node.names)
+        else:
+            yield from walk(node, type_only)
+
+    yield from walk(ast.parse(path.read_text(), str(path)), False)
+
+
+MODULES = _modules()
+IMPORTS = {m: list(_imports(m, p)) for m, p in MODULES.items()}
+
+
+def _graph(prefix: str, type_only: bool) -> dict[str, set[str]]:
+    """Module -> the project modules it imports, for the modules under ``prefix``."""
+    return {m: {i.name for i in imps if i.name in MODULES and i.name != m and i.name.startswith(prefix)
+                and (type_only or not i.type_only)}
+            for m, imps in IMPORTS.items() if m.startswith(prefix)}
+
+
+def find_cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(cycles)
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert find_cycles(graph) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_sources_are_found() -> None:
+    assert {"kvscope.app.shell.main_window", "kvscope.app.shell.menus", "kvscope.app.report.export",
+            "kvscope.core.reader.parse"} <= set(MODULES)
+    assert "kvscope.app.shell.menus" in _graph("kvscope.app.", True)["kvscope.app.shell.main_window"]
+
+
+def test_no_import_cycle_in_the_app() -> None:
+    assert find_cycles(_graph("kvscope.app", type_only=True)) == []
+
+
+def test_no_import_cycle_in_the_core_at_run_time() -> None:
+    assert find_cycles(_graph("kvscope.core", type_only=False)) == []
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    return APP_LAYERS.index(parts[2]) if len(parts) > 2 and parts[2] in APP_LAYERS else None
+
+
+def test_every_app_module_sits_in_a_layer() -> None:
+    stray = [m for m in MODULES if m.startswith("kvscope.app.") and _layer(m) is None]
+    assert stray == [], f"modules outside {APP_LAYERS}: {stray}"
+
+
+def test_app_packages_import_only_their_layer_and_the_ones_below() -> None:
+    upward = [f"{m} imports {d}" for m, deps in _graph("kvscope.app.", True).items() for d in sorted(deps)
+              if (lm := _layer(m)) is not None and (ld := _layer(d)) is not None and ld > lm]
+    assert upward == []
+
+
+def test_the_core_never_imports_qt_or_the_app() -> None:
+    bad = [f"{m} imports {i.name}" for m, imps in IMPORTS.items() if m.startswith("kvscope.core")
+           for i in imps if i.name.split(".")[0] in QT_MODULES or i.name.startswith("kvscope.app")]
+    assert bad == []
