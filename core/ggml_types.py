@@ -64,3 +64,8 @@ def elements_in_row(type_id: int, row_bytes: int) -> int | None:
 def is_element_addressable(type_id: int) -> bool:
     """True for block size 1 types (f32, f16, bf16, ...): the only ones a transposed V can hold."""
     return block_size(type_id) == 1
+
+
+def is_quantized(type_id: int) -> bool:
+    """``ggml_is_quantized``: a block type (q8_0, q4_0, ...), not f32/f16/bf16."""
+    return is_known_type(type_id) and block_size(type_id) > 1

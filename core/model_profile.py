@@ -113,6 +113,16 @@ class ModelProfile:
         if not 0 <= il < self.n_layer:
             raise IndexError(f"layer {il} out of range (model has {self.n_layer} layers)")
 
+    def head_size_k(self, il: int) -> int:
+        """K head size of layer ``il`` (``llama_hparams::n_embd_head_k(il)``: the SWA size on SWA layers)."""
+        self._check_layer(il)
+        return self.head_dim_k_swa if self.head_dim_k_swa and il in self.swa_layers else self.head_dim_k
+
+    def head_size_v(self, il: int) -> int:
+        """V head size of layer ``il`` (``llama_hparams::n_embd_head_v(il)``)."""
+        self._check_layer(il)
+        return self.head_dim_v_swa if self.head_dim_v_swa and il in self.swa_layers else self.head_dim_v
+
     def n_embd_k_gqa(self, il: int) -> int:
         """K row elements of layer ``il``: ``head_dim_k * n_head_kv[il]`` (llama_hparams::n_embd_k_gqa)."""
         self._check_layer(il)

@@ -64,6 +64,9 @@ class KvCache:
         self.n_stream = 1 if unified else n_seq_max
         self.n_swa, self.swa_type = n_swa, swa_type
         self.n_pos_per_embd = n_pos_per_embd
+        # Hadamard rotation block sizes written (v11/v4) and checked on restore; 0 = not rotated
+        self.n_rot_k = 0
+        self.n_rot_v = 0
         self.cells = [KvCells(size, n_seq_max) for _ in range(self.n_stream)]
         self.layers = tensors if tensors is not None else [self._alloc(a, size) for a in layers]
         self._validate(layers, size)

@@ -100,6 +100,9 @@ def _write_data(cache: KvCache, w: WriteCtx, s: int, idx: I64) -> None:
     runs = index_runs(idx)
     sink.u32(1 if cache.v_trans else 0)
     sink.u32(w.n_layer if w.layout.kv_n_layer_all else len(cache.layers))
+    if w.layout.kv_rot:
+        sink.u32(cache.n_rot_k)
+        sink.u32(cache.n_rot_v)
     for ly in cache.layers:
         sink.i32(cache.type_k)
         sink.u64(cache.k_row(ly))
@@ -258,11 +261,17 @@ def _read_data(cache: KvCache, r: ReadCtx, strm: int, cell_count: int, off_cc: i
     off = io.pos
     v_trans = io.u32("v_trans")
     n_layer = io.u32("n_layer")
+    rot_k = io.u32("n_rot_k") if lay.kv_rot else cache.n_rot_k
+    rot_v = io.u32("n_rot_v") if lay.kv_rot else cache.n_rot_v
     want = r.n_layer if lay.kv_n_layer_all else len(cache.layers)
     _check(n_layer != want, "n_layer", off + 4, f"mismatched layer count ({n_layer} instead of {want})")
     _check(cell_count > c.size, "cell_bound", off_cc, f"not enough cells in kv cache to restore state "
            f"({cell_count} > {c.size})")
     _check(bool(v_trans) != cache.v_trans, "v_trans", off, f"incompatible V transposition (v_trans {v_trans})")
+    _check(rot_k != cache.n_rot_k, "n_rot_k", off + 8, f"incompatible key rotation ({rot_k} instead of "
+           f"{cache.n_rot_k})")
+    _check(rot_v != cache.n_rot_v, "n_rot_v", off + 12, f"incompatible value rotation ({rot_v} instead of "
+           f"{cache.n_rot_v})")
     runs = sinfo.runs(0) if cell_count else []
     store, size = cache.store, c.size
     for ly in cache.layers:

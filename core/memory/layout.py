@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvscope.core.memory.spec import MemorySpec
-from kvscope.core.reader.layouts import GENERATION_BY_NAME, GENERATIONS, Generation
+from kvscope.core.reader.layouts import GENERATION_BY_NAME, GENERATIONS, Generation, generation_named
 
 CURRENT = GENERATIONS[-1].name
 
@@ -34,10 +34,10 @@ class Layout:
     @classmethod
     def named(cls, name: str | None) -> Layout:
         """The layout of a generation name (``None``: the current one)."""
-        key = name or CURRENT
-        if key not in GENERATION_BY_NAME:
-            raise LayoutError(f"unknown layout {key!r}; known: {', '.join(GENERATION_BY_NAME)}")
-        return cls(GENERATION_BY_NAME[key])
+        gen = generation_named(name or CURRENT)
+        if gen is None:
+            raise LayoutError(f"unknown layout {name!r}; known: {', '.join(GENERATION_BY_NAME)}")
+        return cls(gen)
 
     @property
     def name(self) -> str:
@@ -64,6 +64,11 @@ class Layout:
     def empty_section_data(self) -> bool:
         """An empty KV section still writes ``v_trans``, ``n_layer`` and every record header."""
         return not self.gen.n_stream
+
+    @property
+    def kv_rot(self) -> bool:
+        """A KV data header carries ``u32 n_rot_k, u32 n_rot_v`` (v11/v4)."""
+        return self.gen.kv_rot
 
     @property
     def blob_header(self) -> bool:

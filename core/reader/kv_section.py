@@ -130,7 +130,8 @@ def parse_kv_stream(
         except Stop:
             # A wrong cell_count shows up as bad meta or a bad data header: if the meta table
             # really holds another number of records, say so at the count and carry on.
-            header_end = (stream.cells.offset + stream.cells.size if stream.cells is not None else cells_off) + 8
+            header_end = ((stream.cells.offset + stream.cells.size if stream.cells is not None else cells_off)
+                          + ctx.gen.kv_data_header)
             new = ctx.findings[f_mark:]
             if not new or min(f.offset for f in new) >= header_end:
                 raise
@@ -174,6 +175,7 @@ def _parse_kv_data(
     streams_after: int,
     tail_ok: TailCheck | None,
 ) -> int:
+    stream.data_offset = off
     v_trans = ctx.u32(node, "v_trans", off)
     if v_trans not in (0, 1):
         mark_bad(node.children[-1])
@@ -182,6 +184,8 @@ def _parse_kv_data(
     n_layer = ctx.u32(node, "n_layer", off + 4)
     stream.v_trans, stream.n_layer = v_trans, n_layer
     cur = off + 8
+    if ctx.gen.kv_rot:
+        cur = _read_rot(ctx, node, cur, stream)
     want_layers = _expected_kv_n_layer(ctx, item.layers)
     n_k = n_layer
     if want_layers is not None and n_layer != want_layers:
@@ -248,6 +252,22 @@ def _parse_kv_data(
                 raise
             cur, j = _resync(ctx, node, cur, limit, stream, "v", j)
     return cur
+
+
+MAX_N_ROT = 1 << 16
+
+
+def _read_rot(ctx: ParseCtx, node: Node, off: int, stream: KvStream) -> int:
+    """``u32 n_rot_k, u32 n_rot_v`` (v11/v4): 0, or the Hadamard block size (a power of two >= 64)."""
+    for name, o in (("n_rot_k", off), ("n_rot_v", off + 4)):
+        v = ctx.u32(node, name, o)
+        if v and (v < 64 or v & (v - 1) or v > MAX_N_ROT):
+            mark_bad(node.children[-1])
+            ctx.find("error", "value_invalid", o, 4, f"{name} {v} is neither 0 nor a power of two >= 64 "
+                     "(the Hadamard rotation block size)", node, layout_field=True)
+            raise Stop(o + 4)
+        setattr(stream, name, v)
+    return off + 8
 
 
 def _prefetch_headers(ctx: ParseCtx, off: int, rows: int, n_records: int) -> None:

