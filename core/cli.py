@@ -66,8 +66,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         from kvscope.core.stats import scan_stats
 
         stats = scan_stats(res)
+    compat = None
+    if res.kind != "unknown":
+        from kvscope.core.compat import compatibility
+
+        compat = compatibility(res, profile)
     if args.json:
         out = result_to_json(res, profile, tree=args.tree)
+        if compat is not None:
+            out["compatibility"] = [c.to_json() for c in compat]
         if stats is not None:
             out["stats"] = stats.to_json()
             out["findings"] = [f.to_json() for f in res.findings]
@@ -75,6 +82,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         text = result_to_text(res, profile, markdown=args.markdown)
+        if compat:
+            from kvscope.core.compat import compat_text
+
+            text += "\n" + ("## " if args.markdown else "") + "compatibility (which llama.cpp layouts load it)\n"
+            text += "\n".join(compat_text(compat)) + "\n"
         if stats is not None:
             text += "\n" + stats.to_text(markdown=args.markdown)
         sys.stdout.write(text)

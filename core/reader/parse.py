@@ -286,6 +286,9 @@ def read_source(
     if n_tied > 1:
         names = sorted({x["name"] for x in alts if x["indistinguishable"]} | {best.gen.name})
         res.layout.features["byte_identical_layouts"] = names
+    from kvscope.core.rotation import annotate
+
+    annotate(res, profile)
     if kind is None and detected == "seq_blob" and not has_header and res.n_errors:
         cov = coverage(res.root)
         if cov["parsed_bytes"] < res.size // 2:

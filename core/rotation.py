@@ -1,0 +1,210 @@
+"""Hadamard rotation of K/V cache rows, as llama.cpp applies it (``src/llama-kv-cache.cpp``).
+
+Since its 2026-04 builds llama.cpp stores the rows of a quantized K (V) cache rotated when the
+head size is a multiple of 64: before the rows are written, each block of ``n_rot`` consecutive
+elements is multiplied by the orthonormal Walsh-Hadamard matrix of size ``n_rot``
+(``llama_mul_mat_hadamard`` reshapes the row to ``[n_rot, n/n_rot]`` and multiplies). The matrix
+is symmetric and its own inverse, so de-rotating a stored row is the same multiplication.
+``n_rot_k`` is the largest power of two >= 64 that divides the cache's head size, ``n_rot_v`` is 64;
+``LLAMA_ATTN_ROT_DISABLE=1`` turns both off. The v11/v4 layout writes the two block sizes in every
+KV data header; older layouts hold rotated rows with no marker, so :func:`annotate` infers them
+from the model and the cache types and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import cache
+
+import numpy as np
+import numpy.typing as npt
+
+from kvscope.core import ggml_types as gt
+from kvscope.core.model_profile import ModelProfile
+from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
+
+F32A = npt.NDArray[np.float32]
+
+MIN_BLOCK = 64
+
+
+@cache
+def hadamard(n: int) -> F32A:
+    """The orthonormal Walsh-Hadamard matrix of size ``n`` (a power of two), built as ggml_gen_hadamard does."""
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"Hadamard size {n} is not a power of two")
+    h = np.zeros((n, n), dtype=np.float32)
+    h[0, 0] = np.float32(1.0) / np.sqrt(np.float32(n))
+    s = 1
+    while s < n:
+        blk = h[:s, :s].copy()
+        h[s : 2 * s, :s] = blk
+        h[:s, s : 2 * s] = blk
+        h[s : 2 * s, s : 2 * s] = -blk
+        s *= 2
+    h.setflags(write=False)
+    return h
+
+
+def rotate_blocks(values: F32A, n_rot: int) -> F32A:
+    """Multiply every block of ``n_rot`` consecutive values of each row by the Hadamard matrix.
+
+    ``values`` is ``[rows, n]`` with ``n`` a multiple of ``n_rot``. The same call rotates and
+    de-rotates (the matrix is its own inverse). Returns a new float32 array.
+    """
+    if n_rot <= 0:
+        return np.asarray(values, dtype=np.float32)
+    v = np.asarray(values, dtype=np.float32)
+    rows, n = v.shape
+    if n % n_rot:
+        raise ValueError(f"row of {n} values is not whole rotation blocks of {n_rot}")
+    out = (v.reshape(-1, n_rot) @ hadamard(n_rot)).reshape(rows, n)
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+derotate = rotate_blocks
+
+
+def k_block(head_sizes: Iterable[int]) -> int:
+    """``n_rot_k`` llama.cpp picks for a cache whose layers have ``head_sizes`` (0: no rotation possible).
+
+    All layers of the cache must share one head size (``n_embd_head_k_all > 0``), and it must be a
+    multiple of 64; the block is the largest power of two >= 64 that divides it.
+    """
+    sizes = set(head_sizes)
+    if len(sizes) != 1:
+        return 0
+    (head,) = sizes
+    if head <= 0 or head % MIN_BLOCK:
+        return 0
+    n = MIN_BLOCK
+    while head % (2 * n) == 0:
+        n *= 2
+    return n
+
+
+def v_block(head_sizes: Iterable[int]) -> int:
+    """``n_rot_v``: 64 when every layer shares one head size that is a multiple of 64, else 0."""
+    sizes = set(head_sizes)
+    if len(sizes) != 1:
+        return 0
+    (head,) = sizes
+    return MIN_BLOCK if head > 0 and head % MIN_BLOCK == 0 else 0
+
+
+def expected_rotation(
+    head_k: Iterable[int], head_v: Iterable[int], type_k: int | None, type_v: int | None, always_k: bool = False
+) -> tuple[int, int]:
+    """(n_rot_k, n_rot_v) of a default build (``LLAMA_ATTN_ROT_DISABLE`` unset) for these cache types.
+
+    ``always_k``: the cache is a DeepSeek lightning-indexer cache, whose keys are always rotated.
+    """
+    hk, hv = list(head_k), list(head_v)
+    rk = k_block(hk) if (always_k or (type_k is not None and gt.is_quantized(type_k))) else 0
+    rv = v_block(hv) if (type_v is not None and gt.is_quantized(type_v)) else 0
+    return rk, rv
+
+
+def _section_heads(profile: ModelProfile, sec: Section) -> tuple[list[int], list[int]] | None:
+    layers = _section_layers(sec)
+    if not layers:
+        return None
+    try:
+        hk = [profile.head_size_k(il) for il in layers]
+        hv = [profile.head_size_v(il) for il in layers if profile.has_v(il)]
+    except IndexError:
+        return None
+    return hk, hv
+
+
+def _section_layers(sec: Section) -> list[int]:
+    out: list[int] = []
+    for st in sec.streams:
+        out.extend(r.il for r in st.k_layers if r.il is not None)
+        if out:
+            break
+    return out
+
+
+def _mark(recs: list[LayerRecord], block: int | None) -> None:
+    for r in recs:
+        if block is None:
+            r.rotated, r.rot_block = None, 0
+        else:
+            r.rotated, r.rot_block = block > 0, block
+
+
+def _unrotatable(recs: list[LayerRecord]) -> bool:
+    """True when no build could have rotated these rows: a float type, or rows not whole 64-blocks."""
+    for r in recs:
+        if not gt.is_known_type(r.type_id) or not gt.is_quantized(r.type_id):
+            continue
+        n = gt.elements_in_row(r.type_id, r.row_bytes) if not r.transposed else r.n_embd_v_gqa
+        if n and n % MIN_BLOCK == 0:
+            return False
+    return True
+
+
+def annotate(result: ParseResult, profile: ModelProfile | None, rot_default: bool | None = None) -> None:
+    """Set ``rotated`` on every K/V record and the inferred ``n_rot_k/v`` of layouts without the fields.
+
+    v11/v4 streams carry the fields. For older layouts of builds that rotate by default
+    (``Generation.rot_default``) the block sizes are inferred from the model's head sizes and
+    the record types (``n_rot_inferred``): ``LLAMA_ATTN_ROT_DISABLE`` may have been set, which no
+    byte records, so the inference is stated as such. Without a model, a record that no build
+    could have rotated is ``rotated=False``; any other stays ``None``.
+    """
+    feats = result.layout.features
+    if rot_default is None:
+        rot_default = bool(feats.get("rot_default"))
+    has_fields = bool(feats.get("kv_rot"))
+    for sec in result.sections:
+        if sec.kind != "kv":
+            continue
+        heads = section_heads(profile, sec)
+        for st in sec.streams:
+            _annotate_stream(st, sec, heads, has_fields, rot_default)
+
+
+def default_rotation(
+    st: KvStream, sec: Section, heads: tuple[list[int], list[int]] | None
+) -> tuple[int | None, int | None]:
+    """(n_rot_k, n_rot_v) a default rotating build uses for this stream's cache (None: unknown).
+
+    ``heads`` are the K and V head sizes of the section's layers from the model; without them
+    a side is 0 only when no build could rotate its rows (float types, rows not whole 64-blocks).
+    """
+    tk = st.k_layers[0].type_id if st.k_layers else None
+    tv = st.v_layers[0].type_id if st.v_layers else None
+    lid = sec.role == "kv_lid"
+    if heads is not None:
+        return expected_rotation(heads[0], heads[1], tk, tv, always_k=lid)
+    rk = 0 if _unrotatable(st.k_layers) and not lid else None
+    rv = 0 if _unrotatable(st.v_layers) else None
+    return rk, rv
+
+
+def section_heads(profile: ModelProfile | None, sec: Section) -> tuple[list[int], list[int]] | None:
+    """K and V head sizes of the layers a KV section holds, from the model (None without one)."""
+    return _section_heads(profile, sec) if profile is not None else None
+
+
+def _annotate_stream(
+    st: KvStream, sec: Section, heads: tuple[list[int], list[int]] | None, has_fields: bool, rot_default: bool
+) -> None:
+    if has_fields:
+        _mark(st.k_layers, st.n_rot_k)
+        _mark(st.v_layers, st.n_rot_v)
+        return
+    if not rot_default:
+        st.n_rot_k = st.n_rot_v = None
+        _mark(st.k_layers, 0)
+        _mark(st.v_layers, 0)
+        return
+    rk, rv = default_rotation(st, sec, heads)
+    if rk is not None and rv is not None:
+        st.n_rot_k, st.n_rot_v, st.n_rot_inferred = rk, rv, True
+    else:
+        st.n_rot_k = st.n_rot_v = None
+    _mark(st.k_layers, rk)
+    _mark(st.v_layers, rv)
