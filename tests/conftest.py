@@ -1,4 +1,48 @@
+"""Test-wide set-up: the tests folder on sys.path, and ``--qt-platform`` for the Qt test folders.
+
+``--qt-platform=xcb`` (or ``KVSCOPE_TEST_QT_PLATFORM=xcb``) starts a private Xvfb for the run and
+makes every GUI test drive real X11 windows; the default is Qt's offscreen platform. Tests marked
+``xserver`` are run once more under Xvfb by tests/app/test_gui_xserver.py during a normal run.
+"""
+
+import os
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+_XSERVER_KEY = pytest.StashKey[object]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--qt-platform", choices=("offscreen", "xcb"),
+        default=os.environ.get("KVSCOPE_TEST_QT_PLATFORM", "offscreen"),
+        help="Qt platform of the GUI tests: offscreen (default) or xcb in a private Xvfb")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "xserver: GUI test that is also run in a real X server (Xvfb, xcb platform)")
+    if config.getoption("--qt-platform") == "xcb":
+        from xserver import start_xvfb
+
+        server = start_xvfb()
+        config.stash[_XSERVER_KEY] = server
+        os.environ["DISPLAY"] = server.display
+        os.environ["QT_QPA_PLATFORM"] = "xcb"
+        os.environ.pop("WAYLAND_DISPLAY", None)
+    else:
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    server = config.stash.get(_XSERVER_KEY, None)
+    if server is not None:
+        server.stop()  # type: ignore[attr-defined]
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"qt platform: {os.environ.get('QT_QPA_PLATFORM')} (display {os.environ.get('DISPLAY', '-')})"

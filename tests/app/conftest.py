@@ -1,4 +1,10 @@
-"""Fixtures for the Qt layer's tests: offscreen platform, isolated settings, a window, fixture paths."""
+"""Fixtures for the Qt layer's tests: Qt platform, isolated settings, a window, fixture paths.
+
+The platform is offscreen unless pytest runs with ``--qt-platform=xcb`` (tests/conftest.py starts a
+private Xvfb then); the ``qt_platform`` fixture names the one in use. Mark a test
+``@pytest.mark.xserver`` to have it run in the real X server too during a normal run
+(test_gui_xserver.py re-runs the marked tests under Xvfb).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +26,13 @@ if importlib.util.find_spec("PySide6") is None or importlib.util.find_spec("pyte
 else:
     from PySide6.QtCore import QSettings
     from qt_settings import isolated_settings  # noqa: F401  (autouse fixture)
+
+    @pytest.fixture
+    def qt_platform(qapp) -> str:  # type: ignore[no-untyped-def]
+        """The Qt platform plugin the tests run on: ``offscreen`` or ``xcb``."""
+        from PySide6.QtGui import QGuiApplication
+
+        return str(QGuiApplication.platformName())
 
     @pytest.fixture
     def app_settings(isolated_settings: QSettings):  # type: ignore[no-untyped-def]  # noqa: F811
