@@ -1,0 +1,277 @@
+"""The overview of a state file: what it is, the verdict, which llama.cpp builds load it, its verification.
+
+:func:`build_overview` gathers, from a parse, everything a first look needs: the kind and the
+llama.cpp API that writes it, the layout generation with its confidence and runners-up, the model
+and whether the file fits it, the sequences (cells, positions, tokens), the memory sections and
+their sizes, the :mod:`verdict <kvscope.core.verdict>`, the per-generation compatibility
+(:mod:`kvscope.core.compat`) and, when ``kvscope verify`` has run, its result. The app's Overview
+view and every report format render this one object, so they say the same thing. No Qt here.
+
+File and model paths are shown by base name unless ``full_paths`` is set (reports end up in
+public bug trackers); the JSON always has the base name, and the full path only with ``full_paths``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvscope.core.compat import GenCompat, compat_text
+from kvscope.core.model_profile import ModelProfile
+from kvscope.core.reader.layouts import GENERATION_BY_NAME
+from kvscope.core.reader.records import CellTable, ParseResult
+from kvscope.core.verdict import Verdict, plural, verdict
+
+KIND_TITLES = {
+    "seq_file": "sequence state file",
+    "session_file": "session file",
+    "seq_blob": "sequence state blob",
+    "context_blob": "whole-context state blob",
+    "unknown": "not a llama.cpp state file",
+}
+WRITERS = {
+    "seq_file": "llama_state_seq_save_file (llama-server's slot save, POST /slots/ID?action=save)",
+    "session_file": "llama_state_save_file (llama-completion --prompt-cache, common's state save)",
+    "seq_blob": "llama_state_seq_get_data(_ext) (an in-memory sequence checkpoint)",
+    "context_blob": "llama_state_get_data (the whole context in memory)",
+}
+PARTIAL_WRITER = "llama_state_seq_get_data_ext with LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (the SWA / recurrent part only)"
+# Findings that are about the model the file was read with rather than about the bytes alone.
+MODEL_CODES = frozenset({"model_mismatch", "layer_count_mismatch", "row_size_mismatch", "type_mismatch",
+                         "token_out_of_vocab"})
+NOT_VERIFIED = "not verified: `kvscope verify` restores the file into a real llama.cpp build and compares the " \
+               "next-token logits"
+
+
+@dataclass(frozen=True)
+class SequenceFacts:
+    """One sequence in one cell table."""
+
+    seq: int
+    table: str  # "kv · stream 0", "recurrent"
+    cells: int
+    pos_min: int
+    pos_max: int
+
+    def text(self) -> str:
+        return f"seq {self.seq} ({self.table}): {plural(self.cells, 'cell')}, positions {self.pos_min}..{self.pos_max}"
+
+
+@dataclass(frozen=True)
+class SectionFacts:
+    """One memory section."""
+
+    role: str
+    kind: str
+    offset: int
+    size: int
+    cells: str
+    records: int
+    trusted: bool
+
+    def text(self) -> str:
+        return (f"{self.role} ({self.kind}) at {self.offset:,}: {self.size:,} bytes, {self.cells}, "
+                f"{plural(self.records, 'record')}" + ("" if self.trusted else " [not trusted]"))
+
+
+@dataclass
+class Overview:
+    """Everything the first view of a file shows (see the module docstring)."""
+
+    file: str  # base name, or the full path with ``full_paths``
+    path: str  # always the full path (for the app; reports print ``file``)
+    size: int
+    kind: str
+    kind_title: str
+    writer: str
+    layout: str
+    layout_title: str
+    confidence: float
+    runners_up: list[str]
+    model: str
+    model_fits: bool | None  # None: no model given
+    model_note: str
+    tokens: int
+    sequences: list[SequenceFacts]
+    sections: list[SectionFacts]
+    verdict: Verdict
+    compat: list[GenCompat] | None = None  # None: not computed (yet)
+    verify: dict[str, Any] | None = None  # a ``kvscope verify`` result, None: not verified
+    sha256: str | None = None
+    full_paths: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- text -------------------------------------------------------------------------------------
+    def file_line(self) -> str:
+        sha = f", sha256 {self.sha256}" if self.sha256 else ""
+        return f"{self.file} ({self.size:,} bytes{sha})"
+
+    def layout_line(self) -> str:
+        runners = f"; runners-up: {', '.join(self.runners_up)}" if self.runners_up else ""
+        return f"{self.layout} ({self.layout_title}), confidence {self.confidence:.2f}{runners}"
+
+    def model_line(self) -> str:
+        return self.model + (f": {self.model_note}" if self.model_note else "")
+
+    def sequences_line(self) -> str:
+        toks = f"{plural(self.tokens, 'token')}; " if self.tokens else ""
+        seqs = "; ".join(s.text() for s in self.sequences) or "no cells"
+        return toks + seqs
+
+    def compat_lines(self) -> list[str]:
+        """One line per llama.cpp generation (``compat_text``), or why there are none."""
+        if self.compat is None:
+            return ["(being computed)"]
+        if not self.compat:
+            return ["no generation can load it: not a state file of a known layout"]
+        return [line.strip() for line in compat_text(self.compat)]
+
+    def loads_in(self) -> list[str]:
+        """The generations that load the file as it is."""
+        return [c.generation for c in self.compat or [] if c.loads]
+
+    def verify_lines(self) -> list[str]:
+        return verify_lines(self.verify)
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(label, plain text) rows, in the order every rendering shows them."""
+        rows = [
+            ("verdict", self.verdict.line()),
+            ("file", self.file_line()),
+            ("kind", f"{self.kind_title} ({self.kind})"),
+            ("written by", self.writer),
+            ("layout", self.layout_line()),
+            ("model", self.model_line()),
+            ("sequences", self.sequences_line()),
+            ("sections", "; ".join(s.text() for s in self.sections) or "none"),
+            ("loads in", "; ".join(self.compat_lines())),
+            ("verified", "; ".join(self.verify_lines())),
+        ]
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "file": os.path.basename(self.path), "size": self.size, "sha256": self.sha256,
+            "kind": self.kind, "kind_title": self.kind_title, "writer": self.writer,
+            "layout": {"name": self.layout, "title": self.layout_title, "confidence": round(self.confidence, 3),
+                       "runners_up": self.runners_up},
+            "model": {"name": self.model, "fits": self.model_fits, "note": self.model_note},
+            "tokens": self.tokens,
+            "sequences": [s.__dict__ for s in self.sequences],
+            "sections": [s.__dict__ for s in self.sections],
+            "verdict": self.verdict.to_json(),
+            "compatibility": [c.to_json() for c in self.compat] if self.compat is not None else None,
+            "compatibility_text": self.compat_lines(),
+            "verify": self.verify,
+        }
+        if self.full_paths:
+            out["path"] = self.path
+        return out
+
+
+def verify_lines(result: dict[str, Any] | None) -> list[str]:
+    """A ``kvscope verify`` result dict as lines (``verdict``, ``engine``, ``restore``, ``next_token``,
+    ``records``), or the "not verified" line."""
+    if not result:
+        return [NOT_VERIFIED]
+    lines = []
+    engine = result.get("engine") or {}
+    eng = " ".join(str(engine[k]) for k in ("kind", "build") if engine.get(k))
+    lines.append(f"{result.get('verdict', 'no verdict')}" + (f" (engine {eng})" if eng else ""))
+    restore = result.get("restore") or {}
+    if restore:
+        ok = restore.get("ok")
+        lines.append(f"restore: {'ok' if ok else 'failed' if ok is not None else 'not run'}"
+                     + (f": {restore['message']}" if restore.get("message") else ""))
+    nt = result.get("next_token") or {}
+    if nt:
+        parts = []
+        if nt.get("max_abs_logit_diff") is not None:
+            parts.append(f"max |logit diff| {float(nt['max_abs_logit_diff']):.3g}")
+        if nt.get("same_argmax") is not None:
+            parts.append("same next token" if nt["same_argmax"] else "a different next token")
+        if nt.get("kl") is not None:
+            parts.append(f"KL {float(nt['kl']):.3g}")
+        lines.append("next token: " + (", ".join(parts) or "not compared"))
+    for rec in result.get("records") or []:
+        if isinstance(rec, dict):
+            lines.append("record: " + ", ".join(f"{k} {v}" for k, v in rec.items()))
+        else:
+            lines.append(f"record: {rec}")
+    return lines
+
+
+def _tables(res: ParseResult) -> list[tuple[str, CellTable]]:
+    out = []
+    for sec in res.sections:
+        if sec.kind == "kv":
+            out += [(f"{sec.role} · stream {st.index}", st.cells) for st in sec.streams if st.cells is not None]
+        elif sec.cells is not None:
+            out.append((sec.role, sec.cells))
+    return out
+
+
+def sequences(res: ParseResult) -> list[SequenceFacts]:
+    """Every sequence of every cell table, with its cells and position range."""
+    out = []
+    for label, t in _tables(res):
+        if not t.count:
+            continue
+        for seq in t.seq_set():
+            idx = t.cells_of_seq(seq)
+            if not idx.size:
+                continue
+            pos = t.pos[idx]
+            out.append(SequenceFacts(seq, label, int(idx.size), int(pos.min()), int(pos.max())))
+    return out
+
+
+def sections(res: ParseResult) -> list[SectionFacts]:
+    out = []
+    for sec in res.sections:
+        if sec.kind == "kv":
+            cells = ", ".join(f"stream {st.index}: {plural(st.cell_count, 'cell')}" for st in sec.streams)
+            cells = cells or "no stream"
+            recs = sum(len(st.k_layers) + len(st.v_layers) for st in sec.streams)
+        else:
+            cells, recs = plural(sec.cell_count, "cell"), len(sec.all_layers())
+        out.append(SectionFacts(sec.role, sec.kind, sec.offset, sec.size, cells, recs, sec.trusted))
+    return out
+
+
+def _model(res: ParseResult, profile: ModelProfile | None, full_paths: bool) -> tuple[str, bool | None, str]:
+    arch = res.header.get("arch")
+    if profile is None:
+        note = f"the file names the architecture '{arch}'; " if isinstance(arch, str) else ""
+        return "none given", None, note + "give the GGUF model to check the rows, layers and tokens against it"
+    name = profile.path if full_paths else os.path.basename(profile.path)
+    what = f"{name} ({profile.arch}, {plural(profile.n_layer, 'layer')}, {profile.memory_class} memory)"
+    bad = [f for f in res.findings if f.code in MODEL_CODES and f.severity in ("error", "warning")]
+    if bad:
+        return what, False, f"does not fit: {bad[0].message}"
+    return what, True, "fits (layer count, row sizes and types agree)"
+
+
+def build_overview(res: ParseResult, profile: ModelProfile | None = None, compat: list[GenCompat] | None = None,
+                   verify: dict[str, Any] | None = None, full_paths: bool = False,
+                   sha256: str | None = None) -> Overview:
+    """The overview of ``res`` (read with ``profile``); ``compat`` from :func:`kvscope.core.compat.compatibility`
+    (None while it is being computed), ``verify`` a ``kvscope verify`` result dict (None: not verified)."""
+    lay = res.layout
+    gen = GENERATION_BY_NAME.get(lay.name)
+    runners = []
+    for alt in lay.alternatives[:3]:
+        note = "byte-identical" if alt.get("indistinguishable") else plural(int(alt.get("errors", 0)), "error")
+        runners.append(f"{alt.get('name')} ({note})")
+    writer = WRITERS.get(res.kind, "unknown")
+    if res.partial and res.kind == "seq_blob":
+        writer = PARTIAL_WRITER
+    model, fits, note = _model(res, profile, full_paths)
+    return Overview(
+        file=res.path if full_paths else os.path.basename(res.path), path=res.path, size=res.size,
+        kind=res.kind, kind_title=KIND_TITLES.get(res.kind, res.kind), writer=writer,
+        layout=lay.name, layout_title=gen.title if gen is not None else "no known layout", confidence=lay.confidence,
+        runners_up=runners, model=model, model_fits=fits, model_note=note, tokens=len(res.tokens),
+        sequences=sequences(res), sections=sections(res), verdict=verdict(res, profile), compat=compat, verify=verify,
+        sha256=sha256, full_paths=full_paths)

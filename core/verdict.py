@@ -1,0 +1,286 @@
+"""The one-line verdict on a parsed state file, and the bytes a truncated file is missing.
+
+:func:`verdict` turns a :class:`~kvscope.core.reader.records.ParseResult` into a
+:class:`Verdict`: ``healthy``, ``damaged``, ``suspicious`` or ``not_state``, with the reason in
+one line and the findings that matter most. The app's overview, the report and the command line
+all call it, so they never disagree. The rules:
+
+- ``not_state``: the reader did not recognise the file (``kind == "unknown"``).
+- ``damaged``: at least one error finding (the file ends early, a count or record is invalid...),
+  unless every error is ``model_mismatch``: a file that does not fit the given model may be
+  intact, written by another model, and is ``suspicious``.
+- ``suspicious``: warnings, or bytes that were not parsed or not trusted without an error.
+- ``healthy``: nothing of the above (info notes, such as "give the model to confirm the end",
+  are mentioned in the reason).
+
+:func:`missing_bytes` says where a truncated file should have gone on: the exact lower bound from
+the truncation finding (``extra["needed"]``, ``extra["file_end"]``), extended by the records the
+cut stream still had to hold (from its ``n_layer``, cell count and the record sizes already seen)
+and at least the cell count of every stream after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kvscope.core.findings import SEVERITY_RANK, Finding
+from kvscope.core.model_profile import ModelProfile
+from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
+from kvscope.core.reader.tree import coverage
+
+Level = Literal["healthy", "damaged", "suspicious", "not_state"]
+LEVELS: tuple[Level, ...] = ("healthy", "suspicious", "damaged", "not_state")
+LEVEL_TITLE: dict[str, str] = {"healthy": "healthy", "damaged": "damaged", "suspicious": "suspicious",
+                               "not_state": "not a state file"}
+TOP_FINDINGS = 5
+EMPTY_STREAM_BYTES = 4  # a stream holds at least its u32 cell_count
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 cell``, ``2 cells``, ``0 findings`` (``many`` for irregular plurals)."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+@dataclass(frozen=True)
+class MissingRecord:
+    """A record (or the rest of one) that a truncated file should still hold, past its end."""
+
+    name: str  # e.g. "stream0/K3 (rest)", "stream0/V2", "stream1"
+    offset: int  # where it would start (the file's end for the cut record's rest)
+    size: int  # bytes it would take (a lower bound for streams whose cell count is unknown)
+    estimated: bool  # the size comes from the records already seen, not from a field of the file
+
+
+@dataclass(frozen=True)
+class MissingBytes:
+    """The bytes past the end of a truncated file: ``[file_end, expected_end)``."""
+
+    file_end: int
+    needed_end: int  # the exact lower bound: where the item the file ends inside would end
+    expected_end: int  # the size the file should have, as far as its own headers tell (>= needed_end)
+    records: tuple[MissingRecord, ...]
+    more_may_follow: bool  # later sections (or a model-dependent part) are not counted
+    finding: Finding
+
+    @property
+    def missing(self) -> int:
+        return self.expected_end - self.file_end
+
+    def text(self) -> str:
+        """``at least 3,688 bytes missing: the file should be 7,376 bytes (it has 3,688)``."""
+        bound = "at least " if self.more_may_follow or self.expected_end == self.needed_end else ""
+        return (f"{bound}{plural(self.missing, 'byte')} missing: the file should be "
+                f"{'at least ' if bound else ''}{self.expected_end:,} bytes (it has {self.file_end:,})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file_end": self.file_end, "needed_end": self.needed_end, "expected_end": self.expected_end,
+                "missing": self.missing, "more_may_follow": self.more_may_follow,
+                "records": [{"name": r.name, "offset": r.offset, "size": r.size, "estimated": r.estimated}
+                            for r in self.records]}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verdict in one line: ``level`` (see :data:`LEVELS`), ``reason``, the findings that matter most."""
+
+    level: Level
+    reason: str
+    top_findings: tuple[Finding, ...] = ()
+    missing: MissingBytes | None = None
+    counts: dict[str, int] = field(default_factory=dict)  # findings per severity
+
+    @property
+    def title(self) -> str:
+        return LEVEL_TITLE[self.level]
+
+    def line(self) -> str:
+        """``damaged: the file ends inside ...``."""
+        return f"{self.title}: {self.reason}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"level": self.level, "title": self.title, "reason": self.reason, "counts": dict(self.counts),
+                "top_findings": [f.to_json() for f in self.top_findings],
+                "missing": self.missing.to_json() if self.missing is not None else None}
+
+
+def finding_counts(res: ParseResult) -> dict[str, int]:
+    out = {"error": 0, "warning": 0, "info": 0}
+    for f in res.findings:
+        out[f.severity] = out.get(f.severity, 0) + 1
+    return out
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """``8 findings (8 errors, 0 warnings, 0 info)``."""
+    n = sum(counts.values())
+    return (f"{plural(n, 'finding')} ({plural(counts.get('error', 0), 'error')}, "
+            f"{plural(counts.get('warning', 0), 'warning')}, {counts.get('info', 0):,} info)")
+
+
+def top_findings(res: ParseResult, n: int = TOP_FINDINGS) -> tuple[Finding, ...]:
+    """The ``n`` findings that matter most: errors before warnings before info, each in file order;
+    a code repeated with the same message shows once."""
+    seen: set[tuple[str, str]] = set()
+    out: list[Finding] = []
+    for f in sorted(res.findings, key=lambda f: (-SEVERITY_RANK.get(f.severity, 0), f.offset)):
+        key = (f.code, f.message)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(f)
+        if len(out) >= n:
+            break
+    return tuple(out)
+
+
+def verdict(res: ParseResult, profile: ModelProfile | None = None) -> Verdict:
+    """The verdict on ``res``, read with ``profile`` (see the module docstring for the rules)."""
+    counts = finding_counts(res)
+    top = top_findings(res)
+    if res.kind == "unknown":
+        why = res.findings[0].message if res.findings else "the bytes match no llama.cpp state layout"
+        return Verdict("not_state", why, top, None, counts)
+    errors = [f for f in res.findings if f.severity == "error"]
+    missing = missing_bytes(res, profile)
+    if errors:
+        more = f" (and {plural(len(errors) - 1, 'more error')})" if len(errors) > 1 else ""
+        if all(f.code == "model_mismatch" for f in errors):
+            return Verdict("suspicious", f"it does not fit the model: {errors[0].message}{more}", top, None, counts)
+        if missing is not None:
+            first = missing.finding
+            return Verdict("damaged", f"the file ends early, {missing.text()}; {first.message}{more}", top,
+                           missing, counts)
+        first = min((f for f in errors if f.code != "model_mismatch"), key=lambda f: f.offset)
+        return Verdict("damaged", f"{first.message}{more}", top, None, counts)
+    warnings = [f for f in res.findings if f.severity == "warning"]
+    if warnings:
+        first = min(warnings, key=lambda f: f.offset)
+        more = f" (and {plural(len(warnings) - 1, 'more warning')})" if len(warnings) > 1 else ""
+        return Verdict("suspicious", f"{first.message}{more}", top, None, counts)
+    cov = coverage(res.root)
+    odd = cov["unparsed_bytes"] + cov["untrusted_bytes"] + cov["trailing_bytes"]
+    if odd:
+        return Verdict("suspicious", f"{plural(odd, 'byte')} not parsed or not trusted, though no check failed",
+                       top, None, counts)
+    notes = [f for f in res.findings if f.severity == "info"]
+    reason = f"all {plural(res.size, 'byte')} parsed; no error or warning"
+    if notes:
+        reason += f" ({plural(len(notes), 'note')} in the findings)"
+    return Verdict("healthy", reason, top, None, counts)
+
+
+# -- the bytes past the end ------------------------------------------------------------------------
+def _truncation(res: ParseResult) -> Finding | None:
+    cut = [f for f in res.findings
+           if f.code == "truncated" and f.severity == "error" and isinstance(f.extra.get("needed"), int)]
+    return max(cut, key=lambda f: f.offset) if cut else None
+
+
+def _data_size(rec: LayerRecord) -> int:
+    """The payload size a record's header announces (its ``data_size`` is cut short when truncated)."""
+    if rec.transposed:
+        return rec.el_bytes * rec.n_embd_v_gqa * rec.n_rows
+    return rec.row_bytes * rec.n_rows
+
+
+def _full_size(rec: LayerRecord) -> int:
+    return rec.data_offset - rec.header_offset + _data_size(rec)
+
+
+@dataclass
+class _Unit:
+    """The records of one KV stream or recurrent section, per role in file order, with how many each
+    role should have (None: unknown) and whether a role may borrow the record size of the role before."""
+
+    name: str
+    roles: list[tuple[str, list[LayerRecord], int | None]]
+    borrow: bool
+
+
+def _units(sec: Section, profile: ModelProfile | None) -> list[tuple[KvStream | None, _Unit]]:
+    if sec.kind == "kv":
+        no_v = profile is not None and profile.is_mla  # MLA caches keep K only
+        return [(st, _Unit(f"stream{st.index}", [("k", st.k_layers, st.n_layer),
+                                                 ("v", st.v_layers, 0 if no_v else st.n_layer)], True))
+                for st in sec.streams]
+    # records are written for the recurrent layers only: how many there are takes the model
+    n = len(profile.recurrent_layers) if profile is not None and profile.recurrent_layers else None
+    return [(None, _Unit(sec.role, [("r", sec.r_layers, n), ("s", sec.s_layers, n)], False))]
+
+
+def _rest_of_unit(unit: _Unit, cut: Finding, file_end: int) -> tuple[list[MissingRecord], int, bool]:
+    """Records of ``unit`` still to come after the file's end: (records, expected end, every count known)."""
+    needed_end = cut.offset + int(cut.extra["needed"])
+    records = [r for _, recs, _ in unit.roles for r in recs]
+    if not records:
+        return [], needed_end, False
+    last = max(records, key=lambda r: r.header_offset)
+    last_role = next(i for i, (_, recs, _) in enumerate(unit.roles) if recs and recs[-1] is last)
+    last_end = last.header_offset + _full_size(last)
+    out: list[MissingRecord] = []
+    pos, placed = file_end, False
+    template: LayerRecord | None = None
+    for i, (role, recs, expected) in enumerate(unit.roles):
+        template = recs[-1] if recs else (template if unit.borrow else None)
+        if i < last_role:
+            continue
+        if expected is None or template is None:
+            return out, max(pos, needed_end), False
+        have = len(recs)
+        if i == last_role and last.header_offset <= cut.offset < last_end:  # the file ends inside the last record
+            out.append(MissingRecord(f"{unit.name}/{role.upper()}{have - 1} (rest)", pos, last_end - pos, False))
+            pos, placed = last_end, True
+        elif not placed and have < expected:  # it ends inside the next record of this role
+            end = last_end + _full_size(template)
+            out.append(MissingRecord(f"{unit.name}/{role.upper()}{have} (rest)", pos, max(0, end - pos), True))
+            pos, placed, have = max(pos, end), True, have + 1
+        for j in range(have, expected):
+            size = _full_size(template)
+            out.append(MissingRecord(f"{unit.name}/{role.upper()}{j}", pos, size, True))
+            pos += size
+    return out, max(pos, needed_end), True
+
+
+def _last_section(res: ParseResult, sec: Section, profile: ModelProfile | None) -> bool:
+    """True when the model says no memory section follows ``sec``."""
+    if profile is None:
+        return False
+    expected = profile.expected_sections(res.partial)
+    return bool(expected) and expected[-1].role == sec.role
+
+
+def _starts_before(stream: KvStream | None, offset: int) -> bool:
+    return stream is None or stream.offset <= offset
+
+
+def missing_bytes(res: ParseResult, profile: ModelProfile | None = None) -> MissingBytes | None:
+    """Where a truncated file should have gone on (None when no finding says the file ends early).
+
+    Without ``profile`` (the model it was read with) the counts a model decides (how many recurrent
+    layers, whether another memory section follows) stay open and the result is a lower bound."""
+    cut = _truncation(res)
+    if cut is None:
+        return None
+    file_end = int(cut.extra.get("file_end", res.size))
+    needed_end = max(file_end, cut.offset + int(cut.extra["needed"]))
+    records: list[MissingRecord] = []
+    expected = needed_end
+    more = True
+    sec = next((s for s in reversed(res.sections) if s.offset <= cut.offset), None)
+    if sec is not None and cut.offset >= (res.memory_offset or 0):
+        units = _units(sec, profile)
+        hit = next((i for i in reversed(range(len(units))) if _starts_before(units[i][0], cut.offset)), None)
+        if hit is not None:
+            rest, end, complete = _rest_of_unit(units[hit][1], cut, file_end)
+            records += rest
+            expected = max(expected, end)
+            more = not complete
+            if sec.kind == "kv":
+                n_stream = sec.n_stream if sec.n_stream is not None else len(sec.streams)
+                for i in range(hit + 1, n_stream):
+                    records.append(MissingRecord(f"stream{i}", expected, EMPTY_STREAM_BYTES, False))
+                    expected += EMPTY_STREAM_BYTES
+                    more = True  # a later stream holds at least its cell count; its cells are unknown
+            more = more or not _last_section(res, sec, profile)
+    return MissingBytes(file_end, needed_end, expected, tuple(records), more, cut)
