@@ -31,6 +31,9 @@ FINDING_CODES: frozenset[str] = frozenset(
         "resynced",
         "stream_count_invalid",
         "value_invalid",
+        "unconfirmed_end",
+        "read_by_structure",
+        "rotation_inferred",
     }
 )
 

@@ -39,16 +39,32 @@ def check_model_only(res: ParseResult, ctx: ParseCtx, p: ModelProfile) -> None:
         toks = np.asarray(res.tokens, dtype=np.int64)
         bad = np.flatnonzero((toks < 0) | (toks >= p.n_vocab))
         if bad.size:
-            node = res.root.find("/tokens")
-            ctx.find("error", "token_out_of_vocab", node.offset if node else 0, node.size if node else 0,
-                     f"{bad.size} token id(s) outside the model's vocabulary of {p.n_vocab} "
-                     f"(first: index {int(bad[0])}, id {int(toks[bad[0]])})", node,
-                     indices=[int(i) for i in bad[:32]])
+            _token_findings(res, ctx, toks, bad, p.n_vocab)
     if res.outputs is not None and p.n_vocab and res.outputs.get("logits_size", 0) % p.n_vocab:
         node = res.root.find("/outputs")
         ctx.find("warning", "model_mismatch", node.offset if node else 0, 8,
                  f"logits_size {res.outputs['logits_size']} is not a multiple of the vocabulary size {p.n_vocab}",
                  node)
+
+
+MAX_TOKEN_FINDINGS = 16
+
+
+def _token_findings(res: ParseResult, ctx: ParseCtx, toks: np.ndarray, bad: np.ndarray, n_vocab: int) -> None:
+    """One finding per bad token id, on its own 4 bytes (the first few; then one for the rest)."""
+    node = res.root.find("/tokens")
+    ids = node.find("token_ids") if node is not None else None  # llama-server packed payload
+    base = (ids or node).offset if (ids or node) is not None else 0
+    for i in bad[:MAX_TOKEN_FINDINGS]:
+        ctx.find("error", "token_out_of_vocab", base + 4 * int(i), 4,
+                 f"token {int(i)}: id {int(toks[i])} is outside the model's vocabulary of {n_vocab}", ids or node,
+                 index=int(i), token=int(toks[i]))
+    rest = bad[MAX_TOKEN_FINDINGS:]
+    if rest.size:
+        first = int(rest[0])
+        ctx.find("error", "token_out_of_vocab", base + 4 * first, 4 * (int(rest[-1]) - first + 1),
+                 f"{rest.size} more token id(s) outside the vocabulary of {n_vocab} (tokens {first}..{int(rest[-1])})",
+                 ids or node, indices=[int(i) for i in rest[:32]])
 
 
 def _check_types(ctx: ParseCtx, sec: Section) -> None:

@@ -184,21 +184,21 @@ def _parse_kv_data(
     n_layer = ctx.u32(node, "n_layer", off + 4)
     stream.v_trans, stream.n_layer = v_trans, n_layer
     cur = off + 8
+    want_layers = _expected_kv_n_layer(ctx, item.layers)
+    if n_layer > MAX_LAYERS and want_layers is None:
+        mark_bad(node.children[-1])
+        ctx.find("error", "value_invalid", off + 4, 4, f"n_layer {n_layer} is implausible", node)
+        raise Stop(off + 8)
     if ctx.gen.kv_rot:
         cur = _read_rot(ctx, node, cur, stream)
-    want_layers = _expected_kv_n_layer(ctx, item.layers)
     n_k = n_layer
     if want_layers is not None and n_layer != want_layers:
         ctx.find("error", "layer_count_mismatch", off + 4, 4,
                  f"n_layer {n_layer}, the model's {item.role} cache has {want_layers} layers", node,
                  expected=want_layers)
         n_k = want_layers
-    elif n_layer <= MAX_LAYERS and n_layer * 12 > ctx.src.remaining(cur):
+    elif n_layer * 12 > ctx.src.remaining(cur):
         raise ctx.truncated(node, f"the records of {n_layer} layers", cur, 12 * n_layer)
-    elif n_layer > MAX_LAYERS:
-        mark_bad(node.children[-1])
-        ctx.find("error", "value_invalid", off + 4, 4, f"n_layer {n_layer} is implausible", node)
-        raise Stop(off + 8)
     k_exp = _kv_expects(ctx, item.layers, v=False)
     v_exp = _kv_expects(ctx, item.layers, v=True)
     n_v = len(v_exp) if v_exp is not None else n_k

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvscope.core.findings import Finding, Severity
 from kvscope.core.model_profile import ModelProfile
@@ -61,8 +61,12 @@ def detect_kind(src: ByteSource) -> str | None:
     return "seq_blob"  # older blobs have no header: the memory state starts at byte 0
 
 
-def _plans(profile: ModelProfile | None, gen: Generation, per_seq: bool) -> list[tuple[bool, list[PlanItem] | None]]:
-    """(partial, plan) pairs to try; plan None means decide sections by structure."""
+def _plans(profile: ModelProfile | None, gen: Generation, kind: str) -> list[tuple[bool, list[PlanItem] | None]]:
+    """(partial, plan) pairs to try; plan None means decide sections by structure.
+
+    Only a buffer-API blob can be PARTIAL_ONLY: ``llama_state_seq_save_file`` (and so every
+    llama-server slot file) always writes flags 0.
+    """
     if profile is None:
         return [(False, None)]
 
@@ -79,11 +83,26 @@ def _plans(profile: ModelProfile | None, gen: Generation, per_seq: bool) -> list
 
     full = plan_of(False)
     plans: list[tuple[bool, list[PlanItem] | None]] = [(False, full)]
-    if per_seq and gen.n_stream and profile.memory_class in gen.partial_kinds:
+    if kind == "seq_blob" and gen.n_stream and profile.memory_class in gen.partial_kinds:
         part = plan_of(True)
         if part != full:
             plans.append((True, part))
     return plans
+
+
+class _Key(NamedTuple):
+    """How good a reading is; readings compare field by field, the first difference decides."""
+
+    version_ok: bool  # the header's version is the generation's
+    ext_ok: bool  # a cell extension read without a model explains the file cleanly
+    layout_errors: int  # minus errors in fields only this generation has
+    coarse_lost: int  # minus quarters of the file no reading could place
+    evidence: bool  # the first memory section reads cleanly (see _first_section_clean)
+    errors: int  # minus errors other than running out of bytes
+    truncations: int
+    unexplained: int  # minus bytes unparsed, untrusted or trailing
+    warnings: int
+    swa_masking: bool
 
 
 @dataclass
@@ -92,7 +111,7 @@ class _Attempt:
     gen: Generation
     ext: int
     partial: bool
-    key: tuple[Any, ...]
+    key: _Key
 
 
 def _attempt(
@@ -160,21 +179,39 @@ def _attempt(
     # layout is wrong. So count the two apart, then prefer the reading that explains more bytes.
     n_trunc = sum(1 for f in result.findings if f.severity == "error" and f.code == "truncated")
     n_tail = sum(1 for f in result.findings if f.severity == "error" and f.code == "trailing_bytes")
-    unexplained = cov["unparsed_bytes"] + cov["untrusted_bytes"] + cov["trailing_bytes"]
+    # Untrusted bytes are explained (after a resync or an inferred count), just not vouched for:
+    # the coarse comparison counts only bytes no reading could place.
+    lost = cov["unparsed_bytes"] + cov["trailing_bytes"]
+    unexplained = lost + cov["untrusted_bytes"]
     # A bad value in a field only this generation has is evidence against the generation itself.
     n_layout = sum(1 for f in result.findings if f.severity == "error" and f.extra.get("layout_field"))
-    key = (
-        version_ok,
-        ext_ok,
-        -n_layout,
-        -(unexplained * 4 // max(1, src.size)),  # coarse: only a big difference in bytes explained counts here
-        -(result.n_errors - n_trunc - n_tail + (1 if cov["trailing_bytes"] else 0)),
-        -n_trunc,
-        -unexplained,
-        -sum(1 for f in result.findings if f.severity == "warning"),
-        _swa_masking_consistent(result, gen, profile),
+    key = _Key(
+        version_ok=version_ok,
+        ext_ok=ext_ok,
+        layout_errors=-n_layout,
+        coarse_lost=-(lost * 4 // max(1, src.size)),
+        evidence=_first_section_clean(result),
+        errors=-(result.n_errors - n_trunc - n_tail + (1 if cov["trailing_bytes"] else 0)),
+        truncations=-n_trunc,
+        unexplained=-unexplained,
+        warnings=-sum(1 for f in result.findings if f.severity == "warning"),
+        swa_masking=_swa_masking_consistent(result, gen, profile),
     )
     return _Attempt(result, gen, ext, partial, key)
+
+
+def _first_section_clean(res: ParseResult) -> bool:
+    """Positive evidence for a reading: its first memory section reads without damage.
+
+    A PARTIAL_ONLY reading in particular must earn it: a full state damaged early can also look
+    like the tail of a partial one. Running out of bytes inside the section is no evidence
+    against a reading (any state can be cut short).
+    """
+    if not res.sections:
+        return False
+    first = res.sections[0]
+    end = first.offset + first.size
+    return not any(f.severity == "error" and f.code != "truncated" and f.offset < end for f in res.findings)
 
 
 def _swa_masking_consistent(res: ParseResult, gen: Generation, profile: ModelProfile | None) -> bool:
@@ -249,7 +286,7 @@ def read_source(
             for ext in ext_choices(gen, has_ext):
                 if (ext > 0) != with_ext:
                     continue
-                for partial, plan in _plans(profile, gen, per_seq):
+                for partial, plan in _plans(profile, gen, detected):
                     attempts.append(_attempt(src, detected, gen, ext, partial, plan, profile))
     attempts.sort(key=lambda a: (a.key, generation_rank(a.gen), -a.ext), reverse=True)
     best = attempts[0]
@@ -281,7 +318,7 @@ def read_source(
     else:
         ident = (best.gen.name, best.ext, best.partial)
         runner = next(a for a in attempts[1:] if (a.gen.name, a.ext, a.partial) != ident)
-        confidence = 0.99 if runner.key[:6] != best.key[:6] else 0.8
+        confidence = 0.99 if runner.key[:7] != best.key[:7] else 0.8
     res.layout = LayoutChoice(best.gen.name, confidence, alts, res.layout.features)
     if n_tied > 1:
         names = sorted({x["name"] for x in alts if x["indistinguishable"]} | {best.gen.name})
@@ -289,9 +326,11 @@ def read_source(
     from kvscope.core.rotation import annotate
 
     annotate(res, profile)
+    if profile is None and not res.n_errors:
+        _unconfirmed_end(res)
     if kind is None and detected == "seq_blob" and not has_header and res.n_errors:
         cov = coverage(res.root)
-        if cov["parsed_bytes"] < res.size // 2:
+        if cov["parsed_bytes"] + cov["untrusted_bytes"] < res.size // 2 and not _first_section_clean(res):
             first = res.findings[0] if res.findings else None
             why = "not a llama.cpp state file (no ggsn/ggsq magic, no blob header, no arch string)"
             detail = f"read as a headerless sequence blob: {first.message} at offset {first.offset}" if first else ""
@@ -299,9 +338,30 @@ def read_source(
     return res
 
 
+def _unconfirmed_end(res: ParseResult) -> None:
+    """Say what only the model could confirm: that no whole memory section is missing at the end.
+
+    A state ends where its last section ends, and composite memories (iSWA, hybrid, DSA, ...)
+    write their parts one after another, so a file cut exactly at a section boundary parses
+    cleanly. Without the model nothing in the bytes says how many sections there should be.
+    """
+    end = res.memory_end if res.memory_end is not None else res.size
+    if end != res.size:
+        return
+    if not res.sections:
+        what = ("the file holds no memory state: either the model has none (an embedding model) or the file "
+                "ends early")
+    else:
+        what = (f"the memory state ends after {len(res.sections)} section(s) exactly at the end of the file; "
+                "a composite memory (the SWA cache of an iSWA model, the recurrent state of a hybrid model, "
+                "an indexer cache) may have lost a whole section")
+    res.findings.append(Finding("info", "unconfirmed_end", end, 0,
+                                f"{what}: give the model (--model) to check that the file is complete", "/"))
+
+
 def _clean(a: _Attempt) -> bool:
     """No finding above info and every byte parsed."""
-    return not any(f.severity != "info" for f in a.result.findings) and a.key[6] == 0
+    return not any(f.severity != "info" for f in a.result.findings) and a.key.unexplained == 0
 
 
 def _model_fit(
@@ -319,8 +379,11 @@ def _model_fit(
     the non-truncation kind; then the file was most likely written by another model, which is
     said as a ``model_mismatch`` finding on the structural reading.
     """
-    if best.key[4] == 0:  # the model's plan explains the file without a structural error
+    structural = [f for f in best.result.findings if f.severity == "error" and f.code not in _MODEL_ONLY_CODES]
+    if not structural:  # the model's plan explains the bytes (tokens or arch may still disagree)
         return best, attempts
+    # running out of bytes says nothing about which model wrote the file
+    disagree = [f for f in structural if f.code not in ("truncated", "trailing_bytes")]
     free: list[_Attempt] = []
     for gen in gens:
         for ext in ext_choices(gen, None):
@@ -328,19 +391,41 @@ def _model_fit(
     free.sort(key=lambda a: (a.key, generation_rank(a.gen), -a.ext), reverse=True)
     alt = free[0]
     cov = coverage(alt.result.root)
-    if alt.result.n_errors or cov["parsed_bytes"] != src.size:  # only a clean structural reading overrules the model
-        return best, attempts
-    planned = sorted({f.code for f in best.result.findings if f.severity == "error"})
+    planned = sorted({f.code for f in structural})
     res = alt.result
-    res.model_path = profile.path
-    ctx = ParseCtx(src, alt.gen, alt.ext, per_seq, profile, res.findings)
-    ctx.find("error", "model_mismatch", 0, src.size,
-             f"the file does not fit the model {profile.arch!r} ({profile.path}): read with the model's plan it "
-             f"gives {', '.join(planned)}; it parses cleanly on its own structure, so it was most likely written "
-             "by another model", res.root)
-    check_model_only(res, ctx, profile)
-    ctx.resolve_paths()
-    return alt, free
+    if disagree and alt.result.n_errors == 0 and cov["parsed_bytes"] == src.size:
+        res.model_path = profile.path
+        ctx = ParseCtx(src, alt.gen, alt.ext, per_seq, profile, res.findings)
+        ctx.find("error", "model_mismatch", 0, src.size,
+                 f"the file does not fit the model {profile.arch!r} ({os.path.basename(profile.path)}): read with "
+                 f"the model's plan it gives {', '.join(sorted({f.code for f in disagree}))}; it parses cleanly on its "
+                 "own structure, so it was "
+                 "most likely written by another model", res.root)
+        check_model_only(res, ctx, profile)
+        ctx.resolve_paths()
+        return alt, free
+    # A damaged file: the model's plan must not explain fewer bytes with more damage than the
+    # file's own structure does. Where it would, the structural reading is the answer, and says why.
+    mine = coverage(best.result.root)
+    explained_plan = mine["parsed_bytes"] + mine["untrusted_bytes"]
+    explained_free = cov["parsed_bytes"] + cov["untrusted_bytes"]
+    margin = max(64, src.size // 20)
+    if explained_free > explained_plan + margin and alt.result.n_errors < len(structural):
+        res.model_path = profile.path
+        ctx = ParseCtx(src, alt.gen, alt.ext, per_seq, profile, res.findings)
+        ctx.find("warning", "read_by_structure", 0, 0,
+                 f"read by the file's own structure: the model's plan explains {explained_plan:,} of {src.size:,} "
+                 f"bytes with {len(structural)} error(s) ({', '.join(planned)}); the structure explains "
+                 f"{explained_free:,} with {alt.result.n_errors}", res.root,
+                 plan_explained=explained_plan, plan_errors=planned)
+        check_model_only(res, ctx, profile)
+        ctx.resolve_paths()
+        return alt, free
+    return best, attempts
+
+
+# findings about the model rather than the byte layout (they never make the structure the answer)
+_MODEL_ONLY_CODES = frozenset({"token_out_of_vocab", "model_mismatch"})
 
 
 def _unknown(src: ByteSource, why: str, detail: str = "") -> ParseResult:
