@@ -4,7 +4,9 @@ Rows are cells (in file order or sorted by position), columns are sequence ids. 
 filled in the sequence's colour when the cell holds that sequence, lighter for early positions
 and darker for late ones; a cell shared by several sequences fills several columns and lights up
 the last, "shared" column; an empty cell (no sequence) is grey across the row; (cell, sequence)
-pairs outside the sliding window are faded.
+pairs outside the sliding window are faded. The id-less cell of a per-sequence file's recurrent state
+is not empty: :func:`with_owner` files it under the file's sequence first
+(:mod:`kvscope.app.views.cells.seq_owner`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,21 @@ def hex_rgb(color: str) -> tuple[int, int, int]:
     return int(c[0:2], 16), int(c[2:4], 16), int(c[4:6], 16)
 
 
+def with_owner(table: CellTable, seq: int) -> CellTable:
+    """``table`` with every cell that names no sequence filed under ``seq`` (a per-sequence file's state)."""
+    empty = table.n_seq == 0
+    if not empty.any():
+        return table
+    n_seq = np.where(empty, 1, table.n_seq).astype(np.int32)
+    starts = np.zeros(table.count + 1, dtype=np.int64)
+    np.cumsum(n_seq, out=starts[1:])
+    ids = np.full(int(starts[-1]), seq, dtype=np.int32)
+    old = table.seq_start
+    for i in np.nonzero(~empty)[0]:  # only a mixed table pays for this loop (the reader never makes one)
+        ids[starts[i] : starts[i + 1]] = table.seq_ids[old[i] : old[i + 1]]
+    return CellTable(table.offset, table.size, table.pos, n_seq, ids, table.ext, table.ext_bytes)
+
+
 def build_cell_image(table: CellTable, seq_colors: list[tuple[int, int, int]], by_position: bool = False,
                      masked_pairs: npt.NDArray[np.bool_] | None = None, dark: bool = False) -> CellImage:
     """Build the picture of ``table``; ``masked_pairs`` is aligned with ``table.seq_ids``.
@@ -75,7 +92,7 @@ def build_cell_image(table: CellTable, seq_colors: list[tuple[int, int, int]], b
         lo, span = int(pos.min()), int(pos.max()) - int(pos.min())
         shade = (256 - (pos - lo) * 115 // span if span > 0 else np.full(n, 256, np.int64)).astype(np.uint16)
         palette = np.array(seq_colors, dtype=np.uint16)
-        rgb = (palette[ids % len(palette)] * shade[owner][:, None]) >> 8
+        rgb = (palette[np.maximum(ids, 0) % len(palette)] * shade[owner][:, None]) >> 8
         alpha = np.full(cols.size, 255, np.uint8)
         if masked_pairs is not None and masked_pairs.size == cols.size:
             m = masked_pairs.astype(bool)
