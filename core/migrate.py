@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from kvscope.core import ggml_types as gt
 from kvscope.core.model_profile import ModelProfile
 from kvscope.core.reader.layouts import BLOB_IO_MAGIC, Generation, generation_named
 from kvscope.core.reader.records import KvStream, ParseResult
@@ -58,20 +59,41 @@ class MigrationPlan:
         }
 
 
-def _framing_only(src: Generation, dst: Generation, res: ParseResult) -> list[str]:
-    """Reasons the two layouts differ in more than framing for this file (empty: framing only)."""
+def _framing_only(src: Generation, dst: Generation, res: ParseResult, profile: ModelProfile | None) -> list[str]:
+    """Reasons the two layouts differ in more than framing for this file (empty: framing only).
+
+    Exact means: the bytes a build of ``dst`` would have written for the same memory. Only the
+    version words, the v4 rotation fields and the blob header may differ; any other difference
+    of the two generations must be shown not to matter for this file and model.
+    """
     why = []
     if src.n_stream != dst.n_stream:
         why.append("the n_stream layout differs")
     if src.ctx_outputs != dst.ctx_outputs and res.kind in ("context_blob", "session_file"):
         why.append("the context outputs sections differ")
-    has_ext = any(st.cells is not None and st.cells.ext_bytes for sec in res.sections if sec.kind == "kv"
-                  for st in sec.streams)
-    if src.cell_ext != dst.cell_ext and has_ext:
-        why.append(f"the cell extension differs ({src.cell_ext} vs {dst.cell_ext} bytes per cell)")
+    if src.cell_ext != dst.cell_ext and (profile is None or profile.has_cell_ext()):
+        why.append(f"the cell extension differs ({src.cell_ext} vs {dst.cell_ext} bytes per cell"
+                   + (")" if profile is not None else "; give --model to show the model has none)"))
+    per_seq = res.kind in ("seq_file", "seq_blob")
+    if src.swa_perseq_masked != dst.swa_perseq_masked and per_seq and (profile is None or profile.n_swa):
+        why.append("per-sequence SWA masking differs (cells outside the sliding window)")
     if res.partial and src.partial_kinds != dst.partial_kinds:
         why.append("PARTIAL_ONLY means other sections in the target layout")
+    if src.rot_default != dst.rot_default and any(
+            gt.is_quantized(r.type_id) for sec in res.sections if sec.kind == "kv" for r in sec.all_layers()):
+        why.append("one build rotates quantized K/V rows by default and the other does not")
     return why
+
+
+def _blob_seq_id(res: ParseResult) -> int | None:
+    """The sequence a per-sequence state's cells name (None when they name none or several)."""
+    seqs: set[int] = set()
+    for sec in res.sections:
+        tables = [st.cells for st in sec.streams] if sec.kind == "kv" else [sec.cells]
+        for t in tables:
+            if t is not None and t.count:
+                seqs.update(t.seq_set())
+    return next(iter(seqs)) if len(seqs) == 1 else None
 
 
 def _streams(res: ParseResult) -> Iterator[KvStream]:
@@ -124,7 +146,7 @@ def plan_migration(
         first = next(f for f in res.findings if f.severity == "error")
         plan.exact = False
         plan.missing.append(f"the file is damaged: {first.message} (offset {first.offset})")
-    why = _framing_only(src, dst, res)
+    why = _framing_only(src, dst, res, profile)
     if why:
         plan.supported = plan.exact = False
         plan.missing.extend(why)
@@ -140,11 +162,12 @@ def plan_migration(
         edits.append((4, 4, struct.pack("<I", version)))
     if res.kind == "seq_blob" and src.blob_header != dst.blob_header:
         if dst.blob_header:
-            sid = seq_id if seq_id is not None else 0
+            sid = seq_id if seq_id is not None else _blob_seq_id(res)
+            if sid is None:
+                plan.exact = False
+                plan.missing.append("the source sequence id for the blob header (the cells name none): give --seq-id")
+                sid = 0
             edits.append((0, 0, struct.pack("<Ii", BLOB_IO_MAGIC, sid)))
-            if seq_id is None:
-                plan.notes.append("the blob header's seq_id is 0 (llama.cpp ignores it on a host read; "
-                                  "give --seq-id to record the source sequence)")
         else:
             edits.append((0, 8, b""))
     if src.kv_rot != dst.kv_rot:

@@ -54,17 +54,18 @@ def _token_findings(res: ParseResult, ctx: ParseCtx, toks: np.ndarray, bad: np.n
     """One finding per bad token id, on its own 4 bytes (the first few; then one for the rest)."""
     node = res.root.find("/tokens")
     ids = node.find("token_ids") if node is not None else None  # llama-server packed payload
-    base = (ids or node).offset if (ids or node) is not None else 0
+    holder = ids or node
+    base = holder.offset if holder is not None else 0
     for i in bad[:MAX_TOKEN_FINDINGS]:
         ctx.find("error", "token_out_of_vocab", base + 4 * int(i), 4,
-                 f"token {int(i)}: id {int(toks[i])} is outside the model's vocabulary of {n_vocab}", ids or node,
+                 f"token {int(i)}: id {int(toks[i])} is outside the model's vocabulary of {n_vocab}", holder,
                  index=int(i), token=int(toks[i]))
     rest = bad[MAX_TOKEN_FINDINGS:]
     if rest.size:
         first = int(rest[0])
         ctx.find("error", "token_out_of_vocab", base + 4 * first, 4 * (int(rest[-1]) - first + 1),
                  f"{rest.size} more token id(s) outside the vocabulary of {n_vocab} (tokens {first}..{int(rest[-1])})",
-                 ids or node, indices=[int(i) for i in rest[:32]])
+                 holder, indices=[int(i) for i in rest[:32]])
 
 
 def _check_types(ctx: ParseCtx, sec: Section) -> None:
