@@ -175,6 +175,12 @@ def build_parser(extra: dict[str, Registrar] | None = None) -> argparse.Argument
     from kvscope.core.lab.lab_cli import register as register_lab  # stdlib-only import: no torch here
 
     register_lab(sub)
+    from kvscope.core.engine import builds  # stdlib only
+
+    p = sub.add_parser("llama-build", help="build the pinned llama.cpp libllama + llama-server (CPU) into the cache",
+                       description=builds.__doc__.split("\n\n")[0] if builds.__doc__ else None)
+    builds.add_arguments(p)
+    p.set_defaults(func=builds.run)
 
     for name, register in (extra or {}).items():
         try:
@@ -186,7 +192,7 @@ def build_parser(extra: dict[str, Registrar] | None = None) -> argparse.Argument
 
 def _plugin_commands(wanted: str | None) -> dict[str, Registrar]:
     """Commands registered by other kvscope layers (entry-point group ``kvscope.commands``)."""
-    if wanted in ("inspect", "diff", "scan", "rewrite", "lab"):
+    if wanted in ("inspect", "diff", "scan", "rewrite", "lab", "llama-build"):
         return {}
     from importlib.metadata import entry_points
 

