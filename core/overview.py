@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from kvscope.core.compat import GenCompat, compat_text
 from kvscope.core.model_profile import ModelProfile
 from kvscope.core.reader.layouts import GENERATION_BY_NAME
@@ -213,17 +215,19 @@ def _tables(res: ParseResult) -> list[tuple[str, CellTable]]:
 
 
 def sequences(res: ParseResult) -> list[SequenceFacts]:
-    """Every sequence of every cell table, with its cells and position range."""
+    """Every sequence of every cell table, with its cells and position range (one sort per table)."""
     out = []
     for label, t in _tables(res):
-        if not t.count:
+        if not t.count or not t.seq_ids.size:
             continue
-        for seq in t.seq_set():
-            idx = t.cells_of_seq(seq)
-            if not idx.size:
-                continue
-            pos = t.pos[idx]
-            out.append(SequenceFacts(seq, label, int(idx.size), int(pos.min()), int(pos.max())))
+        cell_of = np.repeat(np.arange(t.count, dtype=np.int64), np.maximum(t.n_seq, 0))[: t.seq_ids.size]
+        order = np.argsort(t.seq_ids[: cell_of.size], kind="stable")
+        ids, pos = t.seq_ids[order], t.pos[cell_of[order]]
+        uniq, starts = np.unique(ids, return_index=True)
+        counts = np.diff(np.append(starts, ids.size))
+        lo, hi = np.minimum.reduceat(pos, starts), np.maximum.reduceat(pos, starts)
+        out += [SequenceFacts(int(q), label, int(n), int(a), int(b))
+                for q, n, a, b in zip(uniq, counts, lo, hi, strict=True)]
     return out
 
 

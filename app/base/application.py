@@ -1,11 +1,13 @@
-"""The QApplication kvscope runs in: names used by QSettings, ini-format settings, pyqtgraph options."""
+"""The QApplication kvscope runs in: names used by QSettings, ini-format settings, pyqtgraph options,
+and a Qt message filter that drops the one note Qt's offscreen platform prints for every window."""
 
 from __future__ import annotations
 
 import importlib.resources
 import sys
+from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QSettings
+from PySide6.QtCore import QCoreApplication, QMessageLogContext, QSettings, QtMsgType, qInstallMessageHandler
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -14,11 +16,36 @@ APPLICATION = "kvscope"
 APP_ID = "io.github.kvscope.kvscope"  # the .desktop / AppStream / MIME file names in resources/
 
 
+# Printed by the offscreen platform for every top-level window shown (``--screenshot``, reports):
+# that platform has no window manager to pass size hints to, so the note says nothing to a user.
+QUIET_MESSAGES = frozenset({"This plugin does not support propagateSizeHints()"})
+_previous_handler: Any = None
+_filter_installed = False
+
+
+def _message_handler(kind: QtMsgType, context: QMessageLogContext, message: str) -> None:
+    if message in QUIET_MESSAGES:
+        return
+    if _previous_handler is not None:
+        _previous_handler(kind, context, message)
+    else:
+        sys.stderr.write(message + "\n")
+
+
+def install_message_filter() -> None:
+    """Drop the messages in :data:`QUIET_MESSAGES`; every other Qt message goes where it went before."""
+    global _previous_handler, _filter_installed
+    if not _filter_installed:
+        _previous_handler = qInstallMessageHandler(_message_handler)
+        _filter_installed = True
+
+
 def ensure_app(argv: list[str] | None = None) -> QApplication:
     """The running QApplication (created when there is none), configured for kvscope."""
     from kvscope.app.base.compat import immortalize_singletons
 
     immortalize_singletons()
+    install_message_filter()
     app = QApplication.instance()
     if not isinstance(app, QApplication):
         app = QApplication(argv if argv is not None else [sys.argv[0] if sys.argv else "kvscope"])

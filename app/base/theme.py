@@ -34,6 +34,17 @@ SEQ_COLORS: tuple[str, ...] = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
 )
 THEMES = ("system", "light", "dark")
+# Verdict levels (kvscope.core.verdict) -> (light, dark) colour: readable as text on either palette.
+VERDICT_COLORS: dict[str, tuple[str, str]] = {
+    "healthy": ("#2e7d32", "#7bd389"), "suspicious": ("#b35c00", "#ffb454"),
+    "damaged": ("#c62828", "#ff7b7b"), "not_state": ("#6a1b9a", "#d59cff"),
+}
+
+
+def verdict_color(level: str, dark: bool) -> QColor:
+    """Text colour of a verdict level on the light or dark palette."""
+    light, night = VERDICT_COLORS.get(level, ("#505050", "#c0c0c0"))
+    return QColor(night if dark else light)
 
 
 def kind_color(kind: str) -> QColor:

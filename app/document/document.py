@@ -1,8 +1,13 @@
-"""One open state file: its parse result, bytes, model, statistics, diff and selection bus.
+"""One open state file: its parse result, bytes, model, statistics, compatibility, diff and selection bus.
 
-Every piece of work (model loading, parsing, payload statistics, the diff against a second file)
-runs as a background task; the document publishes the outcome with signals that the views
-listen to. The file is only ever opened read-only (a read-only memory map).
+Every piece of work (model loading, parsing, payload statistics, which llama.cpp generations load
+it, the diff against a second file) runs as a background task; the document publishes the
+outcome with signals that the views listen to. The file is only ever opened read-only and read
+with bounded ``pread`` (:class:`~kvscope.app.document.source.ViewSource`), never mapped.
+
+A file that changes while it is read (llama-server rewrites slot files in place) or afterwards
+(a ``QFileSystemWatcher`` on the file and its folder, checked against the file's size, mtime and
+inode as opened) raises ``fileChanged(reason)``; the page then offers Reload, which reads it again.
 """
 
 from __future__ import annotations
@@ -11,19 +16,23 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QFileSystemWatcher, QObject, QTimer, Signal
 
 from kvscope.app.base.tasks import CancelToken, Report, Task, TaskRunner
 from kvscope.app.document.doc_index import DocumentIndex
 from kvscope.app.document.selection import SelectionBus
+from kvscope.app.document.source import ViewSource, describe_change, empty_source
+from kvscope.core.reader.source import CHANGED_MESSAGE, FileChangedError
+from kvscope.core.verdict import Verdict, plural, verdict
 
 if TYPE_CHECKING:
+    from kvscope.core.compat import GenCompat
     from kvscope.core.diff import StateDiff
     from kvscope.core.model_profile import ModelProfile
     from kvscope.core.reader.records import ParseResult
     from kvscope.core.stats import StatsReport
+
+WATCH_DELAY_MS = 300  # a writer's burst of events becomes one check
 
 
 @dataclass
@@ -33,8 +42,15 @@ class Loaded:
     result: ParseResult
     profile: ModelProfile | None
     model_error: str | None
-    data: npt.NDArray[np.uint8]
+    data: ViewSource
     index: DocumentIndex
+
+
+@dataclass
+class Changed:
+    """What a task hands back when the file changed under it (instead of a result)."""
+
+    detail: str
 
 
 @dataclass
@@ -58,20 +74,31 @@ def _load_profile(model_path: str | None) -> tuple[ModelProfile | None, str | No
 
 
 def load_job(path: str, model_path: str | None) -> Any:
-    """The load task: model profile (if any), parse, bytes and index. Runs on a pool thread."""
+    """The load task: model profile (if any), parse and index, the open file kept for the views.
+    Runs on a pool thread; a file that changed during the parse gives :class:`Changed`."""
 
-    def job(token: CancelToken, report: Report) -> Loaded:
-        from kvscope.core.reader.parse import read_state
-        from kvscope.core.reader.source import ByteSource
+    def job(token: CancelToken, report: Report) -> Loaded | Changed:
+        from kvscope.core.reader.parse import read_source
 
         report(None, "reading model" if model_path else "parsing")
         profile, model_error = _load_profile(model_path)
         token.check()
         report(None, "parsing")
-        res = read_state(path, profile=profile)
+        try:
+            src = ViewSource.open(path)
+        except ValueError as e:  # not a regular file
+            raise ValueError(f"{os.path.basename(path)}: {e}") from None
+        try:
+            res = read_source(src, profile=profile)
+            src.check()
+        except FileChangedError as e:
+            src.close()
+            return Changed(e.detail or str(e))
+        except BaseException:
+            src.close()
+            raise
         token.check()
-        data = ByteSource.open(path).bytes_all()
-        return Loaded(res, profile, model_error, data, DocumentIndex(res))
+        return Loaded(res, profile, model_error, src, DocumentIndex(res))
 
     return job
 
@@ -88,8 +115,11 @@ class Document(QObject):
 
     loaded = Signal()  # result/index/profile replaced
     statsReady = Signal()  # stats set (findings may have grown)
+    compatReady = Signal()  # compat set: which llama.cpp generations load the file
+    verifyChanged = Signal()  # verify set (a ``kvscope verify`` result) or cleared
     diffReady = Signal()  # diff set
     failed = Signal(str)  # a load failed: the file could not be read at all
+    fileChanged = Signal(str)  # the file changed on disk or while it was read (the reason): offer Reload
     message = Signal(str)  # one-line status text
     busyChanged = Signal(bool)
 
@@ -104,11 +134,22 @@ class Document(QObject):
         self.profile: ModelProfile | None = None
         self.model_error: str | None = None
         self.index: DocumentIndex | None = None
-        self.data: npt.NDArray[np.uint8] = np.zeros(0, np.uint8)
+        self.data: ViewSource = empty_source()
         self.stats: StatsReport | None = None
         self.stats_error: str | None = None
+        self.compat: list[GenCompat] | None = None
+        self.compat_error: str | None = None
+        self.verify: dict[str, Any] | None = None
         self.diff: DiffState | None = None
+        self.changed: str | None = None  # why the file on disk is no longer what is shown (None: it is)
         self._tasks: dict[str, Task] = {}
+        self._watcher = QFileSystemWatcher(self)
+        self._watcher.fileChanged.connect(self._on_disk_event)
+        self._watcher.directoryChanged.connect(self._on_disk_event)
+        self._check_timer = QTimer(self)
+        self._check_timer.setSingleShot(True)
+        self._check_timer.setInterval(WATCH_DELAY_MS)
+        self._check_timer.timeout.connect(self.check_disk)
 
     # -- state -----------------------------------------------------------------------------------
     @property
@@ -118,6 +159,16 @@ class Document(QObject):
     @property
     def busy(self) -> bool:
         return any(not t.done for t in self._tasks.values())
+
+    def verdict(self) -> Verdict | None:
+        """The verdict on the file as read (statistics may have added findings); None before a parse."""
+        return verdict(self.result, self.profile) if self.result is not None else None
+
+    def set_verify(self, result: dict[str, Any] | None) -> None:
+        """Show a ``kvscope verify`` result (keys ``verdict``, ``engine``, ``restore``, ``next_token``,
+        ``records``), or None for "not verified"."""
+        self.verify = dict(result) if result is not None else None
+        self.verifyChanged.emit()
 
     def _start(self, kind: str, label: str, job: Any, on_success: Any, on_failure: Any = None) -> Task:
         old = self._tasks.pop(kind, None)
@@ -133,10 +184,53 @@ class Document(QObject):
         for t in self._tasks.values():
             t.cancel()
 
+    def close(self) -> None:
+        """Stop the work, the watching, and close the file."""
+        self.cancel()
+        self._check_timer.stop()
+        paths = self._watcher.files() + self._watcher.directories()
+        if paths:
+            self._watcher.removePaths(paths)
+        self.data.close()
+
+    # -- changes on disk ---------------------------------------------------------------------------
+    def _watch(self) -> None:
+        """Watch the file and its folder (a file replaced by rename keeps being watched)."""
+        want = [p for p in (self.path, os.path.dirname(self.path)) if os.path.exists(p)]
+        have = set(self._watcher.files() + self._watcher.directories())
+        missing = [p for p in want if p not in have]
+        if missing:
+            self._watcher.addPaths(missing)
+
+    def _on_disk_event(self, _path: str) -> None:
+        self._check_timer.start()
+
+    def check_disk(self) -> bool:
+        """Compare the file on disk with the one read; True (and ``fileChanged``) when it changed."""
+        self._watch()
+        if self.result is None or self.changed is not None:
+            return self.changed is not None
+        why = describe_change(self.data.identity, self.path)
+        if why is not None:
+            self._set_changed(why)
+        return why is not None
+
+    def _set_changed(self, why: str) -> None:
+        self.changed = why
+        self.fileChanged.emit(why)
+        self.message.emit(f"{self.name}: {CHANGED_MESSAGE if why.startswith('short read') else why}")
+
+    def reload(self) -> Task:
+        """Read the file again (the same model)."""
+        return self.load()
+
     # -- loading ---------------------------------------------------------------------------------
     def load(self) -> Task:
         """Parse (again) with the current model; statistics follow when the parse is in."""
-        self._tasks.pop("stats", None)
+        for kind in ("stats", "compat"):
+            old = self._tasks.pop(kind, None)
+            if old is not None and not old.done:
+                old.cancel()
         return self._start("load", f"open {self.name}", load_job(self.path, self.model_path),
                            self._on_loaded, self._on_load_failed)
 
@@ -145,45 +239,97 @@ class Document(QObject):
         self.model_path = model_path
         return self.load()
 
-    def _on_loaded(self, out: Loaded) -> None:
+    def _on_loaded(self, out: Loaded | Changed) -> None:
+        self._watch()
+        if isinstance(out, Changed):
+            self._set_changed(f"{CHANGED_MESSAGE} ({out.detail})")
+            if self.result is None:
+                self.failed.emit(f"{CHANGED_MESSAGE}: reload it once the writer is done")
+            return
+        old = self.data
         self.result, self.profile, self.model_error = out.result, out.profile, out.model_error
         self.data, self.index = out.data, out.index
+        self.data.on_changed = self._on_read_changed
         self.stats, self.stats_error = None, None
+        self.compat, self.compat_error = None, None
         self.diff = None
+        self.changed = None
         self.bus.clear()
+        if old is not self.data:
+            old.close()
         self.loaded.emit()
         res = out.result
-        text = f"{self.name}: {res.kind}, layout {res.layout.name}, {len(res.findings)} findings"
-        self.message.emit(out.model_error or text)
+        self.message.emit(out.model_error or f"{self.name}: read, {plural(len(res.findings), 'finding')}")
+        if res.kind != "unknown":
+            self._start("compat", f"compatibility of {self.name}", self._compat_job(res, out.profile, out.data),
+                        self._on_compat, self._on_compat_failed)
         if res.kind != "unknown" and res.sections:
-            self._start("stats", f"statistics of {self.name}", self._stats_job(res), self._on_stats,
+            self._start("stats", f"statistics of {self.name}", self._stats_job(res, out.data), self._on_stats,
                         self._on_stats_failed)
+        QTimer.singleShot(0, self.check_disk)  # a change between the parse and now
+
+    def _on_read_changed(self, detail: str) -> None:
+        """A view's read of the open file came up short (called on the GUI thread)."""
+        QTimer.singleShot(0, lambda: self.changed is None and self._set_changed(f"{CHANGED_MESSAGE} ({detail})"))
 
     def _on_load_failed(self, message: str) -> None:
         self.failed.emit(message)
 
     # -- statistics -------------------------------------------------------------------------------
     @staticmethod
-    def _stats_job(res: ParseResult) -> Any:
-        def job(token: CancelToken, report: Report) -> StatsReport:
+    def _stats_job(res: ParseResult, data: ViewSource) -> Any:
+        def job(token: CancelToken, report: Report) -> StatsReport | Changed:
             from kvscope.core.stats import scan_stats
 
             report(None, "scanning payloads")
-            return scan_stats(res)
+            try:
+                return scan_stats(res, data=data)
+            except FileChangedError as e:
+                return Changed(e.detail or str(e))
 
         return job
 
-    def _on_stats(self, report: StatsReport) -> None:
+    def _on_stats(self, report: StatsReport | Changed) -> None:
+        if isinstance(report, Changed):
+            self._on_stats_failed(CHANGED_MESSAGE)
+            if self.changed is None:
+                self._set_changed(f"{CHANGED_MESSAGE} ({report.detail})")
+            return
         self.stats = report
         self.statsReady.emit()
         n = sum(1 for ls in report.layers if ls.n_nonfinite or ls.zero_rows)
-        self.message.emit(f"{self.name}: statistics of {len(report.layers)} records"
+        self.message.emit(f"{self.name}: statistics of {plural(len(report.layers), 'record')}"
                           + (f", {n} with non-finite values or zero rows" if n else ""))
 
     def _on_stats_failed(self, message: str) -> None:
         self.stats_error = message
         self.message.emit(f"statistics failed: {message}")
         self.statsReady.emit()
+
+    # -- compatibility --------------------------------------------------------------------------------
+    @staticmethod
+    def _compat_job(res: ParseResult, profile: ModelProfile | None, data: ViewSource) -> Any:
+        def job(token: CancelToken, report: Report) -> list[GenCompat] | Changed:
+            from kvscope.core.compat import compatibility
+
+            report(None, "which llama.cpp builds load it")
+            try:
+                return compatibility(res, profile, data=data)
+            except FileChangedError as e:
+                return Changed(e.detail or str(e))
+
+        return job
+
+    def _on_compat(self, compat: list[GenCompat] | Changed) -> None:
+        if isinstance(compat, Changed):
+            self._on_compat_failed(CHANGED_MESSAGE)
+            return
+        self.compat, self.compat_error = compat, None
+        self.compatReady.emit()
+
+    def _on_compat_failed(self, message: str) -> None:
+        self.compat, self.compat_error = None, message
+        self.compatReady.emit()
 
     # -- diff --------------------------------------------------------------------------------------
     def compare_with(self, other_path: str) -> Task | None:
@@ -213,7 +359,7 @@ class Document(QObject):
         self.diffReady.emit()
         n = len(state.diff.differences)
         self.message.emit(f"diff against {os.path.basename(state.other_path)}: "
-                          + (f"{n} differences" if n else "identical"))
+                          + (plural(n, "difference") if n else "identical"))
 
     def _on_diff_failed(self, message: str) -> None:
         self.message.emit(f"diff failed: {message}")

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QPushButto
 
 from kvscope.app.document.document import Document
 from kvscope.app.document.model_files import suggest_models
+from kvscope.core.verdict import plural
 
 WITHOUT_MODEL = "token text, head split and sliding-window marks need a model"
 
@@ -49,7 +50,7 @@ class ModelBanner(QFrame):
         self.suggestions.clear()
         if prof is not None:
             self.label.setText(f"Model: <b>{html.escape(os.path.basename(prof.path))}</b> ({html.escape(prof.arch)}, "
-                               f"{prof.n_layer} layers, "
+                               f"{plural(prof.n_layer, 'layer')}, "
                                f"{prof.memory_class} memory" + (f", SWA window {prof.n_swa}" if prof.n_swa else "")
                                + ")")
             self.label.setToolTip(prof.path)

@@ -2,12 +2,14 @@
 
 ::
 
-    kvscope report FILE [--model GGUF] [--compare OTHER] [--lab [--lab-context CTX] [--lab-into SEQ]] -o DIR
+    kvscope report FILE [--model GGUF] [--compare OTHER] [--lab [--lab-context CTX] [--lab-into SEQ]]
+                   [--full-paths] -o DIR
 
 The core CLI finds :func:`register` through the ``kvscope.commands`` entry-point group; Qt is
 imported only when the command runs, on the ``offscreen`` platform unless QT_QPA_PLATFORM is set.
-Exit codes: 0 written (findings or not: a summary line gives their counts), 2 bad input or an
-unwritable destination (one line on stderr).
+Exit codes, as ``kvscope inspect``: 0 written and the file has no error findings, 1 written and
+the file has error findings, 2 bad input or an unwritable destination (one line on stderr, no
+report written). Files are named by their base name (with size and sha256) unless ``--full-paths``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-EXIT_OK, EXIT_BAD_INPUT = 0, 2
+EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+EPILOG = ("exit status: 0 the report is written and the file has no error findings, 1 it is written and the "
+          "file has error findings, 2 bad input or an unwritable destination (nothing is written)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,11 +36,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lab-context", metavar="CTX", help="live context for --lab (implies it): a whole-context state, "
                    "a lab scenario folder or its context.json")
     p.add_argument("--lab-into", type=int, default=0, metavar="SEQ", help="sequence FILE is restored into (default 0)")
+    p.add_argument("--full-paths", action="store_true", help="print the files' paths as given; by default the report "
+                   "names them by base name, with size and sha256 (reports end up in public bug trackers)")
 
 
 def register(subparsers: Any) -> None:
     """Add the ``report`` subcommand to the core CLI's subparsers."""
-    p = subparsers.add_parser("report", help="write an HTML / Markdown / JSON report with pictures of a state file")
+    p = subparsers.add_parser("report", help="write an HTML / Markdown / JSON report with pictures of a state file",
+                              description="Write an HTML / Markdown / JSON report with pictures of a llama.cpp "
+                              "state file.", epilog=EPILOG)
     add_arguments(p)
     p.set_defaults(func=cmd_report)
 
@@ -45,23 +53,6 @@ def _use_offscreen() -> None:
     """The report draws without a window: the offscreen platform unless the user chose one."""
     if not os.environ.get("QT_QPA_PLATFORM"):
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
-
-
-def _quiet_qt() -> None:
-    """Drop the offscreen platform's notes about window hints (the report has no windows)."""
-    from PySide6.QtCore import QtMsgType, qInstallMessageHandler
-
-    previous = None
-
-    def handler(kind: QtMsgType, context: Any, message: str) -> None:
-        if "propagateSizeHints" in message:
-            return
-        if previous is not None:
-            previous(kind, context, message)
-        else:
-            sys.stderr.write(message + "\n")
-
-    previous = qInstallMessageHandler(handler)
 
 
 def _progress() -> Any:
@@ -84,7 +75,8 @@ def _clear_progress() -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Write the report; 0 written, 2 bad input (one line on stderr)."""
+    """Write the report; 0 written (no error findings), 1 written (error findings), 2 bad input (one line on
+    stderr)."""
     _use_offscreen()
     try:
         import pyqtgraph  # noqa: F401
@@ -100,8 +92,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print("kvscope report: --lab-into must be a sequence id (0 or more)", file=sys.stderr)
         return EXIT_BAD_INPUT
     options = ReportOptions(args.file, args.model, args.compare, bool(args.lab or args.lab_context),
-                            args.lab_context, args.lab_into)
-    _quiet_qt()
+                            args.lab_context, args.lab_into, bool(args.full_paths))
     progress = _progress()
     try:
         data, _ = build_report(options, args.output, progress)
@@ -113,12 +104,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     if data.lab is not None and data.lab.run is None:
         print(f"kvscope report: the lab did not run: {data.lab.reason}", file=sys.stderr)
     print(summary_line(data, args.output))
-    return EXIT_OK
+    return EXIT_FINDINGS if data.result.n_errors else EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Standalone entry (``python -m kvscope.app.report.cli``)."""
-    ap = argparse.ArgumentParser(prog="kvscope report", description="Write a report of a llama.cpp state file.")
+    ap = argparse.ArgumentParser(prog="kvscope report", description="Write a report of a llama.cpp state file.",
+                                 epilog=EPILOG)
     add_arguments(ap)
     try:
         args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))

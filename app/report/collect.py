@@ -1,7 +1,9 @@
 """Step 1 of a report: read the file and gather everything the report shows (no Qt; any thread).
 
 The ``inspect`` object is built exactly as ``kvscope inspect --json --stats`` builds it, so a
-report's ``report.json`` is that object plus the report's own keys (``report``, ``diff``, ``lab``).
+report's ``report.json`` is that object plus the report's own keys (``overview``, ``report``,
+``diff``, ``lab``); the overview (:func:`kvscope.core.overview.build_overview`) carries the verdict,
+which llama.cpp generations load the file, its size and sha256.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from kvscope.app.report.model import (
 )
 
 if TYPE_CHECKING:
+    from kvscope.core.compat import GenCompat
     from kvscope.core.diff import StateDiff
     from kvscope.core.model_profile import ModelProfile
+    from kvscope.core.overview import Overview
     from kvscope.core.reader.records import ParseResult
     from kvscope.core.stats import StatsReport
 
@@ -38,6 +42,7 @@ class Preloaded:
     stats: StatsReport
     index: DocumentIndex | None = None
     diff: StateDiff | None = None
+    compat: list[GenCompat] | None = None
 
 
 def check_inputs(options: ReportOptions) -> None:
@@ -68,9 +73,12 @@ def load_profile(path: str | None) -> ModelProfile | None:
 def read(path: str, profile: ModelProfile | None) -> ParseResult:
     """Parse ``path``; ReportError when it is unreadable or not a llama.cpp state file."""
     from kvscope.core.reader.parse import ReadError, read_state
+    from kvscope.core.reader.source import FileChangedError
 
     try:
         res = read_state(path, profile=profile)
+    except FileChangedError as e:
+        raise ReportError(f"{path}: {e}") from None
     except (ReadError, ValueError) as e:
         raise ReportError(str(e)) from None
     except OSError as e:
@@ -135,6 +143,25 @@ def _spread(hits: list[Flagged]) -> list[Flagged]:
     return [hits[i] for i in keep]
 
 
+def report_overview(options: ReportOptions, res: ParseResult, profile: ModelProfile | None,
+                    compat: list[GenCompat] | None = None) -> Overview:
+    """The overview that heads the report: with the compatibility per generation and the file's sha256."""
+    from kvscope.app.report.names import sha256_of
+    from kvscope.core.compat import compatibility
+    from kvscope.core.overview import build_overview
+
+    if compat is None:
+        try:
+            compat = compatibility(res, profile)
+        except (OSError, ValueError) as e:
+            raise ReportError(f"{options.file}: {e}") from None
+    try:
+        sha = sha256_of(res.path)
+    except OSError as e:
+        raise ReportError(f"{options.file}: {e.strerror or e}") from None
+    return build_overview(res, profile, compat, None, options.full_paths, sha)
+
+
 def collect(options: ReportOptions, progress: Progress = no_progress, cancelled: Cancelled | None = None,
             preloaded: Preloaded | None = None) -> ReportData:
     """Gather the report's data; ``preloaded`` skips the parse and statistics an open document already has."""
@@ -156,23 +183,34 @@ def collect(options: ReportOptions, progress: Progress = no_progress, cancelled:
         check()
         progress(None, "scanning payloads")
         stats = None
-        try:
-            from kvscope.core.stats import scan_stats
+        from kvscope.core.reader.source import FileChangedError
+        from kvscope.core.stats import scan_stats
 
+        try:
             stats = scan_stats(res)
+        except FileChangedError as e:  # the report would describe bytes that are gone
+            raise ReportError(f"{options.file}: {e}") from None
         except Exception as e:  # a report without statistics beats no report; the failure is shown
             stats_error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     check()
     index = preloaded.index if preloaded is not None and preloaded.index is not None else DocumentIndex(res)
-    data = ReportData(options, res, profile, index, stats, stats_error, inspect_object(res, profile, stats))
+    progress(None, "which llama.cpp builds load it")
+    overview = report_overview(options, res, profile, preloaded.compat if preloaded is not None else None)
+    check()
+    data = ReportData(options, res, profile, index, stats, stats_error, inspect_object(res, profile, stats), overview)
     data.flagged, data.flagged_total = flagged_records(res, index, stats)
     if options.compare:
         data.diff = preloaded.diff if preloaded is not None and preloaded.diff is not None else None
         if data.diff is None:
             progress(None, f"comparing with {os.path.basename(options.compare)}")
             from kvscope.core.diff import diff_states
+            from kvscope.core.reader.source import FileChangedError
 
-            data.diff = diff_states(res, read(options.compare, profile))
+            other = read(options.compare, profile)
+            try:
+                data.diff = diff_states(res, other)
+            except FileChangedError as e:
+                raise ReportError(f"{options.compare if e.path == other.path else options.file}: {e}") from None
         check()
     if options.lab:
         from kvscope.app.report.lab import run_lab

@@ -60,7 +60,7 @@ def preloaded(doc: Document, options: ReportOptions) -> Preloaded | None:
     if doc.result is None or doc.stats is None or doc.busy:
         return None
     diff = doc.diff.diff if doc.diff is not None and options.compare == doc.diff.other_path else None
-    return Preloaded(doc.result, doc.profile, doc.stats, doc.index, diff)
+    return Preloaded(doc.result, doc.profile, doc.stats, doc.index, diff, doc.compat)
 
 
 class ReportExporter(QObject):

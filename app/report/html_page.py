@@ -8,7 +8,8 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from kvscope.app.report.model import ReportData, ReportImage
-from kvscope.app.report.summary import counts_text, flagged_note, kvscope_version, overview
+from kvscope.app.report.summary import counts_text, flagged_note, kvscope_version, overview, top_findings
+from kvscope.core.verdict import plural
 
 if TYPE_CHECKING:
     from kvscope.core.lab.report import LabRun
@@ -31,6 +32,10 @@ figcaption{color:#555;font-size:13px;margin-top:4px}
 .sev-error{color:#c62828;font-weight:600}.sev-warning{color:#c26100;font-weight:600}.sev-info{color:#1f5fa8}
 .badge{display:inline-block;padding:2px 8px;border-radius:10px;font-weight:600}
 .bad{background:#fde2e2;color:#a11}.ok{background:#e3f3df;color:#25631b}
+.verdict{font-size:17px;padding:8px 12px;border-radius:6px;margin:8px 0 14px}
+.v-healthy{background:#e3f3df;color:#1f5a18}.v-suspicious{background:#fdebd3;color:#7a3e00}
+.v-damaged{background:#fde2e2;color:#8e1414}.v-not_state{background:#efe2f7;color:#4a1470}
+ul.compat{margin:4px 0 12px;padding-left:20px}
 td.restored{background:#b9e3ad}td.unchanged{background:#dde3ea}td.removed{background:#f7d794}
 td.changed{background:#f4a6a6}td.undetermined{background:#dcc3ea}td.error{background:#b03030;color:#fff}
 nav a{margin-right:12px}
@@ -69,10 +74,10 @@ def _sections(data: ReportData) -> str:
     rows = []
     for sec in data.result.sections:
         if sec.kind == "kv":
-            cells = ", ".join(f"stream {st.index}: {st.cell_count} cells" for st in sec.streams)
+            cells = ", ".join(f"stream {st.index}: {plural(st.cell_count, 'cell')}" for st in sec.streams)
             recs = sum(len(st.k_layers) + len(st.v_layers) for st in sec.streams)
         else:
-            cells, recs = f"{sec.cell_count} cells", len(sec.all_layers())
+            cells, recs = plural(sec.cell_count, "cell"), len(sec.all_layers())
         rows.append([escape(sec.role), escape(sec.kind), f"{sec.offset:,}", f"{sec.size:,}", escape(cells), str(recs),
                      "yes" if sec.trusted else '<span class="sev-error">no</span>'])
     if not rows:
@@ -120,7 +125,7 @@ def _lab_table(run: LabRun) -> str:
         extra += "<p>Not applicable: " + "; ".join(f"<code>{escape(n)}</code> ({escape(w)})"
                                                     for n, w in run.skipped) + ".</p>"
     if run.cancelled:
-        extra += f"<p>Cancelled after {len(run.results)} cells.</p>"
+        extra += f"<p>Cancelled after {plural(len(run.results), 'cell')}.</p>"
     return f"<table><thead><tr><th>case</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{extra}"
 
 
@@ -144,10 +149,27 @@ def _lab(data: ReportData, images: list[ReportImage]) -> list[str]:
     return out
 
 
+def _verdict(data: ReportData) -> str:
+    v = data.overview.verdict
+    top = top_findings(data)
+    items = "".join(f"<li>{escape(line)}</li>" for line in top)
+    return (f'<p class="verdict v-{escape(v.level)}"><b>{escape(v.title.upper())}</b>: {escape(v.reason)}</p>'
+            + (f"<p>Top findings:</p><ul>{items}</ul>" if top else ""))
+
+
+def _compat(data: ReportData) -> str:
+    ov = data.overview
+    loads = ov.loads_in()
+    head = (f"<p>Loads as it is in: <b>{escape(', '.join(loads))}</b>.</p>" if loads
+            else "<p><b>No llama.cpp generation loads it as it is.</b></p>")
+    return head + '<ul class="compat">' + "".join(f"<li>{escape(line)}</li>" for line in ov.compat_lines()) + "</ul>"
+
+
 def render_html(data: ReportData, images: list[ReportImage]) -> str:
     """The whole page."""
     from kvscope.core.reader.report import result_to_text
 
+    names = data.options.names()
     c = data.finding_counts()
     badge = (f'<span class="badge {"bad" if c["error"] else "ok"}">{escape(counts_text(data))}</span>')
     kv = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in overview(data))
@@ -161,8 +183,9 @@ def render_html(data: ReportData, images: list[ReportImage]) -> str:
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>kvscope report: {escape(data.name)}</title><style>{CSS}</style></head><body>",
-        f"<h1>kvscope report: <code>{escape(data.name)}</code></h1>", f"<p>{badge}</p>",
-        f"<nav>{''.join(nav)}</nav>", f'<table class="kv">{kv}</table>',
+        f"<h1>kvscope report: <code>{escape(data.name)}</code></h1>", _verdict(data), f"<p>{badge}</p>",
+        f"<nav>{''.join(nav)}</nav>", '<h2 id="overview">Overview</h2>', f'<table class="kv">{kv}</table>',
+        "<h3>Which llama.cpp builds load it</h3>", _compat(data),
         '<h2 id="findings">Findings</h2>', _findings(data),
         '<h2 id="structure">Structure</h2>', *_figures(images, "bytemap"), _sections(data),
     ]
@@ -176,8 +199,9 @@ def render_html(data: ReportData, images: list[ReportImage]) -> str:
         parts.append(f"<p>{escape(note)}</p>")
     parts += _lab(data, images)
     if data.diff is not None:
-        parts += ['<h2 id="diff">Diff</h2>', f"<pre>{escape(data.diff.to_text())}</pre>"]
-    parts += ['<h2 id="details">Details</h2>', f"<pre>{escape(result_to_text(data.result, data.profile))}</pre>",
+        parts += ['<h2 id="diff">Diff</h2>', f"<pre>{escape(names.text(data.diff.to_text()))}</pre>"]
+    details = names.text(result_to_text(data.result, data.profile))
+    parts += ['<h2 id="details">Details</h2>', f"<pre>{escape(details)}</pre>",
               f"<footer><p>Written by kvscope {escape(kvscope_version())} (<code>kvscope report</code>). "
               "The same data is in report.json beside this page.</p></footer>", "</body></html>", ""]
-    return "\n".join(parts)
+    return names.text("\n".join(parts))

@@ -17,6 +17,7 @@ from kvscope.app.lab.view import COLUMN_WIDTH
 from kvscope.app.report.model import ReportImage
 from kvscope.app.report.snapshot import dispose, grab, png_bytes, prepare, settle
 from kvscope.core.lab.report import LabRun
+from kvscope.core.verdict import plural
 
 MIN_WIDTH = 400
 
@@ -57,7 +58,8 @@ def lab_matrix_image(run: LabRun, runner: TaskRunner, file: str = "lab-matrix.pn
     sc = run.scenario
     restore = sc.get("restore", {})
     caption = (f"Restore {restore.get('name', '')} ({restore.get('api', '')}) into seq {sc.get('target')} of "
-               f"{sc.get('name') or sc.get('arch')}: {len(run.results)} cells in {run.seconds:.1f} s. Each cell: "
+               f"{sc.get('name') or sc.get('arch')}: {plural(len(run.results), 'cell')} in {run.seconds:.1f} s. "
+               "Each cell: "
                "return value · target sequence afterwards [pos_min,pos_max] · other sequences intact ✓/✗ · their "
                f"dense probe against the clean baseline (= identical). Colours, {OUTCOME_LEGEND}.")
     return ReportImage(file, "Lab matrix", caption, png_bytes(img), img.width(), img.height())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvscope.app.report.model import ReportData, ReportImage
-from kvscope.app.report.summary import flagged_note, kvscope_version, overview
+from kvscope.app.report.summary import flagged_note, kvscope_version, overview, top_findings
 
 
 def _cell(text: str) -> str:
@@ -27,8 +27,19 @@ def render_markdown(data: ReportData, images: list[ReportImage]) -> str:
     """The whole Markdown page."""
     from kvscope.core.reader.report import result_to_text
 
-    lines = [f"# kvscope report: {data.name}", "", "| | |", "|---|---|"]
+    names = data.options.names()
+    v = data.overview.verdict
+    lines = [f"# kvscope report: {data.name}", "", f"**{v.title.upper()}**: {v.reason}", ""]
+    top = top_findings(data)
+    if top:
+        lines += ["Top findings:", "", *[f"- {_cell(t)}" for t in top], ""]
+    lines += ["## Overview", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {_cell(v)} |" for k, v in overview(data)]
+    loads = data.overview.loads_in()
+    lines += ["", "### Which llama.cpp builds load it", "",
+              f"Loads as it is in: **{', '.join(loads)}**." if loads else "**No llama.cpp generation loads it as it "
+              "is.**", ""]
+    lines += [f"- {line}" for line in data.overview.compat_lines()]
     lines += ["", "## Structure", ""]
     lines += _figures(images, "bytemap")
     cells = _figures(images, "cells-")
@@ -59,4 +70,4 @@ def render_markdown(data: ReportData, images: list[ReportImage]) -> str:
         lines += [_demote(data.stats.to_text(markdown=True)).rstrip("\n"), ""]
     lines += ["---", "", f"Written by kvscope {kvscope_version()} (`kvscope report`). The same data as JSON: "
               "[report.json](report.json).", ""]
-    return "\n".join(lines)
+    return names.text("\n".join(lines))

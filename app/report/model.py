@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kvscope.app.document.doc_index import DocumentIndex
+    from kvscope.app.report.names import PathNames
     from kvscope.core.diff import StateDiff
     from kvscope.core.lab.report import LabRun
     from kvscope.core.model_profile import ModelProfile
+    from kvscope.core.overview import Overview
     from kvscope.core.reader.records import LayerRecord, ParseResult
     from kvscope.core.stats import LayerStats, StatsReport
 
@@ -32,7 +34,8 @@ def no_progress(_fraction: float | None, _text: str) -> None:
 
 @dataclass(frozen=True)
 class ReportOptions:
-    """What to report on. ``lab_context``: the live context for ``--lab`` (else the file's scenario folder)."""
+    """What to report on. ``lab_context``: the live context for ``--lab`` (else the file's scenario folder);
+    ``full_paths``: print paths as given instead of base names."""
 
     file: str
     model: str | None = None
@@ -40,6 +43,14 @@ class ReportOptions:
     lab: bool = False
     lab_context: str | None = None
     lab_into: int = 0
+    full_paths: bool = False
+
+    def names(self) -> PathNames:
+        """How this report names the files it was built from."""
+        from kvscope.app.report.names import PathNames
+
+        return PathNames([p for p in (self.file, self.model, self.compare, self.lab_context) if p],
+                         self.full_paths)
 
 
 @dataclass
@@ -79,6 +90,7 @@ class ReportData:
     stats: StatsReport | None
     stats_error: str | None
     inspect: dict[str, Any]  # exactly what ``kvscope inspect --json --stats`` prints
+    overview: Overview  # the overview that heads every format (verdict, compatibility...)
     diff: StateDiff | None = None
     lab: LabSection | None = None
     flagged: list[Flagged] = field(default_factory=list)
@@ -86,16 +98,14 @@ class ReportData:
 
     @property
     def name(self) -> str:
-        import os
-
-        return os.path.basename(self.result.path)
+        """The state file as the report names it (its base name unless ``full_paths``)."""
+        return self.overview.file
 
     def finding_counts(self) -> dict[str, int]:
         """Findings per severity (error, warning, info)."""
-        out = {"error": 0, "warning": 0, "info": 0}
-        for f in self.result.findings:
-            out[f.severity] = out.get(f.severity, 0) + 1
-        return out
+        from kvscope.core.verdict import finding_counts
+
+        return finding_counts(self.result)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,17 @@
-"""Facts every rendering of a report shares: the overview rows, finding counts, the summary line, report.json."""
+"""Facts every rendering of a report shares: the overview rows, finding counts, the summary line, report.json.
+
+The overview rows start with the core overview (:mod:`kvscope.core.overview`: verdict, file with
+size and sha256, kind and writer, layout, model, sequences, sections, compatibility,
+verification), so the report says what the app's Overview says. Paths are base names unless the
+report was asked for ``full_paths`` (:mod:`kvscope.app.report.names`).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kvscope.app.report.model import GENERATOR, ReportData, ReportImage
+from kvscope.core.verdict import plural
 
 MAX_TEXT = 300  # characters of detokenized text shown in the overview
 
@@ -20,10 +27,9 @@ def kvscope_version() -> str:
 
 def counts_text(data: ReportData) -> str:
     """``8 findings (8 errors, 0 warnings, 0 info)``."""
-    c = data.finding_counts()
-    n = sum(c.values())
-    return (f"{n} finding{'s' if n != 1 else ''} ({c['error']} error{'s' if c['error'] != 1 else ''}, "
-            f"{c['warning']} warning{'s' if c['warning'] != 1 else ''}, {c['info']} info)")
+    from kvscope.core.verdict import counts_text as text
+
+    return text(data.finding_counts())
 
 
 def summary_line(data: ReportData, dest: str) -> str:
@@ -31,25 +37,20 @@ def summary_line(data: ReportData, dest: str) -> str:
     parts = [counts_text(data)]
     if data.diff is not None:
         n = len(data.diff.differences)
-        parts.append("diff: identical" if not n else f"diff: {n} differences")
+        parts.append("diff: identical" if not n else f"diff: {plural(n, 'difference')}")
     if data.lab is not None:
         run = data.lab.run
-        parts.append(f"lab: {len(run.results)} cells" if run is not None else "lab: not run (see the report)")
-    return f"kvscope report: {dest}: " + "; ".join(parts)
+        parts.append(f"lab: {plural(len(run.results), 'cell')}" if run is not None
+                     else "lab: not run (see the report)")
+    return f"kvscope report: {dest}: {data.overview.verdict.title}; " + "; ".join(parts)
 
 
 def overview(data: ReportData) -> list[tuple[str, str]]:
-    """(label, value) rows describing the file."""
+    """(label, value) rows describing the file: the overview's, then header, tokens, coverage, findings."""
     res, j = data.result, data.inspect
-    lay = res.layout
-    same = ", ".join(a["name"] for a in lay.alternatives if a.get("indistinguishable"))
-    rows = [
-        ("file", f"{res.path} ({res.size:,} bytes)"),
-        ("kind", res.kind + (" (PARTIAL_ONLY)" if res.partial else "")),
-        ("layout", f"{lay.name} (confidence {lay.confidence:.2f}" + (f"; byte-identical under {same}" if same else "")
-         + ")"),
-        ("model", data.profile.path if data.profile is not None else "none (model checks off)"),
-    ]
+    rows = [(k, v) for k, v in data.overview.rows() if k not in ("verdict", "loads in")]
+    if res.partial:
+        rows.insert(3, ("partial", "PARTIAL_ONLY: the SWA / recurrent part only"))
     if res.header:
         rows.append(("header", ", ".join(f"{k}={v}" for k, v in res.header.items())))
     if res.tokens:
@@ -68,6 +69,15 @@ def overview(data: ReportData) -> list[tuple[str, str]]:
     return rows
 
 
+def top_findings(data: ReportData) -> list[str]:
+    """The findings the verdict names first, one line each (the overview's links, as text)."""
+    v = data.overview.verdict
+    out = [f"{f.severity} {f.code} @{f.offset:,} (+{f.length:,}): {f.message}" for f in v.top_findings]
+    if v.missing is not None:
+        out.insert(0, f"missing bytes past the end: {v.missing.text()}")
+    return out
+
+
 def flagged_note(data: ReportData) -> str:
     """What the heatmaps leave out, when more records are flagged than pictured."""
     more = data.flagged_total - len(data.flagged)
@@ -77,12 +87,14 @@ def flagged_note(data: ReportData) -> str:
     rest = [ls for ls in data.stats.layers if (ls.n_nonfinite or ls.zero_rows) and id(ls) not in pictured]
     names = ", ".join(f"{ls.role.upper()}{'?' if ls.il is None else ls.il}"
                       + ("" if ls.stream is None else f" (stream {ls.stream})") for ls in rest)
-    return f"{more} more flagged record{'s' if more != 1 else ''} not pictured: {names}."
+    return f"{plural(more, 'more flagged record')} not pictured: {names}."
 
 
 def report_json(data: ReportData, images: list[ReportImage]) -> dict[str, Any]:
-    """``inspect --json --stats`` plus ``report`` (generator, images, flagged layers), ``diff`` and ``lab``."""
+    """``inspect --json --stats`` plus ``overview`` (verdict, compatibility, sha256...), ``report``
+    (generator, images, flagged layers), ``diff`` and ``lab``; paths named as the report names them."""
     out = dict(data.inspect)
+    out["overview"] = data.overview.to_json()
     heat = [im for im in images if im.file.startswith("heatmap-")]
     out["report"] = {
         "generator": GENERATOR,
@@ -102,4 +114,4 @@ def report_json(data: ReportData, images: list[ReportImage]) -> dict[str, Any]:
         out["diff"] = data.diff.to_json()
     if data.lab is not None:
         out["lab"] = data.lab.to_json()
-    return out
+    return data.options.names().json(out)  # type: ignore[no-any-return]

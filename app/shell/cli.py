@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
-VIEW_NAMES = ("tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")
+VIEW_NAMES = ("overview", "tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

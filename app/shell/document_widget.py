@@ -1,4 +1,8 @@
-"""One document's page: model banner, structure tree, byte map and the view tabs, all on one selection bus."""
+"""One document's page: banners, structure tree, byte map and the view tabs, all on one selection bus.
+
+The page opens on the Overview. Above every view: the model banner, a "damaged" banner while the
+file has error findings, and a "changed: Reload" banner when the file changed on disk.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from PySide6.QtWidgets import QSplitter, QStackedWidget, QTabWidget, QVBoxLayout
 
 from kvscope.app.base.theme import Theme
 from kvscope.app.base.widgets import plain_label
+from kvscope.app.document.banners import ChangedBanner, DamageBanner
 from kvscope.app.document.document import Document
 from kvscope.app.document.model_banner import ModelBanner
 from kvscope.app.lab.view import LabView
@@ -16,14 +21,16 @@ from kvscope.app.views.cells.cellmap import CellMapView
 from kvscope.app.views.diff.diff_view import DiffView
 from kvscope.app.views.findings.findings_view import FindingsView
 from kvscope.app.views.layers.layer_view import LayerView
+from kvscope.app.views.overview.overview_view import OverviewView
 from kvscope.app.views.structure.tree_view import StructureView
 from kvscope.app.views.tokens.tokens_view import TokensView
+from kvscope.core.verdict import plural
 
 # Names accepted by ``--view`` and the View menu, in tab order; tree and bytemap are always shown.
-VIEW_NAMES = ("tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")
-TAB_VIEWS = ("hex", "cells", "layers", "tokens", "findings", "diff", "lab")
-TAB_TITLES = {"hex": "Hex", "cells": "Cells", "layers": "Layers", "tokens": "Tokens", "findings": "Findings",
-              "diff": "Diff", "lab": "Lab"}
+VIEW_NAMES = ("overview", "tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")
+TAB_VIEWS = ("overview", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")
+TAB_TITLES = {"overview": "Overview", "hex": "Hex", "cells": "Cells", "layers": "Layers", "tokens": "Tokens",
+              "findings": "Findings", "diff": "Diff", "lab": "Lab"}
 
 
 class DocumentWidget(QWidget):
@@ -33,6 +40,9 @@ class DocumentWidget(QWidget):
         super().__init__(parent)
         self.doc = doc
         self.banner = ModelBanner(doc)
+        self.damage_banner = DamageBanner(doc, theme)
+        self.changed_banner = ChangedBanner(doc)
+        self.overview = OverviewView(doc, theme)
         self.tree = StructureView(doc)
         self.bytemap = ByteMap(doc)
         self.hex = HexView(doc)
@@ -67,9 +77,15 @@ class DocumentWidget(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(2)
         lay.addWidget(self.banner)
+        lay.addWidget(self.changed_banner)
+        lay.addWidget(self.damage_banner)
         lay.addWidget(self.stack, 1)
+        for src in (self.overview, self.damage_banner):
+            src.jumpRequested.connect(self.show_view)
         doc.loaded.connect(self._on_loaded)
         doc.statsReady.connect(self._update_titles)
+        for sig in (doc.loaded, doc.statsReady):  # after the tree's own reload (connected first)
+            sig.connect(self._flag_tree)
         doc.diffReady.connect(lambda: self.show_view("diff"))
         doc.failed.connect(self._on_failed)
         theme.changed.connect(lambda dark: self.hex.model.set_colors(self.hex.palette().highlight().color(), dark))
@@ -79,14 +95,23 @@ class DocumentWidget(QWidget):
     def _on_loaded(self) -> None:
         self.stack.setCurrentWidget(self.split)
         self._update_titles()
-        res = self.doc.result
-        if res is not None and res.kind == "unknown":
-            self.show_view("findings")
+        self.banner.setVisible(True)
 
     def _on_failed(self, message: str) -> None:
         self.error.setText(f"Cannot read {self.doc.path}:\n{message}")
         self.stack.setCurrentWidget(self.error)
         self.banner.hide()
+        self.damage_banner.hide()
+
+    def _flag_tree(self) -> None:
+        """Flag the tree nodes findings point at; list what a truncated file is missing as its own row."""
+        res, verdict = self.doc.result, self.doc.verdict()
+        if res is None or verdict is None:
+            return
+        model = self.tree.model
+        model.set_problems(res.findings, verdict.missing)
+        if model.missing_node is not None:
+            self.tree.tree.expand(model.index(1, 0))
 
     def _update_titles(self) -> None:
         res = self.doc.result
@@ -94,7 +119,7 @@ class DocumentWidget(QWidget):
         errors = res.n_errors if res is not None else 0
         i = TAB_VIEWS.index("findings")
         self.tabs.setTabText(i, f"Findings ({n})" if n else "Findings")
-        self.tabs.setTabToolTip(i, f"{errors} errors" if errors else "")
+        self.tabs.setTabToolTip(i, plural(errors, "error") if errors else "")
         i = TAB_VIEWS.index("tokens")
         self.tabs.setTabText(i, f"Tokens ({len(res.tokens)})" if res is not None and res.tokens else "Tokens")
 

@@ -27,7 +27,10 @@ from kvscope.app.shell.document_widget import DocumentWidget
 from kvscope.app.shell.menus import build_menus
 from kvscope.app.shell.settings import AppSettings
 
-STATE_FILTER = "llama.cpp state (*.session *.seqstate *.bin *.state *.slot);;All files (*)"
+# What llama.cpp and llama-server name saved state: slot saves (--slot-save-path), sequence state,
+# prompt caches and session files, state blobs written by hand.
+STATE_EXTENSIONS = ("*.seqstate", "*.slotsave", "*.bin", "*.session", "*.state", "*.seqdata", "*.slot")
+STATE_FILTER = f"llama.cpp state ({' '.join(STATE_EXTENSIONS)});;All files (*)"
 GGUF_FILTER = "GGUF model (*.gguf);;All files (*)"
 
 
@@ -150,7 +153,7 @@ class MainWindow(QMainWindow):
         w = self.tabs.widget(index)
         if isinstance(w, DocumentWidget):
             self.settings.set_bytes_value("layout/document_split", w.save_layout())
-            w.doc.cancel()
+            w.doc.close()
             self.tabs.removeTab(index)
             w.deleteLater()
             w.doc.deleteLater()

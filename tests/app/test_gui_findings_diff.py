@@ -68,7 +68,7 @@ def test_non_state_file_shows_findings(qtbot, open_doc, tmp_path):  # type: igno
     res = w.doc.result
     assert res.kind == "unknown"
     assert [f.code for f in w.findings.model.findings] == ["unknown_format"]
-    assert w.current_view() == "findings"
+    assert w.current_view() == "overview" and w.overview.verdict.level == "not_state"  # the verdict comes first
     assert w.bytemap._nodes and w.bytemap._nodes[0].status == "unparsed"
     assert w.layers.info.text().startswith("This file holds no layer records")
     assert w.cells.table_combo.count() == 0

@@ -15,7 +15,8 @@ from report_paths import EXAMPLES, LAB, MODEL, NAN_FILE  # noqa: E402
 from kvscope.app.report.cli import main, register  # noqa: E402
 from kvscope.core import cli as core_cli  # noqa: E402
 
-EXTRA_KEYS = {"report", "diff", "lab"}
+EXTRA_KEYS = {"overview", "report", "diff", "lab"}
+NAMED = {"file", "model"}  # the report names these by base name unless --full-paths
 
 
 def _json(path: Path) -> dict:  # type: ignore[type-arg]
@@ -47,15 +48,43 @@ def test_report_json_is_inspect_json(nan_report: Path, capsys: pytest.CaptureFix
     assert core_cli.main(["inspect", str(NAN_FILE.resolve()), "--model", str(MODEL.resolve()), "--json",
                           "--stats"]) == 1
     inspect = json.loads(capsys.readouterr().out)
+    inspect.pop("compatibility", None)  # in the report it is part of the overview
     report = _json(nan_report / "report.json")
-    assert {k: v for k, v in report.items() if k not in EXTRA_KEYS} == inspect
+    same = {k for k in inspect if k not in NAMED}
+    assert {k: v for k, v in report.items() if k in same} == {k: inspect[k] for k in same}
+    assert set(report) - EXTRA_KEYS == set(inspect)
+    assert report["file"] == NAN_FILE.name and report["model"] == MODEL.name
     assert "stats" in report and "lab" not in report and "diff" not in report
 
 
+def test_full_paths_report_json_is_inspect_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [str(NAN_FILE.resolve()), "--model", str(MODEL.resolve())]
+    assert main([*args, "--full-paths", "-o", str(tmp_path / "r")]) == 1
+    capsys.readouterr()
+    assert core_cli.main(["inspect", *args, "--json", "--stats"]) == 1
+    inspect = json.loads(capsys.readouterr().out)
+    inspect.pop("compatibility", None)
+    report = _json(tmp_path / "r" / "report.json")
+    assert {k: v for k, v in report.items() if k not in EXTRA_KEYS} == inspect
+    assert report["overview"]["path"] == str(NAN_FILE.resolve())
+
+
 def test_summary_line_and_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([str(NAN_FILE), "--model", str(MODEL), "-o", str(tmp_path / "r")]) == 0  # findings: still 0
+    assert main([str(NAN_FILE), "--model", str(MODEL), "-o", str(tmp_path / "r")]) == 1  # error findings: 1
     out = capsys.readouterr().out.strip().splitlines()
-    assert out == [f"kvscope report: {tmp_path / 'r'}: 8 findings (8 errors, 0 warnings, 0 info)"]
+    assert out == [f"kvscope report: {tmp_path / 'r'}: damaged; 8 findings (8 errors, 0 warnings, 0 info)"]
+    clean = NAN_FILE.parent / "seq0.clean.seqdata.bin"
+    assert main([str(clean), "--model", str(MODEL), "-o", str(tmp_path / "c")]) == 0  # no error finding: 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith(f"kvscope report: {tmp_path / 'c'}: healthy; ")
+    assert "(0 errors, 0 warnings, " in out[0]
+
+
+def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "exit status: 0 the report is written and the file has no error findings, 1" in text
+    assert "--full-paths" in text
 
 
 @pytest.mark.parametrize("case", ["missing", "not_state", "bad_model", "missing_compare", "dest_is_file",
@@ -91,7 +120,8 @@ def test_bad_input_exit_2(case: str, tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_compare_adds_the_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     other = LAB / "fa0-unified1" / "seq0.clean.seqdata.bin"
-    assert main([str(NAN_FILE), "--model", str(MODEL), "--compare", str(other), "-o", str(tmp_path / "r")]) == 0
+    assert main([str(NAN_FILE), "--model", str(MODEL), "--compare", str(other), "--full-paths",
+                 "-o", str(tmp_path / "r")]) == 1
     assert "diff: " in capsys.readouterr().out
     assert core_cli.main(["diff", str(NAN_FILE), str(other), "--model", str(MODEL), "--json"]) == 1
     expected = json.loads(capsys.readouterr().out)

@@ -105,7 +105,7 @@ def test_export_from_the_app_is_the_same_report(qtbot, window, nan_report: Path,
     exporter = window.exporter
     with qtbot.waitSignal(exporter.finished, timeout=30000) as blocker:
         window.export_report(str(dest))
-    assert blocker.args[0].startswith(f"kvscope report: {dest}: 8 findings (8 errors")
+    assert blocker.args[0].startswith(f"kvscope report: {dest}: damaged; 8 findings (8 errors")
     assert _hashes(dest) == _hashes(nan_report)  # JSON, Markdown, HTML and every PNG, byte for byte
 
 
@@ -123,7 +123,7 @@ def test_export_refuses_a_folder_that_is_not_a_report(qtbot, window, tmp_path: P
 
 
 def test_cli_and_builder_agree(tmp_path: Path, nan_report: Path) -> None:
-    assert main([str(NAN_FILE.resolve()), "--model", str(MODEL.resolve()), "-o", str(tmp_path / "again")]) == 0
+    assert main([str(NAN_FILE.resolve()), "--model", str(MODEL.resolve()), "-o", str(tmp_path / "again")]) == 1
     assert _hashes(tmp_path / "again") == _hashes(nan_report)  # deterministic: no dates, no random names
 
 

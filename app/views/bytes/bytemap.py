@@ -5,6 +5,11 @@ Top: an overview of the whole file with the zoomed window marked. Middle: the zo
 trailing bytes are painted in the warning colour, untrusted ranges hatched; the selected range
 is outlined. Painting samples one leaf per pixel column, and draws warning ranges on top at
 least 2 px wide, so a 4-byte hole in a 2 GiB file stays visible.
+
+A truncated file is drawn on to the size it should have: the missing bytes past its end
+(:func:`kvscope.core.verdict.missing_bytes`) are a cross-hatched region labelled with how much is
+missing, split at the records that should be there. When far more is missing than the file holds,
+the region is drawn at twice the file's width and marked "not to scale".
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from kvscope.app.base.theme import UNTRUSTED_HATCH, WARNING_COLOR, kind_color
 from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
 from kvscope.core.reader.tree import Node
+from kvscope.core.verdict import MissingBytes, MissingRecord, plural
 
 _OVERVIEW_H = 14
 _STRIP_H = 34
 _LEGEND_H = 18
 _PAD = 6
+MISSING_SCALE_CAP = 2.0  # the missing region is drawn at most this many times the file's width
 
 
 def fmt_size(n: float) -> str:
@@ -47,6 +54,9 @@ class ByteMap(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.lo, self.hi = 0.0, 1.0
         self.size_bytes = 0
+        self.missing: MissingBytes | None = None
+        self.total = 0.0  # the drawn extent: the file, then the missing bytes (maybe compressed)
+        self._missing_scale = 1.0  # missing bytes per drawn byte past the end (1: to scale)
         self._starts: npt.NDArray[np.int64] = np.zeros(0, np.int64)
         self._ends: npt.NDArray[np.int64] = np.zeros(0, np.int64)
         self._nodes: list[Node] = []
@@ -67,7 +77,16 @@ class ByteMap(QWidget):
         self._ends = np.array([n.end for n in leaves], dtype=np.int64)
         self._warn_idx = [i for i, n in enumerate(leaves) if n.status != "parsed"]
         self.size_bytes = self.doc.result.size if self.doc.result is not None else 0
-        self.lo, self.hi = 0.0, float(max(1, self.size_bytes))
+        verdict = self.doc.verdict()
+        self.missing = verdict.missing if verdict is not None and verdict.missing is not None \
+            and verdict.missing.missing > 0 else None
+        shown = 0.0
+        self._missing_scale = 1.0
+        if self.missing is not None:
+            shown = float(min(self.missing.missing, MISSING_SCALE_CAP * max(1, self.size_bytes)))
+            self._missing_scale = self.missing.missing / shown
+        self.total = float(max(1, self.size_bytes)) + shown
+        self.lo, self.hi = 0.0, self.total
         self._sel = None
         self.update()
 
@@ -81,6 +100,30 @@ class ByteMap(QWidget):
 
     def kinds_present(self) -> list[str]:
         return list(dict.fromkeys(n.kind for n in self._nodes))
+
+    # -- the bytes past the end ---------------------------------------------------------------
+    @property
+    def to_scale(self) -> bool:
+        return self._missing_scale <= 1.0
+
+    def drawn_offset(self, offset: float) -> float:
+        """Where byte ``offset`` is drawn (past the end, missing bytes may be compressed)."""
+        end = float(self.size_bytes)
+        return offset if offset <= end else end + (offset - end) / self._missing_scale
+
+    def missing_at(self, drawn: float) -> tuple[int, MissingRecord | None] | None:
+        """(offset, missing record) drawn at ``drawn`` past the end of the file, or None."""
+        if self.missing is None or drawn < self.size_bytes or drawn > self.total:
+            return None
+        off = int(self.size_bytes + (drawn - self.size_bytes) * self._missing_scale)
+        rec = next((r for r in self.missing.records if r.offset <= off < r.offset + r.size), None)
+        return off, rec
+
+    def missing_text(self) -> str:
+        m = self.missing
+        if m is None:
+            return ""
+        return m.text() + ("" if self.to_scale else " (drawn not to scale)")
 
     # -- geometry -----------------------------------------------------------------------------
     def _strip_rect(self) -> QRectF:
@@ -97,8 +140,8 @@ class ByteMap(QWidget):
         return rect.left() + (offset - lo) / max(1e-9, hi - lo) * rect.width()
 
     def set_range(self, lo: float, hi: float) -> None:
-        """Show bytes ``[lo, hi)`` (clamped to the file, at least 16 bytes wide)."""
-        size = float(max(1, self.size_bytes))
+        """Show bytes ``[lo, hi)`` (clamped to the file and its missing bytes, at least 16 bytes wide)."""
+        size = float(max(1.0, self.total))
         span = min(size, max(16.0, hi - lo))
         lo = min(max(0.0, lo), size - span)
         self.lo, self.hi = lo, lo + span
@@ -117,7 +160,7 @@ class ByteMap(QWidget):
             p.setPen(pal.text().color())
             p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "no structure")
             return
-        size = float(max(1, self.size_bytes))
+        size = float(max(1.0, self.total))
         ov, strip = self._overview_rect(), self._strip_rect()
         self._paint_strip(p, ov, 0.0, size)
         self._paint_strip(p, strip, self.lo, self.hi)
@@ -143,7 +186,13 @@ class ByteMap(QWidget):
         p.setFont(f)
         y = strip.bottom() + 12
         p.drawText(QPoint(int(strip.left()), int(y)), f"{int(self.lo):,}")
-        right = f"{int(self.hi):,}   ({fmt_size(self.hi - self.lo)} of {fmt_size(size)})"
+        shown_end = min(self.hi, float(self.size_bytes))
+        right = f"{int(shown_end):,}   ({fmt_size(max(0.0, shown_end - self.lo))} of {fmt_size(self.size_bytes)})"
+        if self.missing is not None:
+            m = self.missing
+            at_least = "≥ " if m.more_may_follow else ""
+            right = (f"{at_least}{fmt_size(m.missing)} missing past the end: the file should be {at_least}"
+                     f"{m.expected_end:,} bytes" + ("" if self.to_scale else " (not to scale)") + "   |   " + right)
         w = p.fontMetrics().horizontalAdvance(right)
         p.drawText(QPoint(int(strip.right() - w), int(y)), right)
         self._paint_legend(p, y + 6)
@@ -172,9 +221,42 @@ class ByteMap(QWidget):
             xa, xb = self.x_of(n.offset, rect, lo, hi), self.x_of(n.end, rect, lo, hi)
             xa, xb = max(rect.left(), xa), min(rect.right(), max(xb, xa + 2))
             self._fill(p, QRectF(xa, rect.top(), xb - xa, rect.height()), n)
+        self._paint_missing(p, rect, lo, hi)
         p.setPen(QPen(self.palette().mid().color(), 1))
         p.setBrush(Qt.BrushStyle.NoBrush)
         p.drawRect(rect)
+
+    def _paint_missing(self, p: QPainter, rect: QRectF, lo: float, hi: float) -> None:
+        """The cross-hatched bytes past the end, split at the records they should hold."""
+        m = self.missing
+        if m is None or hi <= self.size_bytes:
+            return
+        xa = max(rect.left(), self.x_of(self.size_bytes, rect, lo, hi))
+        xb = min(rect.right(), self.x_of(self.total, rect, lo, hi))
+        if xb <= xa:
+            return
+        region = QRectF(xa, rect.top(), max(2.0, xb - xa), rect.height())
+        p.fillRect(region, self.palette().base())
+        p.fillRect(region, QBrush(QColor(WARNING_COLOR), Qt.BrushStyle.DiagCrossPattern))
+        p.setPen(QPen(QColor(WARNING_COLOR), 1, Qt.PenStyle.DashLine))
+        for r in m.records[1:]:
+            x = self.x_of(self.drawn_offset(r.offset), rect, lo, hi)
+            if xa < x < xb:
+                p.drawLine(int(x), int(rect.top()), int(x), int(rect.bottom()))
+        p.setPen(QPen(QColor(WARNING_COLOR), 2))
+        x_end = self.x_of(self.size_bytes, rect, lo, hi)
+        if rect.left() <= x_end <= rect.right():
+            p.drawLine(int(x_end), int(rect.top() - 2), int(x_end), int(rect.bottom() + 2))
+        if rect.height() >= 20:
+            label = f"missing: {'≥ ' if m.more_may_follow else ''}{fmt_size(m.missing)}" \
+                    + ("" if self.to_scale else " (not to scale)")
+            fm = p.fontMetrics()
+            if fm.horizontalAdvance(label) + 8 < region.width():
+                back = QRectF(0, 0, fm.horizontalAdvance(label) + 6, fm.height())
+                back.moveCenter(region.center())
+                p.fillRect(back, self.palette().base())
+                p.setPen(self.palette().text().color())
+                p.drawText(back, Qt.AlignmentFlag.AlignCenter, label)
 
     @staticmethod
     def _fill(p: QPainter, r: QRectF, n: Node) -> None:
@@ -197,10 +279,13 @@ class ByteMap(QWidget):
             items.append(("unparsed", QColor(WARNING_COLOR), False))
         if "trailing" in statuses:
             items.append(("trailing", kind_color("trailing"), False))
+        if self.missing is not None:
+            items.append(("missing (past the end)", self.palette().base().color(), True))
         for label, color, hatch in items:
             p.fillRect(QRectF(x, y, 10, 10), color)
             if hatch:
-                p.fillRect(QRectF(x, y, 10, 10), QBrush(QColor(UNTRUSTED_HATCH), Qt.BrushStyle.BDiagPattern))
+                style = Qt.BrushStyle.DiagCrossPattern if label.startswith("missing") else Qt.BrushStyle.BDiagPattern
+                p.fillRect(QRectF(x, y, 10, 10), QBrush(QColor(UNTRUSTED_HATCH), style))
             p.setPen(self.palette().text().color())
             p.drawText(QPoint(int(x + 13), int(y + 9)), label)
             x += 13 + fm.horizontalAdvance(label) + 12
@@ -219,11 +304,19 @@ class ByteMap(QWidget):
     def tooltip_at(self, pos: QPoint) -> str:
         """What the pointer is over: node path, kind, status, offset and size."""
         if self._overview_rect().adjusted(0, -2, 0, 2).contains(pos):
-            n = self.pick(pos.x(), self._overview_rect(), 0.0, float(max(1, self.size_bytes)))
+            rect, lo, hi = self._overview_rect(), 0.0, float(max(1.0, self.total))
         elif self._strip_rect().contains(pos):
-            n = self.pick(pos.x(), self._strip_rect(), self.lo, self.hi)
+            rect, lo, hi = self._strip_rect(), self.lo, self.hi
         else:
             return ""
+        hit = self.missing_at(lo + (pos.x() - rect.left()) / max(1.0, rect.width()) * (hi - lo))
+        if hit is not None:
+            off, rec = hit
+            where = f"{rec.name}: {plural(rec.size, 'byte')} at {rec.offset:,}" + (" (estimated)" if rec.estimated
+                                                                                     else "") if rec else ""
+            return f"missing past the end of the file\n{self.missing_text()}\noffset {off:,}" + \
+                (f"\n{where}" if where else "")
+        n = self.pick(pos.x(), rect, lo, hi)
         if n is None:
             return ""
         text = f"{n.path}\n{n.kind} · {n.status}\noffset {n.offset:,} (0x{n.offset:x}) · size {n.size:,}"
@@ -231,7 +324,7 @@ class ByteMap(QWidget):
 
     def x_to_overview(self, x: float) -> float:
         r = self._overview_rect()
-        return (x - r.left()) / max(1.0, r.width()) * max(1, self.size_bytes)
+        return (x - r.left()) / max(1.0, r.width()) * max(1.0, self.total)
 
     def mouseMoveEvent(self, e: QMouseEvent) -> None:
         pos = e.position()
@@ -264,7 +357,10 @@ class ByteMap(QWidget):
         self._drag = None
 
     def click_at(self, x: float) -> Node | None:
-        """Select the leaf at x in the zoomed strip."""
+        """Select the leaf at x in the zoomed strip (the bytes past the end: the finding that says so)."""
+        if self.missing is not None and self.missing_at(self.offset_at_x(x)) is not None and self.doc.index:
+            self.doc.bus.select(self.doc.index.for_finding(self.missing.finding), origin=self)
+            return None
         n = self.pick(x, self._strip_rect(), self.lo, self.hi)
         if n is not None and self.doc.index is not None:
             self.nodeClicked.emit(n)
@@ -272,7 +368,7 @@ class ByteMap(QWidget):
         return n
 
     def mouseDoubleClickEvent(self, _e: QMouseEvent) -> None:
-        self.set_range(0, self.size_bytes)
+        self.set_range(0, self.total)
 
     def wheelEvent(self, e: QWheelEvent) -> None:
         steps = e.angleDelta().y() / 120.0

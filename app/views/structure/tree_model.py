@@ -3,22 +3,60 @@
 Children are exposed in chunks through ``canFetchMore``/``fetchMore`` and items are the core's
 own Node objects (no copies). A cell table is one leaf node in the core tree, so 100,000 cells
 are one row here.
+
+Problems are flagged where they are: a node a finding points at, and every container above it,
+gets the finding's severity as an icon and colour and the finding in its tooltip; untrusted,
+unparsed and trailing ranges and truncated records get their own icon. A truncated file gets a
+second top-level row, "missing (past the end)", holding the records it should still have had.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelIndex, Qt
-from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelIndex, QPointF, Qt
+from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPen, QPixmap, QPolygonF
 
+from kvscope.app.base.theme import SEVERITY_COLORS, WARNING_COLOR
+from kvscope.core.findings import SEVERITY_RANK, Finding
 from kvscope.core.reader.tree import Node
+from kvscope.core.verdict import MissingBytes
 
 COLUMNS = ("name", "kind", "offset", "size", "value", "status")
 CHUNK = 1000
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 NODE_ROLE = Qt.ItemDataRole.UserRole + 2
 Index = QModelIndex | QPersistentModelIndex
+MISSING_KIND = "missing"
+MAX_TIP_FINDINGS = 3
+
+
+def _icon(shape: str, color: str) -> QIcon:
+    """A small painted status icon: ``dot`` (a finding's severity), ``hatch`` (untrusted bytes),
+    ``cut`` (truncated or missing), ``ring`` (something below is flagged)."""
+    pm = QPixmap(14, 14)
+    pm.fill(Qt.GlobalColor.transparent)
+    p = QPainter(pm)
+    p.setRenderHint(QPainter.RenderHint.Antialiasing)
+    c = QColor(color)
+    if shape == "dot":
+        p.setBrush(c)
+        p.setPen(Qt.PenStyle.NoPen)
+        p.drawEllipse(2, 2, 10, 10)
+    elif shape == "ring":
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        p.setPen(QPen(c, 2))
+        p.drawEllipse(3, 3, 8, 8)
+    elif shape == "hatch":
+        p.fillRect(2, 2, 10, 10, QBrush(c, Qt.BrushStyle.BDiagPattern))
+        p.setPen(QPen(c, 1))
+        p.drawRect(2, 2, 10, 10)
+    else:  # cut: a triangle with its tip cut off
+        p.setBrush(c)
+        p.setPen(Qt.PenStyle.NoPen)
+        p.drawPolygon(QPolygonF([QPointF(2, 12), QPointF(12, 12), QPointF(12, 6), QPointF(7, 2), QPointF(2, 2)]))
+    p.end()
+    return QIcon(pm)
 
 
 def value_text(value: Any, limit: int = 80) -> str:
@@ -43,14 +81,60 @@ class StructureModel(QAbstractItemModel):
         self._shown: dict[int, int] = {}  # id(node) -> children exposed so far
         self._rows: dict[int, dict[int, int]] = {}  # id(parent) -> {id(child): row}
         self._warn = QBrush(QColor("#e15759"))
+        self._top: list[Node] = []  # the file node, then the missing-bytes node of a truncated file
+        self._flags: dict[int, list[Finding]] = {}  # id(node) -> findings about it
+        self._below: dict[int, str] = {}  # id(container) -> worst severity of a finding below it
+        self._icons: dict[str, QIcon] = {}
+        self.missing_node: Node | None = None
         self.set_root(root)
 
     def set_root(self, root: Node | None) -> None:
         self.beginResetModel()
         self._root = root
+        self._top = [root] if root is not None else []
         self._shown.clear()
         self._rows.clear()
+        self._flags.clear()
+        self._below.clear()
+        self.missing_node = None
         self.endResetModel()
+
+    def set_problems(self, findings: list[Finding], missing: MissingBytes | None) -> None:
+        """Flag the nodes ``findings`` point at (and their containers); show what ``missing`` says is
+        missing past the end of the file as a second top-level row."""
+        root = self._root
+        if root is None:
+            return
+        self.layoutAboutToBeChanged.emit()
+        self._flags.clear()
+        self._below.clear()
+        for f in findings:
+            node = f.node if isinstance(f.node, Node) else (root.find(f.path) if f.path else None)
+            if node is None:
+                node = root.deepest_at(f.offset) if f.length else None
+            if node is None:
+                continue
+            self._flags.setdefault(id(node), []).append(f)
+            up = node.parent
+            while up is not None:
+                worst = self._below.get(id(up))
+                if worst is None or SEVERITY_RANK[f.severity] > SEVERITY_RANK[worst]:
+                    self._below[id(up)] = f.severity
+                up = up.parent
+        self.layoutChanged.emit()  # same rows, new icons and colours: expanded rows stay expanded
+        if self.missing_node is not None:
+            self.beginRemoveRows(QModelIndex(), 1, 1)
+            self._top, self.missing_node = [root], None
+            self.endRemoveRows()
+        if missing is not None and missing.missing > 0:
+            self.beginInsertRows(QModelIndex(), 1, 1)
+            self.missing_node = _missing_tree(missing)
+            self._top = [root, self.missing_node]
+            self.endInsertRows()
+
+    def findings_of(self, node: Node) -> list[Finding]:
+        """The findings that point at ``node``."""
+        return list(self._flags.get(id(node), ()))
 
     @property
     def root(self) -> Node | None:
@@ -65,7 +149,7 @@ class StructureModel(QAbstractItemModel):
 
     def _children(self, parent: Index) -> list[Node]:
         if not parent.isValid():
-            return [self._root] if self._root is not None else []
+            return self._top
         node = self.node(parent)
         return node.children if node is not None else []
 
@@ -86,14 +170,14 @@ class StructureModel(QAbstractItemModel):
 
     def parent(self, index: Index = QModelIndex()) -> QModelIndex:  # type: ignore[override]  # noqa: B008
         node = self.node(index)
-        if node is None or node.parent is None or node is self._root:
+        if node is None or node.parent is None or node in self._top:
             return QModelIndex()
         par = node.parent
         return self.createIndex(self._row_of(par), 0, par)
 
     def _row_of(self, node: Node) -> int:
-        if node is self._root or node.parent is None:
-            return 0
+        if node.parent is None:
+            return next((i for i, n in enumerate(self._top) if n is node), 0)
         par = node.parent
         rows = self._rows.get(id(par))
         if rows is None:
@@ -135,12 +219,11 @@ class StructureModel(QAbstractItemModel):
         n: Node | None = node
         while n is not None:
             chain.append(n)
-            if n is self._root:
-                break
             n = n.parent
-        if not chain or chain[-1] is not self._root:
+        top = chain[-1]
+        if not any(t is top for t in self._top):
             return QModelIndex()
-        idx = self.index(0, 0)
+        idx = self.index(self._row_of(top), 0)
         for child in reversed(chain[:-1]):
             row = self._row_of(child)
             while self._shown_count(idx) <= row and self.canFetchMore(idx):
@@ -177,15 +260,31 @@ class StructureModel(QAbstractItemModel):
         if role == NODE_ROLE:
             return node
         if role == Qt.ItemDataRole.ToolTipRole:
+            if node.kind == MISSING_KIND:
+                return f"{node.name}: not in the file\nwould be at {node.offset:,}, {node.size:,} bytes" + \
+                    (f"\n{node.note}" if node.note else "")
             tip = f"{node.path}\n{node.kind}, {node.status}\noffset {node.offset:,} (0x{node.offset:x}), " \
                   f"size {node.size:,}"
             if node.note:
                 tip += f"\n{node.note}"
             if node.value is not None:
                 tip += f"\nvalue: {value_text(node.value, 400)}"
+            found = self._flags.get(id(node), [])
+            for f in found[:MAX_TIP_FINDINGS]:
+                tip += f"\n{f.severity} {f.code} @{f.offset:,}: {f.message}"
+            if len(found) > MAX_TIP_FINDINGS:
+                tip += f"\n… and {len(found) - MAX_TIP_FINDINGS} more findings"
+            if not found and id(node) in self._below:
+                tip += f"\n{self._below[id(node)]} findings below"
             return tip
-        if role == Qt.ItemDataRole.ForegroundRole and node.status in ("unparsed", "trailing", "untrusted"):
-            return self._warn
+        if role == Qt.ItemDataRole.DecorationRole and col == "name":
+            return self._decoration(node)
+        if role == Qt.ItemDataRole.ForegroundRole:
+            sev = self._severity(node)
+            if sev is not None:
+                return QBrush(QColor(SEVERITY_COLORS.get(sev, WARNING_COLOR)))
+            if node.status in ("unparsed", "trailing", "untrusted") or node.kind == MISSING_KIND:
+                return self._warn
         if role == Qt.ItemDataRole.FontRole and node.status == "untrusted":
             f = QFont()
             f.setItalic(True)
@@ -193,3 +292,50 @@ class StructureModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.TextAlignmentRole and col in ("offset", "size"):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
+
+    # -- flags ------------------------------------------------------------------------------------------
+    def _severity(self, node: Node) -> str | None:
+        """The worst severity of the findings about ``node`` itself."""
+        found = self._flags.get(id(node))
+        return max((f.severity for f in found), key=lambda s: SEVERITY_RANK[s]) if found else None
+
+    def flag(self, node: Node) -> str | None:
+        """What the icon of ``node`` says: ``missing``, ``truncated``, ``error``/``warning``/``info`` (a
+        finding about it), ``untrusted``, ``unparsed``, ``trailing``, ``below-SEVERITY`` or None."""
+        if node.kind == MISSING_KIND:
+            return "missing"
+        if "truncated" in node.note:
+            return "truncated"
+        sev = self._severity(node)
+        if sev is not None:
+            return sev
+        if node.status != "parsed":
+            return node.status
+        below = self._below.get(id(node))
+        return f"below-{below}" if below is not None else None
+
+    def _decoration(self, node: Node) -> QIcon | None:
+        flag = self.flag(node)
+        if flag is None:
+            return None
+        icon = self._icons.get(flag)
+        if icon is None:
+            if flag in ("missing", "truncated"):
+                icon = _icon("cut", WARNING_COLOR)
+            elif flag in SEVERITY_COLORS:
+                icon = _icon("dot", SEVERITY_COLORS[flag])
+            elif flag.startswith("below-"):
+                icon = _icon("ring", SEVERITY_COLORS.get(flag[6:], WARNING_COLOR))
+            else:
+                icon = _icon("hatch", WARNING_COLOR)
+            self._icons[flag] = icon
+        return icon
+
+
+def _missing_tree(m: MissingBytes) -> Node:
+    """A detached node for the bytes a truncated file is missing, one child per missing record."""
+    top = Node("missing (past the end)", MISSING_KIND, m.file_end, m.missing, None, "unparsed", note=m.text())
+    for r in m.records:
+        top.add(Node(r.name, MISSING_KIND, r.offset, r.size, None, "unparsed",
+                     note="size estimated from the records before it" if r.estimated else ""))
+    return top
