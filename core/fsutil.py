@@ -1,29 +1,199 @@
 """Atomic file output: every file kvscope writes appears complete or not at all.
 
 Data goes to a temporary file in the destination's folder, is flushed to disk, then renamed over
-the destination (``os.replace`` is atomic on one file system). Nothing is left behind on failure.
+the destination (``os.replace`` is atomic on one file system). :func:`write_atomic` writes bytes
+or text held in memory; :func:`atomic_writer` is the streaming form (a context manager yielding
+a binary file object), for outputs too large to build in memory first.
+
+Nothing is left behind: on an exception the temporary file is removed, and while a write is in
+progress SIGTERM, SIGINT and SIGHUP remove every temporary file of the process before the
+signal takes its usual course (the handlers are installed from the main thread; a program
+that writes from other threads calls :func:`install_signal_cleanup` once at start-up). Should a
+process die of SIGKILL, its temporary file is recognisable: every name starts with
+:data:`TEMP_PREFIX` (:func:`is_temp_name`), so ``scan`` skips it and it can be swept away.
+
+An output gets the permissions a plain ``open(path, "w")`` would give it: those of the file it
+replaces, or ``0o666`` less the umask for a new file (``mkstemp``'s 0600 is not kept).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
+import stat
 import tempfile
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any, BinaryIO
+
+TEMP_PREFIX = ".kvscope-tmp-"  # every temporary file or folder kvscope creates starts with this
+CLEANUP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, n))
+
+_live: dict[str, bool] = {}  # temporary path -> is a folder
+_lock = threading.Lock()
+_previous: dict[int, Any] = {}  # signal -> the handler ours replaced
+_permanent = False
 
 
-def write_atomic(
-    path: str | os.PathLike[str], data: bytes | bytearray | memoryview | str, prefix: str = ".kvscope-"
-) -> None:
-    """Write ``data`` (text is UTF-8 encoded) to ``path`` atomically."""
+def is_temp_name(path: str | os.PathLike[str]) -> bool:
+    """True for a file or folder name kvscope uses while it writes (``TEMP_PREFIX...``)."""
+    return os.path.basename(os.fspath(path)).startswith(TEMP_PREFIX)
+
+
+def temp_name(tag: str = "") -> str:
+    """The prefix for a temporary name: ``TEMP_PREFIX`` plus an optional tag (``rewrite-``...)."""
+    tag = tag.strip(".-")
+    tag = tag.removeprefix("kvscope-").removeprefix("tmp-").strip("-")
+    return TEMP_PREFIX + (f"{tag}-" if tag else "")
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it (``/proc/self/status``; elsewhere set and restored)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def output_mode(path: str | os.PathLike[str]) -> int:
+    """Permission bits a plain ``open(path, "w")`` would leave: the existing file's, else 0o666 & ~umask."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
+    except OSError:
+        pass
+    return 0o666 & ~current_umask()
+
+
+# -- cleanup on signals ------------------------------------------------------------------------------
+
+
+def remove_temporaries() -> None:
+    """Remove every temporary file and folder this process is writing now."""
+    with _lock:
+        items = list(_live.items())
+        _live.clear()
+    for path, is_dir in items:
+        if is_dir:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    prev = _previous.get(signum, signal.SIG_DFL)
+    if prev == signal.SIG_IGN:
+        return  # the signal does not stop the process: the write goes on
+    remove_temporaries()
+    if callable(prev):
+        prev(signum, frame)  # e.g. Python's SIGINT handler: KeyboardInterrupt
+        return
+    signal.signal(signum, signal.SIG_DFL)  # die of the signal, as without us
+    os.kill(os.getpid(), signum)
+
+
+def _install() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in CLEANUP_SIGNALS:
+        if sig in _previous:
+            continue
+        with contextlib.suppress(ValueError, OSError):
+            _previous[sig] = signal.signal(sig, _on_signal)
+
+
+def _uninstall() -> None:
+    if _permanent or threading.current_thread() is not threading.main_thread():
+        return
+    for sig, prev in list(_previous.items()):
+        with contextlib.suppress(ValueError, OSError, TypeError):
+            if signal.getsignal(sig) is _on_signal:
+                signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
+        del _previous[sig]
+
+
+def install_signal_cleanup() -> None:
+    """Keep the cleanup handlers installed for the life of the process (call from the main thread)."""
+    global _permanent
+    _permanent = True
+    _install()
+
+
+def _register(path: str, is_dir: bool) -> None:
+    with _lock:
+        first = not _live
+        _live[path] = is_dir
+    if first:
+        _install()
+
+
+def _unregister(path: str) -> None:
+    with _lock:
+        _live.pop(path, None)
+        last = not _live
+    if last:
+        _uninstall()
+
+
+# -- writers -----------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | os.PathLike[str], tag: str = "", buffering: int = -1) -> Iterator[BinaryIO]:
+    """Yield a binary file object whose content replaces ``path`` atomically when the block ends.
+
+    The temporary file (``TEMP_PREFIX`` + ``tag``, beside ``path``) is removed if the block raises
+    or the process gets SIGTERM/SIGINT/SIGHUP; the result gets :func:`output_mode`'s permissions.
+    """
     target = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(target))
-    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=folder)
+    mode = output_mode(target)
+    fd, tmp = tempfile.mkstemp(prefix=temp_name(tag), dir=folder)
+    _register(tmp, False)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+        with os.fdopen(fd, "wb", buffering=buffering) as fh:
+            yield fh
             fh.flush()
+            os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
-        if os.path.exists(tmp):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    finally:
+        _unregister(tmp)
+
+
+def write_atomic(
+    path: str | os.PathLike[str], data: bytes | bytearray | memoryview | str, prefix: str = ""
+) -> None:
+    """Write ``data`` (text is UTF-8 encoded) to ``path`` atomically (``prefix``: a tag for the
+    temporary name, after :data:`TEMP_PREFIX`)."""
+    with atomic_writer(path, prefix) as fh:
+        fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+@contextlib.contextmanager
+def temporary_folder(parent: str | os.PathLike[str], tag: str = "") -> Iterator[str]:
+    """A new folder ``TEMP_PREFIX...`` in ``parent``, removed on SIGTERM/SIGINT/SIGHUP while the
+    block runs; the block renames it away or it is removed when the block raises."""
+    path = tempfile.mkdtemp(prefix=temp_name(tag), dir=os.fspath(parent))
+    os.chmod(path, 0o777 & ~current_umask())  # a plain mkdir's mode, not mkdtemp's 0700
+    _register(path, True)
+    try:
+        yield path
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    finally:
+        _unregister(path)
+

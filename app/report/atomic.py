@@ -1,9 +1,11 @@
 """Writing a report folder all at once: built next to the destination, then renamed into place.
 
 An existing destination is replaced only after the new folder is complete (rename the old one
-away, rename the new one in, delete the old one); on any failure the old folder is left as it
-was and the partial one is removed. Only an empty folder or a previous kvscope report is ever
-replaced, so a mistyped ``-o ~`` cannot remove a home directory.
+away, rename the new one in, delete the old one); on any failure (or SIGTERM/SIGINT while it is
+built) the old folder is left as it was and the partial one is removed. The temporary folders are
+named with :data:`kvscope.core.fsutil.TEMP_PREFIX`, so ``scan`` skips them. Only an empty folder
+or a previous kvscope report is ever replaced, so a mistyped ``-o ~`` cannot remove a home
+directory.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvscope.app.report.model import GENERATOR, ReportError
+from kvscope.core.fsutil import temp_name, temporary_folder
 
 
 def is_report(folder: Path) -> bool:
@@ -37,21 +40,9 @@ def check_destination(dest: Path) -> None:
         raise ReportError(f"{dest}: exists and is not a kvscope report (refusing to replace it)")
 
 
-def _fresh(parent: Path, stem: str) -> Path:
-    """A new folder ``parent/.{stem}-XXXXXXXX`` (created with the umask's permissions)."""
-    for _ in range(100):
-        path = parent / f".{stem}-{secrets.token_hex(4)}"
-        try:
-            path.mkdir()
-        except FileExistsError:
-            continue
-        return path
-    raise ReportError(f"{parent}: cannot create a temporary folder")
-
-
 def _free_name(parent: Path, stem: str) -> Path:
     for _ in range(100):
-        path = parent / f".{stem}-{secrets.token_hex(4)}"
+        path = parent / f"{temp_name(stem)}{secrets.token_hex(4)}"
         if not path.exists():
             return path
     raise ReportError(f"{parent}: cannot find a free temporary name")
@@ -66,8 +57,8 @@ def replace_folder(dest: str | os.PathLike[str], fill: Callable[[Path], None]) -
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ReportError(f"{parent}: cannot create: {e.strerror or e}") from None
-    tmp = _fresh(parent, dest.name + ".new")
-    try:
+    with temporary_folder(parent, dest.name + ".new") as tmp_name:  # removed on failure or SIGTERM
+        tmp = Path(tmp_name)
         fill(tmp)
         if dest.exists():
             old = _free_name(parent, dest.name + ".old")
@@ -80,7 +71,4 @@ def replace_folder(dest: str | os.PathLike[str], fill: Callable[[Path], None]) -
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return dest

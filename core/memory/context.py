@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kvscope.core.fileio import open_regular
+from kvscope.core.fsutil import atomic_writer
 from kvscope.core.memory.composite import LlamaMemory
 from kvscope.core.memory.containers import (
     OutputCaps,
@@ -79,7 +81,7 @@ class MemoryContext:
     def _stream(self, path: str | os.PathLike[str], layout: Layout, body: Callable[[WriteCtx], None]) -> int:
         count = CountingSink()
         body(self._wctx(count, layout, 0))
-        with open(path, "wb", buffering=1 << 20) as fh:
+        with atomic_writer(path, "state", buffering=1 << 20) as fh:  # complete or absent, never half-written
             if count.n_bytes and hasattr(os, "posix_fallocate"):
                 # allocating the file up front makes the page-cache writes much cheaper
                 with contextlib.suppress(OSError):
@@ -204,7 +206,8 @@ class MemoryContext:
         if data is not None:
             return self._reader(data, layout, reader or "file"), lambda: None
         assert path is not None
-        fh = open(Path(path), "rb")  # noqa: SIM115 - closed by the returned callback
+        fd, _ = open_regular(Path(path))  # regular files only: a FIFO would block open()
+        fh = os.fdopen(fd, "rb")
         return FileReader(fh), fh.close
 
     def seq_load_file(self, path: str | os.PathLike[str] | None, dest_seq_id: int, n_token_capacity: int | None = None,

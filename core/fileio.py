@@ -1,0 +1,70 @@
+"""Opening and reading untrusted input files without hanging or faulting.
+
+Inputs (state files, GGUF models) are opened with :func:`open_regular`: only regular files, and
+special files are refused before ``open`` (a FIFO would block it forever); the open itself is
+non-blocking in case the path changes in between. Bytes are read with ``pread``
+(:func:`pread_into`), never through a memory map, so a file that shrinks under the reader gives
+a short read instead of ``SIGBUS``. A :class:`FileIdentity` (size, mtime, inode, device) taken
+before and after a read tells whether the file changed meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+
+_PREAD_MAX = 0x7FFFF000  # Linux moves at most this many bytes per read call
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What tells two versions of a file apart without reading it."""
+
+    size: int
+    mtime_ns: int
+    ino: int
+    dev: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileIdentity:
+        return cls(int(st.st_size), int(st.st_mtime_ns), int(st.st_ino), int(st.st_dev))
+
+    @classmethod
+    def of_path(cls, path: str | os.PathLike[str]) -> FileIdentity | None:
+        """The identity of what ``path`` names now (None when it cannot be stat'ed)."""
+        try:
+            return cls.of(os.stat(path))
+        except OSError:
+            return None
+
+
+def open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
+    """Open ``path`` read-only if it is a regular file: ``(fd, fstat)``.
+
+    Raises OSError when the path cannot be opened and ValueError for anything but a regular
+    file ("is a directory", "not a regular file").
+    """
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError("is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fst = os.fstat(fd)
+        if not stat.S_ISREG(fst.st_mode):
+            raise ValueError("not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, fst
+
+
+def pread_into(fd: int, buf: memoryview, off: int) -> int:
+    """Fill ``buf`` from ``off`` with as many reads as it takes; returns the bytes read (short at EOF)."""
+    done, n = 0, len(buf)
+    while done < n:
+        got = os.preadv(fd, [buf[done : done + _PREAD_MAX]], off + done)
+        if got <= 0:
+            break
+        done += got
+    return done
