@@ -15,6 +15,8 @@ import math
 from collections.abc import Callable
 
 import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QSizePolicy
 
 Labeler = Callable[[int], str]
 
@@ -140,10 +142,18 @@ class ValueAxis(pg.AxisItem):
 
 
 def side_legend(columns: int = 6) -> pg.LegendItem:
-    """A legend meant for its own cell of a GraphicsLayout (above or beside the plots, never over data)."""
+    """A legend meant for its own cell of a GraphicsLayout (above or beside the plots, never over data): as
+    wide as its entries, not stretched over the cell (:func:`place_legend` adds it to the layout)."""
     legend = pg.LegendItem(colCount=columns, frame=False, horSpacing=14)
     legend.setParentItem(None)
+    legend.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
     return legend
+
+
+def place_legend(glw: pg.GraphicsLayoutWidget, legend: pg.LegendItem, row: int, col: int, colspan: int = 1) -> None:
+    """Add ``legend`` to ``glw``'s layout at ``(row, col)``, aligned to the left of its cell."""
+    glw.addItem(legend, row=row, col=col, colspan=colspan)
+    glw.ci.layout.setAlignment(legend, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
 
 
 def style_plot(plot: pg.PlotItem, fg: str, axes: tuple[str, ...] = ("left", "bottom")) -> None:

@@ -7,6 +7,7 @@ import shutil
 import threading
 import time
 
+import numpy as np
 import pytest
 
 pytest.importorskip("PySide6")
@@ -188,14 +189,15 @@ def test_heatmap_shape_per_layer(qtbot, open_doc):  # type: ignore[no-untyped-de
             for k in range(lv.slider.maximum() + 1):
                 lv.slider.setValue(k)
                 rec = lv.record
-                qtbot.waitUntil(lambda: lv._task is not None and lv._task.done, timeout=5000)
+                qtbot.waitUntil(lambda: not lv.heatmap.busy, timeout=5000)
                 try:
                     expected = layer_matrix(w.doc.result, rec, max_rows=lv.max_rows, max_cols=lv.max_cols)
                 except ValueError:
                     continue
-                assert lv.matrix_record is rec
-                assert lv.matrix.shape == expected.shape
-                assert lv.img.image.shape == expected.shape
+                assert lv.heatmap.record is rec
+                assert lv.matrix is not None and lv.matrix.shape == expected.shape
+                assert np.array_equal(lv.matrix, expected, equal_nan=True)
+                assert lv.heatmap.base.img.image.shape == expected.shape
                 seen += 1
     assert seen >= 8
     # the stats plot has a point per record of the current unit
@@ -205,10 +207,9 @@ def test_heatmap_shape_per_layer(qtbot, open_doc):  # type: ignore[no-untyped-de
     lv.unit_combo.setCurrentIndex(0)
     lv.role_combo.setCurrentIndex(0)
     lv.heads_check.setChecked(True)
-    qtbot.waitUntil(lambda: lv.matrix is not None, timeout=5000)
-    lv._draw_heads()
-    dim = lv.matrix.shape[1]
-    assert len(lv.head_lines) == dim // w.doc.profile.head_dim_k - 1
+    qtbot.waitUntil(lambda: lv.matrix is not None and not lv.heatmap.busy, timeout=5000)
+    dim = lv.heatmap.n_cols
+    assert len(lv.heatmap.head_lines) == dim // w.doc.profile.head_dim_k - 1
 
 
 def test_theme_switch(qtbot, open_doc, window):  # type: ignore[no-untyped-def]

@@ -1,24 +1,34 @@
-"""Layer view: one K/V/r/s record as a heatmap (cells × channels), scrubbed with a slider, plus stats."""
+"""Layer view: one K/V/r/s record as a heatmap (cells × channels), scrubbed with a slider, plus stats.
+
+The heatmap (:class:`~kvscope.app.views.layers.heatmap.Heatmap`) keeps its axes in real units at every
+zoom; the title names the record, its type and shape, and whether the values shown were de-rotated
+(records llama.cpp stores Hadamard-rotated). The view follows the document's selection: a finding,
+node or byte of another record moves it to that record.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
-import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QSlider, QSplitter, QVBoxLayout, QWidget
 
-from kvscope.app.base.tasks import CancelToken, Report, Task
 from kvscope.app.base.theme import Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
-from kvscope.app.views.layers.stats_plot import ROLE_LABEL, StatsPlot, unit_stats
-from kvscope.core.reader.records import LayerRecord
+from kvscope.app.views.export import CsvTable, doc_export_button
+from kvscope.app.views.layers.heatmap import Heatmap
+from kvscope.app.views.layers.lod import rotation_block
+from kvscope.app.views.layers.stats_plot import ROLE_LABEL, StatsPlot, stats_csv, unit_stats
+from kvscope.core.reader.records import KvStream, LayerRecord
+
+if TYPE_CHECKING:
+    from kvscope.core.reader.tree import Node
 
 ROLE_ORDER = ("k", "v", "r", "s", "p")
 
@@ -34,7 +44,7 @@ class Unit:
 
 
 def screen_caps() -> tuple[int, int]:
-    """(max rows, max cols) for heatmaps: the primary screen's size (at least 256)."""
+    """(max rows, max cols) for the heatmap overview: the primary screen's size (at least 256)."""
     screen = QGuiApplication.primaryScreen()
     if screen is None:
         return 1024, 1024
@@ -42,78 +52,117 @@ def screen_caps() -> tuple[int, int]:
     return max(256, g.height()), max(256, g.width())
 
 
+def rotation_note(rec: LayerRecord, stream: KvStream | None, n_cols: int) -> str:
+    """How the values shown relate to the stored bytes: de-rotated, possibly rotated, or as stored ("")."""
+    if rec.role not in ("k", "v"):
+        return ""
+    block = rotation_block(rec, n_cols)
+    inferred = stream is not None and stream.n_rot_inferred
+    if block:
+        return f"de-rotated (Hadamard, block {block}" + (", inferred" if inferred else "") + ")"
+    if rec.rotated:
+        return f"stored Hadamard-rotated (block {rec.rot_block}), shown as stored: the rows are not whole blocks"
+    if rec.rotated is None:
+        return "may be stored Hadamard-rotated (needs the model to tell), shown as stored"
+    return ""
+
+
 class LayerView(QWidget):
-    """Heatmap of the selected record (dequantized, downsampled by ``layer_matrix``) and per-layer stats."""
+    """Heatmap of the selected record and per-layer stats."""
+
+    export_name = "layers"
+    extra_csv = {"Statistics CSV": ("-stats", "stats_csv_table")}
 
     def __init__(self, doc: Document, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.doc, self.theme = doc, theme
         self.units: list[Unit] = []
         self.record: LayerRecord | None = None
-        self.matrix: npt.NDArray[np.float32] | None = None
-        self.matrix_record: LayerRecord | None = None  # the record ``matrix`` shows
-        self.max_rows, self.max_cols = screen_caps()
-        self._task: Task | None = None
+        self.streams: dict[int, KvStream | None] = {}
         self.unit_combo = QComboBox()
         self.role_combo = QComboBox()
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setPageStep(1)
         self.layer_label = plain_label()
+        self.rows_combo = QComboBox()
+        self.rows_combo.addItems(["cells in file order", "by sequence and position"])
+        self.rows_combo.setToolTip("the heatmap's rows: cells as stored, or sorted by sequence and position")
         self.heads_check = QCheckBox("split heads")
+        self.title = plain_label(" ")
+        font = self.title.font()
+        font.setBold(True)
+        self.title.setFont(font)
+        self.title.setWordWrap(True)
         self.info = plain_label(" ")
         self.info.setWordWrap(True)
-        self.glw = pg.GraphicsLayoutWidget()
-        self.plot = self.glw.addPlot(row=0, col=0)
-        self.plot.invertY(True)
-        self.plot.setMenuEnabled(False)
-        self.plot.setLabel("left", "cell")
-        self.plot.setLabel("bottom", "channel")
-        self.img = pg.ImageItem(axisOrder="row-major")
-        self.bad = pg.ImageItem(axisOrder="row-major")
-        self.plot.addItem(self.img)
-        self.plot.addItem(self.bad)
-        self.hist = pg.HistogramLUTItem()
-        self.hist.setImageItem(self.img)
-        self.hist.gradient.setColorMap(pg.colormap.get("CET-D1"))
-        self.glw.addItem(self.hist, row=0, col=1)
-        self.head_lines: list[pg.InfiniteLine] = []
+        self.heatmap = Heatmap(doc, theme)
+        self.heatmap.max_rows, self.heatmap.max_cols = screen_caps()
+        self.heatmap.drawn.connect(self._on_drawn)
+        self.heatmap.failed.connect(self._on_failed)
         self.stats = StatsPlot(theme)
         self.stats.layerClicked.connect(self._on_stats_click)
+        self.export_button = doc_export_button(self, doc)
         top = QHBoxLayout()
         top.addWidget(self.unit_combo, 1)
         top.addWidget(self.role_combo)
         top.addWidget(self.slider, 2)
         top.addWidget(self.layer_label)
+        top.addWidget(self.rows_combo)
         top.addWidget(self.heads_check)
-        upper = QWidget()
-        ul = QVBoxLayout(upper)
+        top.addWidget(self.export_button)
+        self.upper = QWidget()
+        ul = QVBoxLayout(self.upper)
         ul.setContentsMargins(0, 0, 0, 0)
-        ul.addLayout(top)
-        ul.addWidget(self.glw, 1)
+        ul.setSpacing(2)
+        ul.addWidget(self.title)
+        ul.addWidget(self.heatmap, 1)
         ul.addWidget(self.info)
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(upper)
-        split.addWidget(self.stats)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
-        split.setSizes([520, 330])
+        self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.addWidget(self.upper)
+        self.split.addWidget(self.stats)
+        self.split.setStretchFactor(0, 3)
+        self.split.setStretchFactor(1, 2)
+        self.split.setSizes([520, 330])
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
-        lay.addWidget(split)
+        lay.addLayout(top)
+        lay.addWidget(self.split, 1)
         self.unit_combo.currentIndexChanged.connect(self._on_unit)
         self.role_combo.currentIndexChanged.connect(self._on_role)
         self.slider.valueChanged.connect(self._on_slider)
-        self.heads_check.toggled.connect(self._draw_heads)
+        self.heads_check.toggled.connect(self._on_heads)
+        self.rows_combo.currentIndexChanged.connect(lambda _i: self._redraw())
         doc.loaded.connect(self._reload)
         doc.statsReady.connect(self._update_stats)
         doc.bus.changed.connect(self._on_selection)
-        theme.changed.connect(self.apply_theme)
-        self.apply_theme(theme.dark)
         self._reload()
+
+    # compatibility with callers that size the overview (reports)
+    @property
+    def max_rows(self) -> int:
+        return self.heatmap.max_rows
+
+    @max_rows.setter
+    def max_rows(self, v: int) -> None:
+        self.heatmap.max_rows = v
+
+    @property
+    def max_cols(self) -> int:
+        return self.heatmap.max_cols
+
+    @max_cols.setter
+    def max_cols(self, v: int) -> None:
+        self.heatmap.max_cols = v
+
+    @property
+    def matrix(self) -> np.ndarray | None:
+        """The overview samples drawn for the current record (None until decoded)."""
+        return self.heatmap.base.matrix
 
     # -- navigation -------------------------------------------------------------------------------
     def _reload(self) -> None:
         self.units = []
+        self.streams = {}
         idx = self.doc.index
         if idx is not None:
             grouped: dict[tuple[int, int | None], dict[str, list[LayerRecord]]] = {}
@@ -122,17 +171,16 @@ class LayerView(QWidget):
                 key = (si, stream.index if stream is not None else None)
                 grouped.setdefault(key, {}).setdefault(rec.role, []).append(rec)
                 labels[key] = sec.role if stream is None else f"{sec.role} · stream {stream.index}"
+                self.streams[id(rec)] = stream
             self.units = [Unit(k[0], k[1], labels[k], v) for k, v in grouped.items()]
         self.unit_combo.blockSignals(True)
         self.unit_combo.clear()
         self.unit_combo.addItems([u.label for u in self.units])
         self.unit_combo.blockSignals(False)
         if not self.units:
+            self.title.setText(" ")
             self.info.setText("This file holds no layer records." if self.doc.result is not None else " ")
             self.record = None
-            self.matrix = None
-            self.img.clear()
-            self.bad.clear()
         self._on_unit()
 
     @property
@@ -183,8 +231,8 @@ class LayerView(QWidget):
         if rec is not None:
             self.select_record(rec, publish=True)
 
-    def select_record(self, rec: LayerRecord, publish: bool = False) -> None:
-        """Switch the unit, role and slider to ``rec``."""
+    def select_record(self, rec: LayerRecord, publish: bool = False) -> bool:
+        """Switch the unit, role and slider to ``rec``; False when no unit holds it."""
         for ui, u in enumerate(self.units):
             recs = u.records.get(rec.role, [])
             if any(r is rec for r in recs):
@@ -198,11 +246,56 @@ class LayerView(QWidget):
                 self.slider.setValue(pos)
                 self.slider.blockSignals(False)
                 self._on_slider(pos, publish=publish)
-                return
+                return True
+        return False
+
+    def record_of_selection(self, sel: Selection) -> LayerRecord | None:
+        """The record a selection points into: its own, else the record whose bytes hold its node or offset."""
+        if sel.record is not None:
+            return sel.record
+        idx = self.doc.index
+        if idx is None:
+            return None
+        node: Node | None = sel.node
+        while node is not None:
+            rec = idx.record_of(node)
+            if rec is not None:
+                return rec
+            node = node.parent
+        for _, _, _, rec in idx.records:
+            if rec.header_offset <= sel.at < rec.data_offset + rec.data_size:
+                return rec
+        return None
 
     def _on_selection(self, sel: Selection) -> None:
-        if sel.origin is not self and sel.record is not None and sel.record is not self.record:
-            self.select_record(sel.record)
+        if sel.origin is self:
+            return
+        rec = self.record_of_selection(sel)
+        if rec is not None and rec is not self.record:
+            self.select_record(rec)
+        elif rec is None and sel.finding is not None:
+            self.show_unread(sel)
+
+    def show_unread(self, sel: Selection) -> None:
+        """A finding about a layer that has no record (the parse stopped at it): show its section and say so."""
+        f, idx = sel.finding, self.doc.index
+        if f is None or idx is None or self.doc.result is None:
+            return
+        sections = self.doc.result.sections
+        si = next((i for i, sec in enumerate(sections) if sec.offset <= f.offset < sec.offset + max(1, sec.size)),
+                  None)
+        ui = next((i for i, u in enumerate(self.units) if u.section_index == si), None)
+        if ui is None:
+            return
+        if self.unit_combo.currentIndex() != ui:
+            self.unit_combo.setCurrentIndex(ui)
+        self.record = None
+        self.heatmap.clear()
+        where = sel.node.path if sel.node is not None else f.path
+        self.layer_label.setText(f"layer {f.layer}" if f.layer is not None else "")
+        self.title.setText(f"{where}: no values to show (the record was not read)")
+        self.info.setText(f"{f.severity} {f.code} at {f.offset:,}: {f.message}")
+        self.stats.mark(float(f.layer) if f.layer is not None else None)
 
     # -- heatmap ----------------------------------------------------------------------------------
     def head_dim(self, rec: LayerRecord) -> tuple[int, str]:
@@ -219,8 +312,12 @@ class LayerView(QWidget):
             hd = prof.head_dim_v_swa if swa and prof.head_dim_v_swa else prof.head_dim_v
         return (hd, "") if hd > 0 else (0, "the model gives no head size")
 
+    def _split(self, rec: LayerRecord) -> int:
+        hd, _ = self.head_dim(rec)
+        return hd if hd > 0 and self.heads_check.isChecked() else 0
+
     def show_record(self, rec: LayerRecord) -> None:
-        """Compute ``rec``'s matrix in the background and show it."""
+        """Show ``rec``: the overview is decoded in the background."""
         self.record = rec
         label = ROLE_LABEL.get(rec.role, rec.role)
         self.layer_label.setText(f"{label} layer {'?' if rec.il is None else rec.il}")
@@ -228,84 +325,58 @@ class LayerView(QWidget):
         self.heads_check.setEnabled(hd > 0)
         self.heads_check.setToolTip(f"separate heads of {hd} channels" if hd else why)
         self.stats.mark(float(rec.il if rec.il is not None else rec.index))
-        res = self.doc.result
-        if res is None:
+        self._redraw()
+
+    def _redraw(self) -> None:
+        rec = self.record
+        if rec is None:
             return
-        if self._task is not None and not self._task.done:
-            self._task.cancel()
-        max_rows, max_cols = self.max_rows, self.max_cols
+        task = self.heatmap.show_record(rec, self.rows_combo.currentIndex() == 1, self._split(rec))
+        self.title.setText(self.heading(rec))
+        self.info.setText(f"{self._describe(rec)} · " + ("decoding…" if task is not None else "no values to show"))
 
-        def job(token: CancelToken, report: Report) -> tuple[LayerRecord, Any]:
-            from kvscope.core.stats import layer_matrix
+    def _on_heads(self, _on: bool) -> None:
+        if self.record is not None:
+            self.heatmap.set_head_dim(self._split(self.record))
 
-            return rec, layer_matrix(res, rec, max_rows=max_rows, max_cols=max_cols)
-
-        self.info.setText(f"{self._describe(rec)} · decoding…")
-        self._task = self.doc.runner.submit(f"layer {rec.role}{rec.il}", job, self._on_matrix, self._on_matrix_failed)
+    def heading(self, rec: LayerRecord) -> str:
+        """The heatmap's title: record, section, type, shape and how the values relate to the bytes."""
+        hm = self.heatmap
+        u = self.unit
+        where = f" · {u.label}" if u is not None else ""
+        kind = "recurrent cells" if rec.role in ("r", "s", "p") else "cells"
+        text = (f"{ROLE_LABEL.get(rec.role, rec.role)} layer {'?' if rec.il is None else rec.il}{where} · {rec.type} · "
+                f"{hm.n_rows:,} {kind} × {hm.n_cols:,} channels")
+        note = rotation_note(rec, self.streams.get(id(rec)), hm.n_cols)
+        return text + (f" · {note}" if note else "")
 
     def _describe(self, rec: LayerRecord) -> str:
-        shape = f"{rec.n_rows} cells × {rec.n_embd_v_gqa}" if rec.transposed else f"{rec.n_rows} cells"
-        extra = " · transposed V" if rec.transposed else f" · {rec.row_bytes} bytes/row"
-        trust = "" if rec.trusted else " · UNTRUSTED"
-        return f"{rec.type} · {shape}{extra} · data @{rec.data_offset:,} ({rec.data_size:,} bytes){trust}"
+        extra = "transposed V" if rec.transposed else f"{rec.row_bytes:,} bytes/row"
+        trust = " · UNTRUSTED" if not rec.trusted else ""
+        return f"{extra} · data @{rec.data_offset:,} ({rec.data_size:,} bytes){trust}"
 
-    def _on_matrix(self, out: tuple[LayerRecord, npt.NDArray[np.float32]]) -> None:
-        rec, m = out
-        if rec is not self.record:
+    def sampling_note(self) -> str:
+        """What the drawn samples are: every value, or every k-th row and channel (zoom in for more)."""
+        win = self.heatmap.shown_window()
+        if win is None:
+            return ""
+        if win.full_resolution:
+            return "every value shown"
+        return (f"shown every {win.row_step:,} rows × {win.col_step:,} channels ({win.shape[0]:,} × {win.shape[1]:,} "
+                "samples): zoom in for every value")
+
+    def _on_drawn(self) -> None:
+        rec = self.record
+        m = self.heatmap.base.matrix
+        if rec is None or m is None:
             return
-        self.matrix, self.matrix_record = m, rec
-        self._draw(m)
         n_bad = int(m.size - np.count_nonzero(np.isfinite(m)))
-        note = f" · shown {m.shape[0]}×{m.shape[1]}"
-        if rec.n_rows and m.shape[0] < rec.n_rows:
-            note += " (downsampled)"
-        self.info.setText(self._describe(rec) + note + (f" · {n_bad} non-finite values (red)" if n_bad else ""))
+        self.info.setText(f"{self._describe(rec)} · {self.sampling_note()}"
+                          + (f" · {n_bad:,} non-finite values in the overview (red)" if n_bad else ""))
 
-    def _on_matrix_failed(self, message: str) -> None:
-        self.matrix, self.matrix_record = None, None
-        self.img.clear()
-        self.bad.clear()
-        self.info.setText(f"{self._describe(self.record) if self.record else ''} · cannot show values: {message}")
-
-    def _draw(self, m: npt.NDArray[np.float32]) -> None:
-        finite = np.isfinite(m)
-        vals = m[finite]
-        # non-finite values are transparent here and painted red by the overlay
-        shown = np.where(finite, m, np.nan if vals.size else 0.0).astype(np.float32)
-        lim = float(np.max(np.abs(vals))) if vals.size else 1.0
-        lim = lim if lim > 0 else 1.0
-        self.img.setImage(shown, autoLevels=False, levels=(-lim, lim))
-        self.hist.setLevels(-lim, lim)
-        if m.size and not finite.all():
-            over = np.zeros((*m.shape, 4), np.uint8)
-            over[~finite] = (230, 20, 20, 255)
-            self.bad.setImage(over, autoLevels=False, levels=(0, 255))
-        else:
-            self.bad.clear()
-        self.plot.setXRange(0, max(1, m.shape[1]), padding=0)
-        self.plot.setYRange(0, max(1, m.shape[0]), padding=0)
-        self._draw_heads()
-
-    def _draw_heads(self) -> None:
-        for line in self.head_lines:
-            self.plot.removeItem(line)
-        self.head_lines = []
-        rec, m = self.record, self.matrix
-        if rec is None or m is None or not self.heads_check.isChecked():
-            return
-        hd, _ = self.head_dim(rec)
-        if hd <= 0:
-            return
-        from kvscope.core.stats import record_shape
-
-        dim = record_shape(rec)[1] or m.shape[1]
-        stride = -(-dim // m.shape[1]) if m.shape[1] else 1
-        pen = pg.mkPen("#111111", width=1.5, style=Qt.PenStyle.DashLine)  # the colour map is white around 0
-        for h in range(1, max(1, dim // hd)):
-            line = pg.InfiniteLine(pos=h * hd / stride, angle=90, movable=False, pen=pen)
-            line.setZValue(10)
-            self.plot.addItem(line)
-            self.head_lines.append(line)
+    def _on_failed(self, message: str) -> None:
+        rec = self.record
+        self.info.setText(f"{self._describe(rec) if rec else ''} · cannot show values: {message}")
 
     # -- stats ------------------------------------------------------------------------------------
     def _update_stats(self) -> None:
@@ -318,9 +389,31 @@ class LayerView(QWidget):
         if self.record is not None:
             self.stats.mark(float(self.record.il if self.record.il is not None else self.record.index))
 
-    def apply_theme(self, _dark: bool) -> None:
-        bg, fg = self.theme.plot_colors()
-        self.glw.setBackground(bg)
-        for name in ("left", "bottom"):
-            self.plot.getAxis(name).setPen(fg)
-            self.plot.getAxis(name).setTextPen(fg)
+    # -- export -------------------------------------------------------------------------------------
+    def export_widget(self) -> QWidget:
+        return self.split
+
+    def csv_table(self) -> CsvTable | None:
+        """The heatmap samples drawn (finest window in view): one row per cell, one column per channel."""
+        hm = self.heatmap
+        layer = hm.detail if hm.detail.window is not None and hm.detail.img.isVisible() else hm.base
+        win, m = layer.window, layer.matrix
+        if win is None or m is None:
+            return None
+        table = hm.ref.table if hm.ref is not None else None
+        cols = [win.sampled_col(j) for j in range(m.shape[1])]
+        header = ["row", "cell", "pos", "seq_ids", *(f"ch{c}" for c in cols)]
+        values = m.tolist()
+
+        def rows() -> Iterator[list[object]]:
+            for k, vals in enumerate(values):
+                r = win.sampled_row(k)
+                cell = hm.cell_of_row(r)
+                pos = int(table.pos[cell]) if table is not None and cell < table.count else ""
+                seqs = " ".join(map(str, table.seqs_of(cell))) if table is not None and cell < table.count else ""
+                yield [r, cell, pos, seqs, *vals]
+
+        return header, rows()
+
+    def stats_csv_table(self) -> CsvTable | None:
+        return stats_csv(self.doc.stats)

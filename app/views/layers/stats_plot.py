@@ -1,4 +1,8 @@
-"""Per-layer statistics across layers (from ``kvscope.core.stats.scan_stats``): RMS, non-finite, zero rows."""
+"""Per-layer statistics across layers (from ``kvscope.core.stats.scan_stats``): RMS, non-finite, zero rows.
+
+The layer and count axes tick at whole numbers only; the RMS axis starts at 0 with plain decimal labels;
+the legend sits in its own row above the plots, in the plot's foreground colour.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from kvscope.app.base.theme import Theme
 from kvscope.app.base.widgets import plain_label
+from kvscope.app.views.export import CsvTable
+from kvscope.app.views.plot_axes import IntegerAxis, ValueAxis, place_legend, side_legend, style_legend, style_plot
 
 if TYPE_CHECKING:
     from kvscope.core.stats import LayerStats, StatsReport
@@ -45,13 +51,22 @@ class StatsPlot(QWidget):
         self.theme = theme
         self.status = plain_label("")
         self.glw = pg.GraphicsLayoutWidget()
-        self.rms_plot = self.glw.addPlot(row=0, col=0)
-        self.bad_plot = self.glw.addPlot(row=1, col=0)
+        self.rms_plot = self.glw.addPlot(row=0, col=0, axisItems={"left": ValueAxis("left"),
+                                                                   "bottom": IntegerAxis("bottom")})
+        self.bad_plot = self.glw.addPlot(row=1, col=0, axisItems={"left": IntegerAxis("left", min_px=24),
+                                                                   "bottom": IntegerAxis("bottom")})
+        self.legend = side_legend(columns=1)
+        place_legend(self.glw, self.legend, 0, 1)
+        self.glw.ci.layout.setRowStretchFactor(0, 3)
+        self.glw.ci.layout.setRowStretchFactor(1, 2)
+        self.glw.ci.layout.setColumnStretchFactor(0, 1)
+        self.glw.ci.layout.setColumnStretchFactor(1, 0)
         self.bad_plot.setXLink(self.rms_plot)
         self.rms_plot.setLabel("left", "RMS")
         self.bad_plot.setLabel("left", "count")
         self.bad_plot.setLabel("bottom", "layer")
-        self.rms_plot.addLegend(offset=(-10, 5), colCount=5)
+        self.rms_plot.getAxis("left").setWidth(56)
+        self.bad_plot.getAxis("left").setWidth(56)
         for p in (self.rms_plot, self.bad_plot):
             p.setMenuEnabled(False)
             p.showGrid(x=True, y=True, alpha=0.25)
@@ -71,11 +86,8 @@ class StatsPlot(QWidget):
         bg, fg = self.theme.plot_colors()
         self.glw.setBackground(bg)
         for p in (self.rms_plot, self.bad_plot):
-            for name in ("left", "bottom"):
-                p.getAxis(name).setPen(fg)
-                p.getAxis(name).setTextPen(fg)
-        if self.rms_plot.legend is not None:
-            self.rms_plot.legend.setLabelTextColor(fg)
+            style_plot(p, fg)
+        style_legend(self.legend, fg)
 
     def set_stats(self, series: dict[str, list[LayerStats]], note: str = "") -> None:
         """Plot ``series`` (role -> records of one section/stream)."""
@@ -83,7 +95,9 @@ class StatsPlot(QWidget):
         for p, c in zip((self.rms_plot, self.bad_plot), self.markers, strict=True):
             p.clear()
             p.addItem(c, ignoreBounds=True)
+        self.legend.clear()
         top = 0.0
+        top_rms = 0.0
         layers: set[float] = set()
         for role, items in series.items():
             color = ROLE_COLORS.get(role, "#888888")
@@ -92,8 +106,10 @@ class StatsPlot(QWidget):
             label = ROLE_LABEL.get(role, role)
             if finite:  # records whose values are all NaN/Inf have no RMS
                 curve = self.rms_plot.plot([x for x, _ in finite], [r for _, r in finite], pen=pg.mkPen(color, width=2),
-                                           symbol="o", symbolSize=7, symbolBrush=color, name=label)
+                                           symbol="o", symbolSize=7, symbolBrush=color)
                 curve.sigPointsClicked.connect(lambda _c, pts, _e=None, r=role: self._clicked(r, pts))
+                self.legend.addItem(curve, label)
+                top_rms = max(top_rms, *(r for _, r in finite))
             nonfinite = [float(ls.n_nonfinite) for ls in items]
             zero = [float(ls.zero_rows) for ls in items]
             self.bad_plot.plot(xs, nonfinite, pen=pg.mkPen(color, width=2), symbol="x", symbolSize=10,
@@ -103,7 +119,9 @@ class StatsPlot(QWidget):
             top = max(top, *nonfinite, *zero)
             layers.update(xs)
         self.bad_plot.setYRange(0, max(1.0, top) * 1.15, padding=0)
-        ticks = [(x, f"{x:g}") for x in sorted(layers)] if 0 < len(layers) <= 40 else None
+        self.rms_plot.setYRange(0, top_rms * 1.15 if top_rms > 0 else 1.0, padding=0)  # RMS >= 0: from 0
+        style_legend(self.legend, self.theme.plot_colors()[1])
+        ticks = [(x, f"{x:g}") for x in sorted(layers)] if 0 < len(layers) <= 40 else None  # every layer named
         for p in (self.rms_plot, self.bad_plot):
             p.getAxis("bottom").setTicks([ticks] if ticks else None)
         if layers:
@@ -131,3 +149,11 @@ class StatsPlot(QWidget):
             else:
                 c.setValue(x)
                 c.show()
+
+
+def stats_csv(report: StatsReport | None) -> CsvTable | None:
+    """Every record's statistics as a table (one row per record, the ``LayerStats`` fields as columns)."""
+    if report is None or not report.layers:
+        return None
+    header = list(report.layers[0].to_json())
+    return header, [[("" if v is None else v) for v in ls.to_json().values()] for ls in report.layers]
