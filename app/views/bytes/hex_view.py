@@ -1,14 +1,36 @@
-"""Hex view: a paged table over the file's bytes, its own scroll bar over all rows, and a data inspector."""
+"""Hex view: a paged table over the file's bytes, its own scroll bar over all rows, a find bar and a data inspector.
+
+Selection works as in hex editors: click a byte, shift+click / drag / shift+arrows to select a range; the
+range is the document's selection (every view follows it). Ctrl+C copies the selected bytes as hex; the
+context menu copies them as a C array, Python bytes or values (decoded as the record's own type), copies
+the offset or node path, goes to an offset, selects the node, exports the bytes or the view. The inspector
+shows the cursor byte as every common type and the selection as its record's values.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt
-from PySide6.QtGui import QKeyEvent, QResizeEvent, QWheelEvent
+import os
+
+from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPoint, Qt
+from PySide6.QtGui import (
+    QContextMenuEvent,
+    QGuiApplication,
+    QKeyEvent,
+    QKeySequence,
+    QMouseEvent,
+    QResizeEvent,
+    QWheelEvent,
+)
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QFileDialog,
     QHBoxLayout,
     QHeaderView,
+    QInputDialog,
+    QMenu,
+    QPlainTextEdit,
     QScrollBar,
+    QSplitter,
     QTableView,
     QTableWidget,
     QTableWidgetItem,
@@ -16,15 +38,26 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvscope.app.base.tasks import CancelToken, Report, Task
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
+from kvscope.app.views.bytes.byte_text import TooLarge, format_bytes, read_bytes
+from kvscope.app.views.bytes.find_bar import FindBar
 from kvscope.app.views.bytes.hex_inspect import INSPECT_TYPES, inspect_values
 from kvscope.app.views.bytes.hex_model import ASCII_COL, BYTES_PER_ROW, HexModel
+from kvscope.app.views.bytes.selection_values import Decoded, decode_selection
+from kvscope.app.views.export import CsvTable, doc_export_button
+from kvscope.core.fsutil import write_atomic
+from kvscope.core.reader.tree import Node
+
+EXPORT_LIMIT = 256 << 20  # bytes "Export selected bytes" writes at most
+SHOWN_VALUES = 256  # values the inspector lists (the copy takes them all)
+FORMAT_NAMES = {"hex": "hex", "c": "a C array", "python": "Python bytes"}
 
 
 class _HexTable(QTableView):
-    """A table that never scrolls itself: wheel and navigation keys go to the owning HexView."""
+    """A table that never scrolls or selects by itself: wheel, keys and mouse go to the owning HexView."""
 
     def __init__(self, owner: HexView) -> None:
         super().__init__()
@@ -34,8 +67,45 @@ class _HexTable(QTableView):
         self.owner.scroll_rows(-round(e.angleDelta().y() / 40))
 
     def keyPressEvent(self, e: QKeyEvent) -> None:
-        if not self.owner.handle_key(e.key()):
+        if not self.owner.handle_key(e):
             super().keyPressEvent(e)
+
+    def mousePressEvent(self, e: QMouseEvent) -> None:
+        off = self.owner.offset_at(e.position().toPoint())
+        if off is None:
+            return
+        self.setFocus(Qt.FocusReason.MouseFocusReason)
+        shift = bool(e.modifiers() & Qt.KeyboardModifier.ShiftModifier)
+        if e.button() == Qt.MouseButton.LeftButton:
+            self.owner.press(off, shift)
+        elif e.button() == Qt.MouseButton.RightButton and not self.owner.in_selection(off):
+            self.owner.press(off, False)
+            self.owner.release()
+
+    def mouseMoveEvent(self, e: QMouseEvent) -> None:
+        if e.buttons() & Qt.MouseButton.LeftButton and self.owner.dragging:
+            pos = e.position().toPoint()
+            h = self.viewport().height()
+            if pos.y() < 0:
+                self.owner.scroll_rows(-1)
+            elif pos.y() > h:
+                self.owner.scroll_rows(1)
+            pos.setY(max(1, min(h - 2, pos.y())))
+            off = self.owner.offset_at(pos, clamp=True)
+            if off is not None:
+                self.owner.drag_to(off)
+
+    def mouseReleaseEvent(self, e: QMouseEvent) -> None:
+        if e.button() == Qt.MouseButton.LeftButton:
+            self.owner.release()
+
+    def mouseDoubleClickEvent(self, e: QMouseEvent) -> None:
+        off = self.owner.offset_at(e.position().toPoint())
+        if off is not None:
+            self.owner.select_node_at(off)
+
+    def contextMenuEvent(self, e: QContextMenuEvent) -> None:
+        self.owner.context_menu(e.globalPos())
 
     def resizeEvent(self, e: QResizeEvent) -> None:
         super().resizeEvent(e)
@@ -43,12 +113,19 @@ class _HexTable(QTableView):
 
 
 class HexView(QWidget):
-    """16 bytes per row; the selected node's bytes are highlighted; the cursor byte feeds the inspector."""
+    """16 bytes per row; the selected range is highlighted; the cursor byte and the range feed the inspector."""
+
+    export_name = "hex"
 
     def __init__(self, doc: Document, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.doc = doc
         self.cursor_offset = 0
+        self.anchor = 0  # where a shift-selection starts
+        self.dragging = False
+        self._dragged = False
+        self._task: Task | None = None
+        self.decoded: Decoded | None = None
         self.model = HexModel(self)
         self.table = _HexTable(self)
         self.table.setModel(self.model)
@@ -63,38 +140,64 @@ class HexView(QWidget):
         hh = self.table.horizontalHeader()
         hh.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
         hh.setMinimumSectionSize(10)
-        cw = self.table.fontMetrics().horizontalAdvance("00") + 9
+        fm = self.table.fontMetrics()
+        cw = fm.horizontalAdvance("00") + 9
         for c in range(BYTES_PER_ROW):
             hh.resizeSection(c, cw)
-        hh.resizeSection(ASCII_COL, self.table.fontMetrics().horizontalAdvance("M" * 16) + 16)
+        self._char_w = fm.horizontalAdvance("M")
+        hh.resizeSection(ASCII_COL, self._char_w * 16 + 16)
         hh.setStretchLastSection(True)
         self.scrollbar = QScrollBar(Qt.Orientation.Vertical)
         self.scrollbar.valueChanged.connect(self._on_scroll)
+        self.find_bar = FindBar(doc, lambda: self.cursor_offset)
+        self.find_bar.found.connect(self._on_found)
+        self.find_bar.nodeFound.connect(self._on_node_found)
+        self.find_bar.escaped.connect(lambda: self.table.setFocus())
+        self.export_button = doc_export_button(self, doc)
         self.location = plain_label()
         self.location.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.location.setWordWrap(True)
         self.inspector = QTableWidget(len(INSPECT_TYPES), 2)
-        self.inspector.setHorizontalHeaderLabels(["type", "value (little-endian)"])
+        self.inspector.setHorizontalHeaderLabels(["type", "value at the cursor (little-endian)"])
         self.inspector.verticalHeader().hide()
         self.inspector.horizontalHeader().setStretchLastSection(True)
         self.inspector.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.inspector.setFixedWidth(250)
         self.inspector.setWordWrap(False)
         self.inspector.verticalHeader().setDefaultSectionSize(self.inspector.fontMetrics().height() + 6)
         self.inspector.setColumnWidth(0, 52)
-        self.location.setWordWrap(True)
-        self.location.setFixedWidth(250)
         for r, t in enumerate(INSPECT_TYPES):
             self.inspector.setItem(r, 0, QTableWidgetItem(t))
             self.inspector.setItem(r, 1, QTableWidgetItem("-"))
-        side = QVBoxLayout()
-        side.addWidget(self.location)
-        side.addWidget(self.inspector, 1)
-        lay = QHBoxLayout(self)
+        self.values = QPlainTextEdit()
+        self.values.setReadOnly(True)
+        self.values.setPlaceholderText("Select bytes of a K/V/r/s payload or the token array to see their values.")
+        side = QWidget()
+        sl = QVBoxLayout(side)
+        sl.setContentsMargins(0, 0, 0, 0)
+        sl.addWidget(self.location)
+        sl.addWidget(self.inspector, 3)
+        sl.addWidget(plain_label("Selection as its record's type"))
+        sl.addWidget(self.values, 2)
+        side.setMinimumWidth(200)
+        dump = QWidget()
+        dl = QHBoxLayout(dump)
+        dl.setContentsMargins(0, 0, 0, 0)
+        dl.setSpacing(0)
+        dl.addWidget(self.table, 1)
+        dl.addWidget(self.scrollbar)
+        self.split = QSplitter(Qt.Orientation.Horizontal)
+        self.split.addWidget(dump)
+        self.split.addWidget(side)
+        self.split.setStretchFactor(0, 1)
+        self.split.setSizes([640, 260])
+        top = QHBoxLayout()
+        top.addWidget(self.find_bar, 1)
+        top.addWidget(self.export_button)
+        lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(2)
-        lay.addWidget(self.table, 1)
-        lay.addWidget(self.scrollbar)
-        lay.addLayout(side)
+        lay.addLayout(top)
+        lay.addWidget(self.split, 1)
         self.table.selectionModel().currentChanged.connect(self._on_current)
         doc.loaded.connect(self._reload)
         doc.bus.changed.connect(self._on_selection)
@@ -106,9 +209,10 @@ class HexView(QWidget):
         leaves = self.doc.index.leaves if self.doc.index is not None else []
         self.model.set_data(self.doc.data, leaves)
         self.model.set_colors(self.palette().highlight().color(), self.palette().window().color().lightness() < 128)
-        self.cursor_offset = 0
+        self.cursor_offset = self.anchor = 0
         self.fit_page()
         self._update_inspector()
+        self._update_values()
 
     def visible_rows(self) -> int:
         h = self.table.viewport().height()
@@ -137,7 +241,44 @@ class HexView(QWidget):
         if not (self.model.base_row <= row < self.model.base_row + rows):
             self.scrollbar.setValue(max(0, row - rows // 3))
 
-    # -- cursor -----------------------------------------------------------------------------------
+    # -- addressing -------------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return int(self.doc.data.size)
+
+    def offset_at(self, pos: QPoint, clamp: bool = False) -> int | None:
+        """The byte under viewport point ``pos`` (a hex cell, or a character of the ASCII column)."""
+        idx = self.table.indexAt(pos)
+        if not idx.isValid():
+            if not clamp:
+                return None
+            row = self.table.rowAt(pos.y())
+            if row < 0:
+                return None
+            col = BYTES_PER_ROW - 1 if pos.x() > 0 else 0
+            idx = self.model.index(row, col)
+        col = idx.column()
+        if col == ASCII_COL:
+            x = pos.x() - self.table.columnViewportPosition(ASCII_COL) - 4
+            col = max(0, min(BYTES_PER_ROW - 1, int(x // max(1, self._char_w))))
+        off = self.model.offset_of(idx.row(), col)
+        if off >= self.size:
+            return self.size - 1 if clamp and self.size else None
+        return off
+
+    @property
+    def selection(self) -> tuple[int, int]:
+        """``(start, end)`` of the highlighted bytes (the cursor byte when nothing wider is selected)."""
+        hl = self.model.highlight
+        if hl is not None and hl[0] <= self.cursor_offset < hl[1]:
+            return hl
+        return self.cursor_offset, min(self.size, self.cursor_offset + 1)
+
+    def in_selection(self, offset: int) -> bool:
+        a, b = self.selection
+        return a <= offset < b
+
+    # -- cursor and selection -------------------------------------------------------------------------
     def _place_cursor(self) -> None:
         cell = self.model.cell_of(self.cursor_offset)
         self._syncing = True
@@ -147,59 +288,274 @@ class HexView(QWidget):
                 sm.clearCurrentIndex()
                 sm.clearSelection()
             else:
-                sm.setCurrentIndex(self.model.index(*cell), QItemSelectionModel.SelectionFlag.ClearAndSelect)
+                sm.setCurrentIndex(self.model.index(*cell), QItemSelectionModel.SelectionFlag.NoUpdate)
         finally:
             self._syncing = False
 
     def goto(self, offset: int, publish: bool = False) -> None:
-        """Move the cursor to ``offset`` (clamped to the file) and scroll it into view."""
-        size = int(self.doc.data.size)
-        if size == 0:
+        """Move the cursor (and the selection anchor) to ``offset``, clamped to the file, and scroll it into view."""
+        if self.size == 0:
             return
-        self.cursor_offset = max(0, min(offset, size - 1))
+        self.cursor_offset = self.anchor = max(0, min(offset, self.size - 1))
         self.ensure_visible(self.cursor_offset)
         self._place_cursor()
         self._update_inspector()
         if publish and self.doc.index is not None:
             self.doc.bus.select(self.doc.index.for_offset(self.cursor_offset), origin=self)
 
-    def handle_key(self, key: int) -> bool:
+    def select_range(self, start: int, end: int, cursor: int | None = None, publish: bool = True) -> None:
+        """Select bytes ``[start, end)`` (clamped to the file); the cursor goes to ``cursor`` (default: the end)."""
+        if self.size == 0:
+            return
+        start = max(0, min(start, self.size - 1))
+        end = max(start + 1, min(end, self.size))
+        cur = end - 1 if cursor is None else max(start, min(cursor, end - 1))
+        self.cursor_offset = cur
+        self.anchor = start if cur != start else end - 1
+        self.ensure_visible(cur)
+        self._place_cursor()
+        self.model.set_highlight(start, end)
+        self._update_inspector()
+        if publish and self.doc.index is not None:
+            sel = self.doc.index.for_offset(start)
+            self.doc.bus.select(Selection(start, end - start, sel.node, cursor=cur, record=sel.record,
+                                          table=sel.table, cell=sel.cell, token=sel.token), origin=self)
+        self._update_values()
+
+    def extend_to(self, offset: int, publish: bool = True) -> None:
+        """Grow or shrink the selection from the anchor to ``offset`` (shift+click, shift+arrows)."""
+        offset = max(0, min(offset, self.size - 1))
+        lo, hi = min(self.anchor, offset), max(self.anchor, offset) + 1
+        anchor = self.anchor
+        self.select_range(lo, hi, cursor=offset, publish=publish)
+        self.anchor = anchor
+
+    def press(self, offset: int, shift: bool) -> None:
+        self.dragging, self._dragged = True, False
+        if shift:
+            self.extend_to(offset)
+        else:
+            self.goto(offset, publish=True)
+
+    def drag_to(self, offset: int) -> None:
+        if offset != self.cursor_offset or self._dragged:
+            self._dragged = True
+            self.extend_to(offset, publish=False)
+
+    def release(self) -> None:
+        if self.dragging and self._dragged:
+            self.extend_to(self.cursor_offset)
+        self.dragging = self._dragged = False
+
+    def select_node_at(self, offset: int) -> None:
+        """Select the whole leaf holding ``offset``."""
+        idx = self.doc.index
+        leaf = idx.leaf_at(offset) if idx is not None else None
+        if leaf is not None and idx is not None:
+            self.doc.bus.select(idx.for_node(leaf))
+
+    def select_all(self) -> None:
+        if self.size:
+            self.select_range(0, self.size, cursor=0)
+
+    def handle_key(self, e: QKeyEvent) -> bool:
+        if e.matches(QKeySequence.StandardKey.Copy):
+            self.copy("hex")
+            return True
+        if e.matches(QKeySequence.StandardKey.SelectAll):
+            self.select_all()
+            return True
+        key = e.key()
+        rows = self.visible_rows()
         moves = {
             Qt.Key.Key_Left: -1, Qt.Key.Key_Right: 1, Qt.Key.Key_Up: -BYTES_PER_ROW, Qt.Key.Key_Down: BYTES_PER_ROW,
-            Qt.Key.Key_PageUp: -BYTES_PER_ROW * self.visible_rows(),
-            Qt.Key.Key_PageDown: BYTES_PER_ROW * self.visible_rows(),
+            Qt.Key.Key_PageUp: -BYTES_PER_ROW * rows, Qt.Key.Key_PageDown: BYTES_PER_ROW * rows,
         }
+        shift = bool(e.modifiers() & Qt.KeyboardModifier.ShiftModifier)
+        target: int | None = None
         if key in moves:
-            self.goto(self.cursor_offset + moves[Qt.Key(key)], publish=True)
-            return True
-        if key == Qt.Key.Key_Home:
-            self.goto(0, publish=True)
-            return True
-        if key == Qt.Key.Key_End:
-            self.goto(int(self.doc.data.size) - 1, publish=True)
-            return True
-        return False
+            target = self.cursor_offset + moves[Qt.Key(key)]
+        elif key == Qt.Key.Key_Home:
+            target = 0
+        elif key == Qt.Key.Key_End:
+            target = self.size - 1
+        if target is None:
+            return False
+        if shift:
+            self.extend_to(target)
+        else:
+            self.goto(target, publish=True)
+        return True
 
     def _on_current(self, current: QModelIndex, _prev: QModelIndex) -> None:
         if self._syncing or not current.isValid():
             return
         off = self.model.offset_of(current.row(), current.column())
-        if off < self.doc.data.size:
+        if off < self.size:
             self.goto(off, publish=True)
-
-    def _update_inspector(self) -> None:
-        off = self.cursor_offset
-        leaf = self.doc.index.leaf_at(off) if self.doc.index is not None else None
-        where = f" · {leaf.path}" if leaf is not None else ""
-        self.location.setText(f"offset {off:,} (0x{off:x}){where}")
-        self.location.setToolTip(self.location.text())
-        for r, (_, text) in enumerate(inspect_values(self.doc.data, off)):
-            item = self.inspector.item(r, 1)
-            if item is not None:
-                item.setText(text)
 
     def _on_selection(self, sel: Selection) -> None:
         self.model.set_highlight(sel.offset, sel.offset + sel.length)
         if sel.origin is self:
             return
         self.goto(sel.at)
+        if sel.length > 1:
+            self.anchor = sel.offset
+        self._update_values()
+
+    def _on_found(self, offset: int, length: int) -> None:
+        self.select_range(offset, offset + length, cursor=offset)
+
+    def _on_node_found(self, node: Node) -> None:
+        if self.doc.index is not None:
+            self.doc.bus.select(self.doc.index.for_node(node))
+
+    def focus_find(self, kind: str | None = None) -> None:
+        self.find_bar.focus(kind)
+
+    # -- inspector ------------------------------------------------------------------------------------
+    def _update_inspector(self) -> None:
+        off = self.cursor_offset
+        leaf = self.doc.index.leaf_at(off) if self.doc.index is not None else None
+        where = f" · {leaf.path}" if leaf is not None else ""
+        a, b = self.selection
+        span = f" · selected {b - a:,} bytes [{a:,}, {b:,})" if b - a > 1 else ""
+        self.location.setText(f"offset {off:,} (0x{off:x}){where}{span}")
+        self.location.setToolTip(self.location.text())
+        for r, (_, text) in enumerate(inspect_values(self.doc.data, off)):
+            item = self.inspector.item(r, 1)
+            if item is not None:
+                item.setText(text)
+
+    def _update_values(self) -> None:
+        a, b = self.selection
+        idx = self.doc.index
+        self.decoded = decode_selection(idx, self.doc.data, a, b - a) if idx is not None and b > a else None
+        d = self.decoded
+        self.values.setPlainText("" if d is None else f"{d.summary()}\n{d.text(SHOWN_VALUES)}")
+
+    # -- copying --------------------------------------------------------------------------------------
+    def _clip(self, text: str, what: str) -> None:
+        QGuiApplication.clipboard().setText(text)
+        self.doc.message.emit(f"copied {what}")
+
+    def copy(self, fmt: str = "hex") -> str | None:
+        """Copy the selected bytes as ``hex``, ``c`` or ``python``; the text, or None when they are too many."""
+        a, b = self.selection
+        try:
+            text = format_bytes(read_bytes(self.doc.data, a, b - a), fmt)
+        except TooLarge as e:
+            self.doc.message.emit(str(e))
+            return None
+        self._clip(text, f"{b - a:,} bytes as {FORMAT_NAMES.get(fmt, fmt)}")
+        return text
+
+    def copy_values(self) -> str | None:
+        """Copy the selection's values (as the record's type); None when the bytes have no type of their own."""
+        self._update_values()
+        d = self.decoded
+        if d is None:
+            self.doc.message.emit("these bytes hold no typed values (select K/V/r/s rows or token ids)")
+            return None
+        text = d.text()
+        self._clip(text, f"{d.values.size:,} {d.type} values")
+        return text
+
+    def copy_offset(self) -> str:
+        text = str(self.cursor_offset)
+        self._clip(text, f"offset {self.cursor_offset:,}")
+        return text
+
+    def copy_path(self) -> str | None:
+        leaf = self.doc.index.leaf_at(self.cursor_offset) if self.doc.index is not None else None
+        if leaf is None:
+            return None
+        self._clip(leaf.path, leaf.path)
+        return leaf.path
+
+    # -- menu ------------------------------------------------------------------------------------------
+    def context_menu(self, at: QPoint) -> QMenu:
+        """The context menu of the bytes (shown at global point ``at``; returned for tests)."""
+        menu = self.build_menu()
+        menu.popup(at)
+        return menu
+
+    def build_menu(self) -> QMenu:
+        a, b = self.selection
+        n = b - a
+        menu = QMenu(self)
+        what = f"{n:,} byte" + ("" if n == 1 else "s")
+        copy = menu.addAction(f"Copy {what} as hex", lambda: self.copy("hex"))
+        copy.setShortcut(QKeySequence(QKeySequence.StandardKey.Copy))
+        menu.addAction("Copy as C array", lambda: self.copy("c"))
+        menu.addAction("Copy as Python bytes", lambda: self.copy("python"))
+        idx = self.doc.index
+        d = decode_selection(idx, self.doc.data, a, n) if idx is not None and n else None
+        values = menu.addAction(f"Copy {d.values.size:,} {d.type} values" if d is not None else "Copy values",
+                                self.copy_values)
+        values.setEnabled(d is not None)
+        menu.addSeparator()
+        menu.addAction(f"Copy offset {self.cursor_offset:,} (0x{self.cursor_offset:x})", self.copy_offset)
+        leaf = idx.leaf_at(self.cursor_offset) if idx is not None else None
+        path = menu.addAction("Copy node path" + (f" {leaf.path}" if leaf is not None else ""), self.copy_path)
+        path.setEnabled(leaf is not None)
+        menu.addSeparator()
+        menu.addAction("Go to offset…", self.ask_goto)
+        node = menu.addAction("Select node" + (f" {leaf.name} ({leaf.size:,} bytes)" if leaf is not None else ""),
+                              lambda: self.select_node_at(self.cursor_offset))
+        node.setEnabled(leaf is not None)
+        menu.addAction("Select all", self.select_all)
+        find = menu.addAction("Find these bytes", self.find_selection)
+        find.setEnabled(0 < n <= 64)
+        menu.addSeparator()
+        menu.addAction(f"Export {what}…", self.ask_export_bytes)
+        menu.addAction("Export view as PNG…", self.export_button.ask_png)
+        return menu
+
+    def ask_goto(self) -> None:
+        text, ok = QInputDialog.getText(self, "Go to offset", "Offset (decimal or 0x hex):")
+        if ok and text.strip():
+            try:
+                off = int(text.strip().replace("_", "").replace(",", ""), 0)
+            except ValueError:
+                self.doc.message.emit(f"not an offset: {text!r}")
+                return
+            self.goto(off, publish=True)
+
+    def find_selection(self) -> None:
+        a, b = self.selection
+        self.find_bar.set_query("hex", format_bytes(read_bytes(self.doc.data, a, b - a), "hex"))
+        self.find_bar.find()
+
+    # -- export ---------------------------------------------------------------------------------------
+    def export_widget(self) -> QWidget:
+        return self.split
+
+    def csv_table(self) -> CsvTable | None:
+        return None
+
+    def ask_export_bytes(self) -> None:
+        a, b = self.selection
+        start = os.path.join(os.path.dirname(self.doc.path), f"{self.doc.name}.{a:x}-{b:x}.bin")
+        path, _ = QFileDialog.getSaveFileName(self, "Export the selected bytes", start, "All files (*)")
+        if path:
+            self.export_bytes(path)
+
+    def export_bytes(self, path: str) -> Task | None:
+        """Write the selected bytes to ``path`` (atomically, in the background); None when there are too many."""
+        a, b = self.selection
+        if b - a > EXPORT_LIMIT:
+            self.doc.message.emit(f"{b - a:,} bytes is more than an export takes ({EXPORT_LIMIT:,})")
+            return None
+        data = self.doc.data
+
+        def job(token: CancelToken, report: Report) -> str:
+            report(None, f"writing {os.path.basename(path)}")
+            write_atomic(path, read_bytes(data, a, b - a, EXPORT_LIMIT), prefix=".kvscope-bytes-")
+            return path
+
+        self._task = self.doc.runner.submit(f"export {b - a:,} bytes", job,
+                                            lambda p: self.doc.message.emit(f"saved {b - a:,} bytes to "
+                                                                            f"{os.path.basename(p)}"),
+                                            lambda m: self.doc.message.emit(f"Cannot write {path}: {m}"))
+        return self._task

@@ -1,4 +1,8 @@
-"""Diff view: this file (A) against a second one (B): the list of differences, per-layer plots."""
+"""Diff view: this file (A) against a second one (B): the list of differences, per-layer plots.
+
+Layer and count axes tick at whole numbers; the legend sits below the plots. Ctrl+C copies the selected
+differences; Export saves them as CSV or the view as PNG.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QHeaderView,
+    QMenu,
     QPushButton,
     QSplitter,
     QTableView,
@@ -22,8 +27,12 @@ from PySide6.QtWidgets import (
 from kvscope.app.base.theme import Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.document import Document, diff_available
+from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.layers.stats_plot import ROLE_COLORS, ROLE_LABEL
+from kvscope.app.views.plot_axes import IntegerAxis, ValueAxis, place_legend, side_legend, style_legend, style_plot
 from kvscope.app.views.row_model import RIGHT, RowTableModel
+from kvscope.app.views.table_tools import copy_text, install_copy, install_menu, rows_text, selected_rows
+from kvscope.core.verdict import plural
 
 if TYPE_CHECKING:
     from kvscope.core.diff import DiffItem, StateDiff
@@ -62,6 +71,7 @@ class DiffView(QWidget):
     """Open a second file against the current one; step through differences; plot per-layer numbers."""
 
     compareRequested = Signal()  # the window asks for a file and calls ``doc.compare_with``
+    export_name = "diff"
 
     def __init__(self, doc: Document, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -74,6 +84,8 @@ class DiffView(QWidget):
         self.table.verticalHeader().hide()
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
         self.table.setWordWrap(False)
+        install_copy(self.table, self.copy_rows)
+        install_menu(self.table, self.build_menu)
         hh = self.table.horizontalHeader()
         hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         hh.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
@@ -88,9 +100,14 @@ class DiffView(QWidget):
             self.open_button.setEnabled(False)
             self.open_button.setToolTip("needs kvscope.core.diff")
         self.glw = pg.GraphicsLayoutWidget()
-        self.abs_plot = self.glw.addPlot(row=0, col=0)
-        self.cells_plot = self.glw.addPlot(row=0, col=1)
-        self.nan_plot = self.glw.addPlot(row=0, col=2)
+        self.abs_plot = self.glw.addPlot(row=0, col=0, axisItems={"left": ValueAxis("left"),
+                                                                   "bottom": IntegerAxis("bottom")})
+        self.cells_plot = self.glw.addPlot(row=0, col=1, axisItems={"left": IntegerAxis("left"),
+                                                                     "bottom": IntegerAxis("bottom")})
+        self.nan_plot = self.glw.addPlot(row=0, col=2, axisItems={"left": IntegerAxis("left"),
+                                                                   "bottom": IntegerAxis("bottom")})
+        self.legend = side_legend(columns=6)
+        place_legend(self.glw, self.legend, 1, 0, 3)
         self.abs_plot.setTitle("max |A − B| (finite values)")
         self.cells_plot.setTitle("cells that differ")
         self.nan_plot.setTitle("NaN values: A solid, B dashed")
@@ -98,12 +115,13 @@ class DiffView(QWidget):
             p.setLabel("bottom", "layer")
             p.setMenuEnabled(False)
             p.showGrid(x=True, y=True, alpha=0.25)
-        self.abs_plot.addLegend(offset=(-10, 5))
         top = QHBoxLayout()
         top.addWidget(self.open_button)
         top.addWidget(self.prev_button)
         top.addWidget(self.next_button)
         top.addWidget(self.header, 1)
+        self.export_button = doc_export_button(self, doc)
+        top.addWidget(self.export_button)
         upper = QWidget()
         ul = QVBoxLayout(upper)
         ul.setContentsMargins(0, 0, 0, 0)
@@ -152,12 +170,14 @@ class DiffView(QWidget):
             first = "" if d.first_byte is None else f"; first differing byte @{d.first_byte:,}"
             self.header.setText(f"A: {self.doc.name} ({d.size_a:,} bytes) · B: {os.path.basename(state.other_path)} "
                                 f"({b.kind}, {d.size_b:,} bytes) · "
-                                + (f"{len(d.differences)} differences{first}" if d.differences else "identical"))
+                                + (f"{plural(len(d.differences), 'difference')}{first}" if d.differences
+                                   else "identical"))
         self._plot(d)
 
     def _plot(self, d: StateDiff | None) -> None:
         for p in self.plots:
             p.clear()
+        self.legend.clear()
         if d is None:
             return
         series: dict[str, tuple[list[float], list[list[float]], str]] = {}
@@ -176,7 +196,7 @@ class DiffView(QWidget):
             pen = pg.mkPen(color, width=2, style=styles[(n // 2) % len(styles)])
             kw = {"symbol": "o", "symbolSize": 6, "symbolBrush": color}
             fin = [(x, y) for x, y in zip(xs, ys[0], strict=True) if math.isfinite(y)]
-            self.abs_plot.plot([x for x, _ in fin], [y for _, y in fin], pen=pen, name=key, **kw)
+            self.legend.addItem(self.abs_plot.plot([x for x, _ in fin], [y for _, y in fin], pen=pen, **kw), key)
             self.cells_plot.plot(xs, ys[1], pen=pen, **kw)
             self.nan_plot.plot(xs, ys[2], pen=pen, **kw)
             self.nan_plot.plot(xs, ys[3], pen=pg.mkPen(color, width=2, style=Qt.PenStyle.DashLine), symbol="t1",
@@ -187,6 +207,7 @@ class DiffView(QWidget):
         for p, top in zip(self.plots, tops, strict=True):
             p.getAxis("bottom").setTicks([ticks] if ticks else None)
             p.setYRange(0, top * 1.15 if top > 0 else 1.0, padding=0)  # counts and distances start at 0
+        style_legend(self.legend, self.theme.plot_colors()[1])
 
     @staticmethod
     def _tops(series: dict[str, tuple[list[float], list[list[float]], str]]) -> list[float]:
@@ -201,13 +222,10 @@ class DiffView(QWidget):
         bg, fg = self.theme.plot_colors()
         self.glw.setBackground(bg)
         for p in self.plots:
-            for name in ("left", "bottom"):
-                p.getAxis(name).setPen(fg)
-                p.getAxis(name).setTextPen(fg)
+            style_plot(p, fg)
             p.titleLabel.setAttr("color", fg)
             p.setTitle(p.titleLabel.text)
-            if p.legend is not None:
-                p.legend.setLabelTextColor(fg)
+        style_legend(self.legend, fg)
 
     # -- stepping and selection ---------------------------------------------------------------------
     def step(self, delta: int) -> DiffItem | None:
@@ -236,3 +254,28 @@ class DiffView(QWidget):
         self.detail.setText(f"A at {item.offset_a:,} (0x{item.offset_a:x}){where_b}: {item.description}")
         if self.doc.index is not None and item.offset_a < self.doc.data.size:
             self.doc.bus.select(self.doc.index.for_offset(item.offset_a), origin=self)
+
+    # -- copy, menu, export ------------------------------------------------------------------------
+    def copy_rows(self) -> str:
+        """Copy the selected differences as tab-separated lines (the columns as shown)."""
+        return copy_text(rows_text(self.model, selected_rows(self.table)))
+
+    def build_menu(self) -> QMenu:
+        menu = QMenu(self)
+        menu.addAction("Copy", self.copy_rows)
+        menu.addSeparator()
+        menu.addAction("Export as CSV…", self.export_button.ask_csv)
+        menu.addAction("Export view as PNG…", self.export_button.ask_png)
+        return menu
+
+    def export_widget(self) -> QWidget:
+        return self
+
+    def csv_table(self) -> CsvTable | None:
+        """Every difference: kind, offsets in A and B, layer, description."""
+        d = self.diff
+        if d is None:
+            return None
+        return (["kind", "offset_a", "offset_b", "layer", "description"],
+                [[x.kind, "" if x.offset_a is None else x.offset_a, "" if x.offset_b is None else x.offset_b,
+                  "" if x.layer is None else x.layer, x.description] for x in d.differences])

@@ -1,4 +1,8 @@
-"""Findings: a sortable, filterable table; a click jumps to the bytes and the node."""
+"""Findings: a sortable, filterable table; a click jumps to the bytes and the node.
+
+Ctrl+C copies the selected findings (tab-separated, as shown); the context menu copies a finding's
+offset or message, shows its bytes in the hex view; Export saves the table as CSV or the view as PNG.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from PySide6.QtCore import (
     QPersistentModelIndex,
     QSortFilterProxyModel,
     Qt,
+    Signal,
 )
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
@@ -18,6 +23,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLineEdit,
+    QMenu,
     QTableView,
     QVBoxLayout,
     QWidget,
@@ -27,7 +33,9 @@ from kvscope.app.base.theme import SEVERITY_COLORS
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
+from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.row_model import RIGHT, RowTableModel
+from kvscope.app.views.table_tools import copy_text, install_copy, install_menu, rows_text, selected_rows
 from kvscope.core.findings import SEVERITY_RANK, Finding
 
 Index = QModelIndex | QPersistentModelIndex
@@ -96,6 +104,9 @@ class FindingsFilter(QSortFilterProxyModel):
 class FindingsView(QWidget):
     """Findings table with a severity filter and a text filter; F8/Shift+F8 step through rows."""
 
+    showBytes = Signal()  # "show in hex": the window brings the hex view to the front
+    export_name = "findings"
+
     def __init__(self, doc: Document, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.doc = doc
@@ -107,10 +118,12 @@ class FindingsView(QWidget):
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(2, Qt.SortOrder.AscendingOrder)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.table.verticalHeader().hide()
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
         self.table.setWordWrap(False)
+        install_copy(self.table, self.copy_rows)
+        install_menu(self.table, self.build_menu)
         hh = self.table.horizontalHeader()
         hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         hh.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
@@ -128,6 +141,8 @@ class FindingsView(QWidget):
         top.addWidget(self.severity)
         top.addWidget(self.filter_edit, 1)
         top.addWidget(self.count)
+        self.export_button = doc_export_button(self, doc)
+        top.addWidget(self.export_button)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addLayout(top)
@@ -206,3 +221,50 @@ class FindingsView(QWidget):
                 finally:
                     self._syncing = False
                 return
+
+    # -- copy, menu, export ------------------------------------------------------------------------
+    def copy_rows(self) -> str:
+        """Copy the selected findings as tab-separated lines (the columns as shown)."""
+        text = rows_text(self.proxy, selected_rows(self.table))
+        n = text.count("\n") + 1 if text else 0
+        self.doc.message.emit(f"copied {n} finding" + ("" if n == 1 else "s"))
+        return copy_text(text)
+
+    def current_finding(self) -> Finding | None:
+        cur = self.table.currentIndex()
+        return self.finding_at(cur.row()) if cur.isValid() else None
+
+    def show_in_hex(self) -> None:
+        f = self.current_finding()
+        if f is not None and self.doc.index is not None:
+            self.doc.bus.select(self.doc.index.for_finding(f), origin=self)
+            self.showBytes.emit()
+
+    def build_menu(self) -> QMenu:
+        """The context menu of the current finding (returned for tests)."""
+        f = self.current_finding()
+        menu = QMenu(self)
+        menu.addAction("Copy", self.copy_rows)
+        for label, text in (("Copy offset", lambda x: str(x.offset)), ("Copy message", lambda x: x.message),
+                            ("Copy path", lambda x: x.path)):
+            a = menu.addAction(label, lambda t=text: copy_text(t(f)) if f is not None else None)
+            a.setEnabled(f is not None)
+        menu.addSeparator()
+        show = menu.addAction("Show bytes in Hex", self.show_in_hex)
+        show.setEnabled(f is not None)
+        menu.addSeparator()
+        menu.addAction("Export as CSV…", self.export_button.ask_csv)
+        menu.addAction("Export view as PNG…", self.export_button.ask_png)
+        return menu
+
+    def export_widget(self) -> QWidget:
+        return self.table
+
+    def csv_table(self) -> CsvTable | None:
+        """Every finding (not only those the filter shows): severity, code, offset, length, layer, path, message."""
+        res = self.doc.result
+        if res is None:
+            return None
+        header = ["severity", "code", "offset", "length", "layer", "path", "message"]
+        return header, [[f.severity, f.code, f.offset, f.length, "" if f.layer is None else f.layer, f.path, f.message]
+                        for f in res.findings]

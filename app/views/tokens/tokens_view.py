@@ -1,16 +1,32 @@
-"""Tokens: ids and, with a model, their text; a token selects its cell where tokens map to cells."""
+"""Tokens: ids and, with a model, their text; a token selects its cell where tokens map to cells.
+
+Ctrl+C copies the selected tokens (index, id, text, cell: tab-separated); the context menu copies their
+ids or text and shows a token's bytes; Export saves every token as CSV or the view as PNG.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QItemSelectionModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import QAbstractTableModel, QItemSelectionModel, QModelIndex, QPersistentModelIndex, Qt, Signal
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QAbstractItemView, QApplication, QHeaderView, QTableView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QApplication,
+    QHBoxLayout,
+    QHeaderView,
+    QMenu,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
 
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
+from kvscope.app.views.export import CsvTable, doc_export_button
+from kvscope.app.views.table_tools import copy_text, install_copy, install_menu, rows_text, selected_rows
+from kvscope.core.verdict import plural
 
 Index = QModelIndex | QPersistentModelIndex
 NEEDS_MODEL = "needs a model: token text comes from the GGUF vocabulary (File → Model…)"
@@ -81,6 +97,9 @@ class TokensModel(QAbstractTableModel):
 class TokensView(QWidget):
     """The token list; selecting a token selects its cell (or its bytes) everywhere."""
 
+    showBytes = Signal()  # "show in hex": the window brings the hex view to the front
+    export_name = "tokens"
+
     def __init__(self, doc: Document, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.doc = doc
@@ -88,9 +107,11 @@ class TokensView(QWidget):
         self.table = QTableView()
         self.table.setModel(self.model)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.table.verticalHeader().hide()
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 4)
+        install_copy(self.table, self.copy_rows)
+        install_menu(self.table, self.build_menu)
         hh = self.table.horizontalHeader()
         # Fixed widths from the widest number: ResizeToContents would ask every row (100,000+ tokens).
         for col in (0, 1, 3):
@@ -99,9 +120,13 @@ class TokensView(QWidget):
         self.table.setAlternatingRowColors(True)
         self.summary = plain_label()
         self.summary.setWordWrap(True)
+        self.export_button = doc_export_button(self, doc)
+        top = QHBoxLayout()
+        top.addWidget(self.summary, 1)
+        top.addWidget(self.export_button, 0, Qt.AlignmentFlag.AlignTop)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
-        lay.addWidget(self.summary)
+        lay.addLayout(top)
         lay.addWidget(self.table, 1)
         self.table.selectionModel().currentRowChanged.connect(self._on_current)
         doc.loaded.connect(self._reload)
@@ -124,7 +149,7 @@ class TokensView(QWidget):
         if res is None:
             self.summary.setText("")
             return
-        parts = [f"{len(res.tokens)} tokens"]
+        parts = [plural(len(res.tokens), "token")]
         if res.token_payload is not None:
             parts.append("unpacked from a llama-server token payload")
         if self.doc.profile is not None and res.tokens:
@@ -158,3 +183,60 @@ class TokensView(QWidget):
                 self.table.selectionModel().clearSelection()
         finally:
             self._syncing = False
+
+    # -- copy, menu, export ------------------------------------------------------------------------
+    def copy_rows(self) -> str:
+        """Copy the selected tokens as tab-separated lines: index, id, text, cell."""
+        rows = selected_rows(self.table)
+        self.doc.message.emit(f"copied {len(rows)} token" + ("" if len(rows) == 1 else "s"))
+        return copy_text(rows_text(self.model, rows))
+
+    def copy_ids(self) -> str:
+        toks = self.model.tokens
+        return copy_text(" ".join(str(toks[r]) for r in selected_rows(self.table) if r < len(toks)))
+
+    def copy_token_text(self) -> str | None:
+        prof = self.doc.profile
+        if prof is None:
+            return None
+        toks = self.model.tokens
+        return copy_text(prof.detokenize([toks[r] for r in selected_rows(self.table) if r < len(toks)]))
+
+    def show_in_hex(self) -> None:
+        rows = selected_rows(self.table)
+        node = self.doc.index.tokens_node if self.doc.index is not None else None
+        if rows and node is not None and node.size == 4 * len(self.model.tokens):
+            self.doc.bus.select(Selection(node.offset + 4 * rows[0], 4 * (rows[-1] - rows[0] + 1), node, token=rows[0]),
+                                origin=self)
+            self.showBytes.emit()
+
+    def build_menu(self) -> QMenu:
+        """The context menu of the selected tokens (returned for tests)."""
+        n = len(selected_rows(self.table))
+        menu = QMenu(self)
+        menu.addAction("Copy", self.copy_rows)
+        menu.addAction("Copy ids", self.copy_ids).setEnabled(n > 0)
+        text = menu.addAction("Copy text", self.copy_token_text)
+        text.setEnabled(n > 0 and self.doc.profile is not None)
+        if self.doc.profile is None:
+            text.setToolTip(NEEDS_MODEL)
+        menu.addSeparator()
+        menu.addAction("Show bytes in Hex", self.show_in_hex).setEnabled(n > 0)
+        menu.addSeparator()
+        menu.addAction("Export as CSV…", self.export_button.ask_csv)
+        menu.addAction("Export view as PNG…", self.export_button.ask_png)
+        return menu
+
+    def export_widget(self) -> QWidget:
+        return self.table
+
+    def csv_table(self) -> CsvTable | None:
+        """Every token: index, id, text (with a model), cell (where tokens map to cells)."""
+        res, idx, prof = self.doc.result, self.doc.index, self.doc.profile
+        if res is None or not res.tokens:
+            return None
+        cells = [idx.cell_of_token(i) if idx is not None else None for i in range(len(res.tokens))]
+        texts = [prof.token_text(t) if prof is not None else None for t in res.tokens]
+        return (["index", "id", "text", "cell"],
+                ([i, t, "" if x is None else x, "" if c is None else c]
+                 for i, (t, x, c) in enumerate(zip(res.tokens, texts, cells, strict=True))))
