@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSpinBox,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -55,7 +56,7 @@ class RefreshingCombo(QComboBox):
         super().__init__()
         self._refresh = refresh
         self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.setMinimumContentsLength(14)
+        self.setMinimumContentsLength(10)
 
     def showPopup(self) -> None:
         self._refresh()
@@ -72,7 +73,7 @@ def fill_combo(combo: QComboBox, choices: list[Choice], default: str | None) -> 
     combo.clear()
     for c in choices:
         combo.addItem(c.label, c.path)
-        combo.setItemData(combo.count() - 1, c.path, Qt.ItemDataRole.ToolTipRole)
+        combo.setItemData(combo.count() - 1, c.tooltip, Qt.ItemDataRole.ToolTipRole)
     want = current if current in [c.path for c in choices] else default
     i = combo.findData(want) if want is not None else -1
     combo.setCurrentIndex(i if i >= 0 else (0 if choices else -1))
@@ -95,11 +96,13 @@ class LabControls(QWidget):
         self.folders: list[str] = []  # scenario folders chosen with the button
         self.inputs: list[str] = []  # files to restore chosen with the button (not open in the window)
         self.live_combo = RefreshingCombo(self.refresh_choices)
-        self.folder_button = QPushButton("Folder…")
+        self.folder_button = QToolButton()
+        self.folder_button.setText("Folder…")
         self.folder_button.setToolTip("use a lab scenario folder (context.json + context.state.bin) as the live "
                                       "context")
         self.restore_combo = RefreshingCombo(self.refresh_choices)
-        self.input_button = QPushButton("File…")
+        self.input_button = QToolButton()
+        self.input_button.setText("File…")
         self.input_button.setToolTip("restore a state file that is not open")
         self.into_spin = QSpinBox()
         self.into_spin.setRange(0, 255)
@@ -192,13 +195,17 @@ class LabControls(QWidget):
         choices = restore_choices(self.files(), live)
         for p in self.inputs:
             if p != live and all(c.path != p for c in choices):
-                choices.append(Choice(p, f"{os.path.basename(p)} (file)"))
+                choices.append(Choice(p, os.path.basename(p), "file"))
         paths = [c.path for c in choices]
         default = self.doc_path if self.doc_path in paths else None
         folder = scenario_folder(live) if live else None
         if default is None and folder:
             clean = os.path.join(folder, f"seq{self.into_spin.value()}.clean.seqdata.bin")
             default = clean if clean in paths else None
+        if default is None:  # a file beside the live context: its own sequence first (seq<N> of the destination)
+            beside = [c.path for c in choices if c.origin == "beside"]
+            want = f"seq{self.into_spin.value()}."
+            default = next((p for p in beside if want in os.path.basename(p)), beside[0] if beside else None)
         fill_combo(self.restore_combo, choices, default)
 
     def _on_live_changed(self) -> None:

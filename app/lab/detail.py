@@ -1,6 +1,8 @@
 """The Lab view's detail pane for one matrix cell: the restore outcome and target per component (text),
-the target stream's cell maps before and after the restore (the cell map's picture code), and the probe
-divergence of every other sequence for both kernels (bars; a non-finite read-out is a hatched red bar)."""
+the target stream's cell maps before and after the restore side by side in one plot (the cell map's picture
+code), and the probe divergence of every other sequence for both kernels (bars; a non-finite read-out is a
+hatched red bar). Until a cell is selected the pane shows a hint, not empty axes; no plot is narrower than
+:data:`PLOT_MIN` pixels (the pane scrolls in the Lab view below its minimum size)."""
 
 from __future__ import annotations
 
@@ -11,29 +13,36 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QPlainTextEdit, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QPlainTextEdit, QSplitter, QStackedWidget, QVBoxLayout, QWidget
 
 from kvscope.app.base.theme import SEQ_COLORS, Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.lab.jobs import ScenarioReady, TargetUnit, unit_table
 from kvscope.app.lab.model import detail_text
 from kvscope.app.views.cells.cellmap_image import CellImage, build_cell_image, hex_rgb
+from kvscope.app.views.plot_axes import IntegerAxis, ValueAxis, style_plot
 from kvscope.core.reader.records import CellTable, ParseResult
 
 if TYPE_CHECKING:
     from kvscope.core.lab.report import CellResult
 
 KERNEL_COLORS = {"dense": "#4e79a7", "skip-masked": "#59a14f"}
+PLOT_MIN = 250  # px: no plot of the pane is narrower
+PLOT_MIN_H = 190
+TEXT_MIN = 220
+DETAIL_HINT = ("Select a cell of the matrix to see its restore: the outcome per component, the target stream's "
+               "cells before and after, and how far the other sequences' probes moved.")
 NONFINITE_COLOR = "#d62728"
 BAR_WIDTH = 0.38
 TITLE_SIZE = "9pt"
-LEGEND = ("cell maps of the target's stream: colour = sequence, lighter = earlier position, grey = empty cell, "
-          "last column = shared · bars: dense (blue) and skip-masked (green) kernels, max |Δ| against the clean "
-          "baseline; hatched red = non-finite read-out, '=' identical")
+LEGEND = ("cells of the target's stream before and after the restore: colour = sequence, lighter = earlier "
+          "position, grey = empty cell, last column = shared · bars: dense (blue) and skip-masked (green) kernels, "
+          "max |Δ| against the clean baseline; hatched red = non-finite read-out, '=' identical")
+GAP = 1.0  # columns between the before and the after picture
 
 
 class LabDetail(QWidget):
-    """Text, before/after cell maps and probe bars of the selected matrix cell."""
+    """Text, the before → after cell maps and the probe bars of the selected matrix cell."""
 
     def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -50,32 +59,35 @@ class LabDetail(QWidget):
         self.text.setReadOnly(True)
         self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
         self.text.setPlaceholderText("Select a cell of the matrix.")
+        self.text.setMinimumWidth(TEXT_MIN)
         self.unit_combo = QComboBox()
         self.unit_combo.setToolTip("memory component (and KV stream) of the target sequence")
         self.maps_label = plain_label(" ", wrap=True)
         self.glw = pg.GraphicsLayoutWidget()
-        self.before_plot = self.glw.addPlot(row=0, col=0)
-        self.after_plot = self.glw.addPlot(row=0, col=1)
-        self.probe_plot = self.glw.addPlot(row=0, col=2)
-        self.glw.ci.layout.setColumnStretchFactor(0, 2)
-        self.glw.ci.layout.setColumnStretchFactor(1, 2)
-        self.glw.ci.layout.setColumnStretchFactor(2, 3)
+        self.maps_plot = self.glw.addPlot(row=0, col=0, axisItems={"left": IntegerAxis("left", centred=True)})
+        self.probe_plot = self.glw.addPlot(row=0, col=1, axisItems={"left": ValueAxis("left")})
+        self.glw.ci.layout.setColumnStretchFactor(0, 1)
+        self.glw.ci.layout.setColumnStretchFactor(1, 1)
+        self.glw.setMinimumSize(2 * PLOT_MIN + 40, PLOT_MIN_H)
         self.img = {"before": pg.ImageItem(axisOrder="row-major"), "after": pg.ImageItem(axisOrder="row-major")}
-        for key, p in (("before", self.before_plot), ("after", self.after_plot)):
-            p.invertY(True)
-            p.setMenuEnabled(False)
-            p.setMouseEnabled(x=False, y=True)
-            p.addItem(self.img[key])
-        self.before_plot.setLabel("left", "cell record")
+        p = self.maps_plot
+        p.invertY(True)
+        p.setMenuEnabled(False)
+        p.setMouseEnabled(x=False, y=True)
+        p.showAxis("top")
+        for item in self.img.values():
+            p.addItem(item)
+        p.setLabel("left", "cell record")
         self.probe_plot.setMenuEnabled(False)
         self.probe_plot.setMouseEnabled(x=False, y=False)
         self.probe_plot.setLabel("left", "max |Δ| vs clean")
         self.probe_plot.setLabel("bottom", "other sequence")
         self.probe_plot.getAxis("bottom").enableAutoSIPrefix(False)
+        self.maps_plot.getAxis("bottom").enableAutoSIPrefix(False)
         self._bar_items: list[pg.GraphicsObject] = []
         self.legend = plain_label(LEGEND, wrap=True)
-        right = QWidget()
-        rl = QVBoxLayout(right)
+        self.plots = QWidget()
+        rl = QVBoxLayout(self.plots)
         rl.setContentsMargins(0, 0, 0, 0)
         rl.setSpacing(2)
         self.unit_row = QWidget()
@@ -87,14 +99,20 @@ class LabDetail(QWidget):
         rl.addWidget(self.glw, 1)
         rl.addWidget(self.maps_label)
         rl.addWidget(self.legend)
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(self.text)
-        split.addWidget(right)
-        split.setStretchFactor(1, 1)
-        split.setSizes([270, 730])
+        self.hint = plain_label(DETAIL_HINT, wrap=True)
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.stack = QStackedWidget()  # a hint instead of empty plots until a cell is selected
+        self.stack.addWidget(self.hint)
+        self.stack.addWidget(self.plots)
+        self.split = QSplitter(Qt.Orientation.Horizontal)
+        self.split.addWidget(self.text)
+        self.split.addWidget(self.stack)
+        self.split.setStretchFactor(1, 1)
+        self.split.setSizes([300, 900])
+        self.split.setChildrenCollapsible(False)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        lay.addWidget(split)
+        lay.addWidget(self.split)
         self.unit_combo.currentIndexChanged.connect(self._draw_maps)
         theme.changed.connect(self.apply_theme)
         self.apply_theme(theme.dark)
@@ -120,6 +138,7 @@ class LabDetail(QWidget):
     def show_cell(self, r: CellResult | None) -> None:
         """Fill the pane for ``r`` (None: clear it)."""
         self.result = r
+        self.stack.setCurrentWidget(self.plots if r is not None else self.hint)
         self.after = self._after_state(r)
         if r is None:
             self.text.setPlainText("")
@@ -144,21 +163,36 @@ class LabDetail(QWidget):
 
     # -- drawing -----------------------------------------------------------------------------------
     def _draw_maps(self) -> None:
+        """Before and after side by side: before in columns ``[0, n)``, after from ``n + GAP``."""
         unit, ready = self.unit, self.ready
         before = unit_table(ready.before, unit) if ready is not None and unit is not None else None
         after = unit_table(self.after, unit) if unit is not None else None
         target = ready.target if ready is not None else 0
-        counts = []
-        for key, table, plot in (("before", before, self.before_plot), ("after", after, self.after_plot)):
-            im = self._draw_one(key, table, plot)
+        ticks: list[tuple[float, str]] = []
+        heads: list[tuple[float, str]] = []
+        x, rows, counts = 0.0, 1, []
+        for key, table in (("before", before), ("after", after)):
+            im = self._draw_one(key, table, x)
             cps = im.cells_per_seq() if im is not None else {}
             if key == "before":
                 self.before_counts = cps
             else:
                 self.after_counts = cps
             n = cps.get(target, 0)
-            self._title(plot, f"{key}: seq {target} in {n} cells" if table is not None else f"{key}: –")
             counts.append(n)
+            width = float(im.rgba.shape[1]) if im is not None else 1.0
+            if im is not None:
+                ticks += [(x + j + 0.5, f"s{s}") for j, s in enumerate(im.seqs)] + [(x + len(im.seqs) + 0.5, "sh")]
+                rows = max(rows, im.rgba.shape[0])
+            known = table is not None or (key == "after" and self.after is not None)
+            heads.append((x + width / 2, f"{key}: {n}" if known else f"{key}: –"))
+            x += width + GAP
+        p = self.maps_plot
+        p.getAxis("bottom").setTicks([ticks])
+        p.getAxis("top").setTicks([heads])
+        p.setXRange(0, max(1.0, x - GAP), padding=0)
+        p.setYRange(0, rows, padding=0.02)
+        self._title(p, f"cells of seq {target}: before → after")
         r = self.result
         if r is None:
             self.maps_label.setText(" ")
@@ -167,24 +201,20 @@ class LabDetail(QWidget):
                                     else "no after-state recorded for this cell")
         else:
             label = unit.label if unit is not None else ""
-            self.maps_label.setText(f"{label}: target seq {target} in {counts[0]} → {counts[1]} cells")
+            self.maps_label.setText(f"{label}: target seq {target} in {counts[0]} → {counts[1]} cells "
+                                    "(columns s<N>: sequence N, sh: shared)")
 
-    def _draw_one(self, key: str, table: object, plot: pg.PlotItem) -> CellImage | None:
+    def _draw_one(self, key: str, table: object, x: float) -> CellImage | None:
         item = self.img[key]
         if not isinstance(table, CellTable) or table.count == 0:
             self.images[key] = None
             item.clear()
-            plot.getAxis("bottom").setTicks([[]])
             return None
         colors = [hex_rgb(c) for c in SEQ_COLORS]
         im = build_cell_image(table, colors, by_position=False, dark=self.theme.dark)
         self.images[key] = im
         item.setImage(im.rgba, autoLevels=False, levels=(0, 255))
-        item.setRect(0, 0, im.rgba.shape[1], max(1, im.rgba.shape[0]))
-        ticks = [(j + 0.5, f"seq {s}") for j, s in enumerate(im.seqs)] + [(len(im.seqs) + 0.5, "shared")]
-        plot.getAxis("bottom").setTicks([ticks])
-        plot.setXRange(0, len(im.seqs) + 1, padding=0)
-        plot.setYRange(0, max(1, table.count), padding=0.02)
+        item.setRect(x, 0, im.rgba.shape[1], max(1, im.rgba.shape[0]))
         return im
 
     def _draw_probes(self) -> None:
@@ -233,11 +263,9 @@ class LabDetail(QWidget):
     def apply_theme(self, dark: bool) -> None:
         bg, fg = self.theme.plot_colors()
         self.glw.setBackground(bg)
-        self._title(self.probe_plot, "probe divergence of the others")
-        for p in (self.before_plot, self.after_plot, self.probe_plot):
-            for name in ("left", "bottom"):
-                p.getAxis(name).setPen(fg)
-                p.getAxis(name).setTextPen(fg)
+        self._title(self.probe_plot, "probes of the other sequences")
+        for p in (self.maps_plot, self.probe_plot):
+            style_plot(p, fg, ("left", "bottom", "top"))
         if self.result is not None or self.ready is not None:
             self._draw_maps()
             self._draw_probes()

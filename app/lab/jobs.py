@@ -65,10 +65,19 @@ def clean_inputs(folder: str | None) -> list[str]:
 
 @dataclass(frozen=True)
 class Choice:
-    """One entry of a file combo: the path (a scenario folder for a live context) and its label."""
+    """One entry of a file combo: the path (a scenario folder for a live context), its label (short, so a
+    narrow combo box shows it whole) and where it comes from (the tooltip says)."""
 
     path: str
     label: str
+    origin: str = "open"  # open | scenario | beside | file | folder
+
+    @property
+    def tooltip(self) -> str:
+        where = {"open": "open in the window", "scenario": "the scenario's clean per-sequence state",
+                 "beside": "beside the live context", "file": "chosen with File…",
+                 "folder": "a lab scenario folder"}.get(self.origin, self.origin)
+        return f"{self.path}\n({where})"
 
 
 def live_choices(files: Iterable[tuple[str, str | None]], folders: Iterable[str] = ()) -> list[Choice]:
@@ -76,17 +85,44 @@ def live_choices(files: Iterable[tuple[str, str | None]], folders: Iterable[str]
     out = [Choice(p, os.path.basename(p)) for p, k in files if k in WHOLE_KINDS]
     for f in folders:
         if all(c.path != f for c in out):
-            out.append(Choice(f, f"{os.path.basename(f.rstrip(os.sep))}/ (scenario folder)"))
+            out.append(Choice(f, f"{os.path.basename(f.rstrip(os.sep))}/", "folder"))
     return out
 
 
+PER_SEQ_SUFFIXES = (".seqdata.bin", ".seqstate")
+BESIDE_LIMIT = 64
+
+
+def _shared_prefix(a: str, b: str) -> int:
+    return len(os.path.commonprefix([a, b]))
+
+
+def beside_inputs(live: str | None, limit: int = BESIDE_LIMIT) -> list[str]:
+    """Per-sequence state files (``*.seqdata.bin``, ``*.seqstate``) in the live context's folder, the ones
+    whose names share the longest start with the live context's first (``llama-...-ctx.session`` goes with
+    ``llama-...-seq0.seqdata.bin``), then by name."""
+    if not live:
+        return []
+    folder = live if os.path.isdir(live) else os.path.dirname(live)
+    try:
+        names = [n for n in os.listdir(folder) if n.endswith(PER_SEQ_SUFFIXES)]
+    except OSError:
+        return []
+    stem = os.path.basename(live.rstrip(os.sep))
+    names.sort(key=lambda n: (-_shared_prefix(n, stem), n))
+    return [os.path.join(folder, n) for n in names[:limit] if os.path.isfile(os.path.join(folder, n))]
+
+
 def restore_choices(files: Iterable[tuple[str, str | None]], live: str | None) -> list[Choice]:
-    """Inputs to restore: the open state files other than the live context, then the clean per-sequence
-    blobs of the live context's scenario folder that are not open."""
+    """Inputs to restore: the open state files other than the live context, the clean per-sequence blobs of
+    the live context's scenario folder, then the other per-sequence files beside it (none of them open)."""
     out = [Choice(p, os.path.basename(p)) for p, k in files if k in RESTORE_KINDS and p != live]
     for p in clean_inputs(scenario_folder(live) if live else None):
         if all(c.path != p for c in out):
-            out.append(Choice(p, f"{os.path.basename(p)} (scenario)"))
+            out.append(Choice(p, os.path.basename(p), "scenario"))
+    for p in beside_inputs(live):
+        if p != live and all(c.path != p for c in out):
+            out.append(Choice(p, os.path.basename(p), "beside"))
     return out
 
 

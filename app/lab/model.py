@@ -1,8 +1,9 @@
 """The Lab view's result matrix: a table model over a :class:`~kvscope.core.lab.report.LabRun`, the colour
 of each cell's outcome, the texts of its tooltip and detail pane, and the atomic export.
 
-Rows are cases (corruptions), columns policy × reader. A cell shows the Markdown matrix's text
-(:func:`~kvscope.core.lab.report.cell_text`, without the Markdown emphasis) on the colour of its outcome.
+Rows are cases (corruptions), columns policy × reader. A cell shows the Markdown matrix's text without its
+first field, the restore call's return value (:func:`short_text`: target state, others, probe), on the colour
+of its outcome, so every column of the catalog fits a wide screen; the tooltip and the detail pane give all.
 Imports only the lab's report module (plain dataclasses), never torch.
 """
 
@@ -47,6 +48,19 @@ def outcome(r: CellResult) -> str:
 def matrix_text(r: CellResult | None) -> str:
     """The Markdown matrix cell's text without its emphasis markers (``**NaN**`` -> ``NaN``)."""
     return cell_text(r).replace("**", "")
+
+
+def short_text(r: CellResult | None) -> str:
+    """The matrix cell's text in the table: ``restored [0,6] ✓ =`` (the Markdown cell without the return value,
+    which the tooltip and detail pane give), ``error`` or ``⚠ short read``."""
+    if r is None:
+        return "–"
+    if r.error is not None:
+        return "error"
+    if r.hazard:
+        return "⚠ short read"
+    parts = matrix_text(r).split(" · ")
+    return " ".join(parts[1:]) if len(parts) >= 4 else matrix_text(r)
 
 
 def probe_text(d: float | None) -> str:
@@ -95,7 +109,8 @@ def stale_line(r: CellResult) -> str:
 
 def tooltip(r: CellResult) -> str:
     """The cell's tooltip: what ran, the failed check and offset, target, others, stale cells."""
-    lines = [f"{r.corruption} · {r.policy} · {r.reader}", r.description, "restore: " + restore_line(r)]
+    lines = [f"{r.corruption} · {r.policy} · {r.reader}: {matrix_text(r)}", r.description,
+             "restore: " + restore_line(r)]
     if r.restore.message:
         lines.append("  " + r.restore.message)
     if r.error is not None:
@@ -243,7 +258,7 @@ class LabMatrixModel(QAbstractTableModel):
         if r is None:
             return None
         if role == Qt.ItemDataRole.DisplayRole:
-            return matrix_text(r)
+            return short_text(r)
         if role == OUTCOME_ROLE:
             return outcome(r)
         if role == Qt.ItemDataRole.BackgroundRole:

@@ -19,7 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QShowEvent
-from PySide6.QtWidgets import QAbstractItemView, QFileDialog, QHeaderView, QSplitter, QTableView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QFrame,
+    QHeaderView,
+    QScrollArea,
+    QSplitter,
+    QStackedWidget,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
 
 from kvscope.app.base.tasks import Task
 from kvscope.app.base.theme import WARNING_COLOR, Theme
@@ -33,7 +44,9 @@ from kvscope.app.lab.model import OUTCOME_LEGEND, LabMatrixModel, OutcomeDelegat
 if TYPE_CHECKING:
     from kvscope.core.lab.report import CellResult, LabRun
 
-COLUMN_WIDTH = 132
+COLUMN_WIDTH = 132  # the report's matrix picture uses fixed columns of this width
+MATRIX_HINT = ("The matrix appears here: choose corruptions, policies and readers on the left and press Run. "
+               "Each cell restores the file, corrupted that way, into the live context.")
 
 
 class LabView(QWidget):
@@ -67,16 +80,29 @@ class LabView(QWidget):
         self.reason = plain_label("", wrap=True)
         self.reason.setStyleSheet(f"color: {WARNING_COLOR};")
         self.controls = LabControls(doc.path, self.open_files)
+        self.controls_area = QScrollArea()  # the controls keep their sizes on a small window and scroll
+        self.controls_area.setWidget(self.controls)
+        self.controls_area.setWidgetResizable(True)
+        self.controls_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.controls_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.controls_area.setMinimumWidth(self.controls.minimumSizeHint().width() + 16)
         self.model = LabMatrixModel(self)
         self.model.set_dark(theme.dark)
         self.table = QTableView()
         self.table.setModel(self.model)
         self.table.setItemDelegate(OutcomeDelegate(self.table))
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setWordWrap(True)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        self.table.horizontalHeader().setDefaultSectionSize(COLUMN_WIDTH)
-        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideNone)
+        hh, vh = self.table.horizontalHeader(), self.table.verticalHeader()
+        hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)  # headers and texts never cut
+        vh.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        vh.setDefaultSectionSize(self.table.fontMetrics().height() + 8)
+        self.matrix_hint = plain_label(MATRIX_HINT, wrap=True)
+        self.matrix_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.matrix_stack = QStackedWidget()
+        self.matrix_stack.addWidget(self.matrix_hint)
+        self.matrix_stack.addWidget(self.table)
         self.summary = plain_label(" ", wrap=True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.legend = plain_label(OUTCOME_LEGEND, wrap=True)
@@ -85,21 +111,31 @@ class LabView(QWidget):
         tl = QVBoxLayout(top)
         tl.setContentsMargins(0, 0, 0, 0)
         tl.addWidget(self.summary)
-        tl.addWidget(self.table, 1)
+        tl.addWidget(self.matrix_stack, 1)
         tl.addWidget(self.legend)
-        self.right = QSplitter(Qt.Orientation.Vertical)
-        self.right.addWidget(top)
-        self.right.addWidget(self.detail)
-        self.right.setSizes([400, 350])
-        self.split = QSplitter(Qt.Orientation.Horizontal)
-        self.split.addWidget(self.controls)
-        self.split.addWidget(self.right)
-        self.split.setStretchFactor(1, 1)
-        self.split.setSizes([320, 900])
+        self.detail_area = QScrollArea()  # below its minimum size the detail pane scrolls, never squeezes
+        self.detail_area.setWidget(self.detail)
+        self.detail_area.setWidgetResizable(True)
+        self.detail_area.setFrameShape(QFrame.Shape.NoFrame)
+        # controls | matrix above, the selected cell's detail across the whole width below
+        self.upper = QSplitter(Qt.Orientation.Horizontal)
+        self.upper.addWidget(self.controls_area)
+        self.upper.addWidget(top)
+        self.upper.setStretchFactor(1, 1)
+        self.upper.setSizes([280, 1000])
+        self.upper.setChildrenCollapsible(False)
+        self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.addWidget(self.upper)
+        self.split.addWidget(self.detail_area)
+        self.split.setStretchFactor(0, 3)
+        self.split.setStretchFactor(1, 2)
+        self.split.setSizes([600, 330])
+        self.split.setChildrenCollapsible(False)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addWidget(self.reason)
         lay.addWidget(self.split, 1)
+        self.model.modelReset.connect(self._on_matrix_reset)
 
         c = self.controls
         c.inputsChanged.connect(self._schedule_load)
@@ -313,6 +349,11 @@ class LabView(QWidget):
         self.runFinished.emit()
 
     # -- results -------------------------------------------------------------------------------------
+    def _on_matrix_reset(self) -> None:
+        """The table once it has rows; the hint before the first run."""
+        has = self.model.rowCount() > 0 and self.model.columnCount() > 0
+        self.matrix_stack.setCurrentWidget(self.table if has else self.matrix_hint)
+
     def _on_current(self, current: QModelIndex, _prev: QModelIndex) -> None:
         self.detail.show_cell(self.model.cell(current.row(), current.column()) if current.isValid() else None)
 

@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 from gui_helpers import LAB, model  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 
-from kvscope.app.lab.model import CELL_ROLE, OUTCOME_ROLE, matrix_text  # noqa: E402
+from kvscope.app.lab.model import CELL_ROLE, OUTCOME_ROLE, matrix_text, short_text  # noqa: E402
 from kvscope.core.lab.lab_cli import main as lab_main  # noqa: E402
 from kvscope.core.lab.report import cell_text, cell_to_json, run_to_json  # noqa: E402
 
@@ -86,9 +86,13 @@ def test_gui_matrix_equals_kvscope_lab(qtbot, open_doc, capsys, tmp_path):  # ty
             i = m.index(row, col)
             r = i.data(CELL_ROLE)
             assert _no_seconds(cell_to_json(r)) == _no_seconds(by_key[(r.corruption, r.policy, r.reader)])
-            assert i.data() == matrix_text(r) == cell_text(r).replace("**", "")
+            assert matrix_text(r) == cell_text(r).replace("**", "")
+            assert i.data() == short_text(r)  # the Markdown cell without the return value
+            assert i.data().startswith(f"{r.target.state} [{r.target.pos_min},{r.target.pos_max}]")
+            assert str(r.restore.returned).lower() not in i.data().split()[:1]
             assert i.data(Qt.ItemDataRole.BackgroundRole) is not None
-            assert r.policy in i.data(Qt.ItemDataRole.ToolTipRole)
+            tip = i.data(Qt.ItemDataRole.ToolTipRole)
+            assert r.policy in tip and matrix_text(r) in tip
     pos = m.position("nan_rows_valid", "contained", "buffer")
     assert pos is not None and m.index(*pos).data(OUTCOME_ROLE) == "poisoned"  # others' dense probe NaN
     pos = m.position("truncated_half", "contained", "buffer")
@@ -228,8 +232,8 @@ def test_closing_the_tab_stops_the_run(qtbot, window, open_doc, monkeypatch):  #
     monkeypatch.setattr(LabRunner, "run_cell", slow)
     w, lab = _lab_tab(qtbot, open_doc, CONTEXT)
     lab.controls.check_cases(None)
-    with qtbot.waitSignal(lab.runProgress, timeout=20000):
-        assert lab.run_matrix() is not None
+    assert lab.run_matrix() is not None
+    qtbot.waitUntil(lambda: len(ran) > 0, timeout=20000)  # a cell ran: the run is under way
     window.close_tab(window.tabs.indexOf(w))
     assert window.wait_idle(20000)
     assert 0 < len(ran) < 126 and window.tabs.count() == 0
