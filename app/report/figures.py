@@ -316,11 +316,17 @@ def byte_map(name: str, size: int, leaves: list[Node], missing: MissingBytes | N
 
 # -- cell map ---------------------------------------------------------------------------------------
 def _seq_rgb(seq: int) -> QColor:
-    return QColor(SEQ_COLORS[seq % len(SEQ_COLORS)])
+    return QColor(SEQ_COLORS[max(seq, 0) % len(SEQ_COLORS)])
 
 
-def cell_map(name: str, label: str, table: CellTable, recurrent: bool) -> QImage:
-    """Which sequences each cell of ``table`` holds (top) and the positions they hold (bottom)."""
+def cell_map(name: str, label: str, table: CellTable, recurrent: bool,
+             seq_labels: dict[int, str] | None = None) -> QImage:
+    """Which sequences each cell of ``table`` holds (top) and the positions they hold (bottom); ``seq_labels``
+    names sequences other than ``seq N`` (a per-sequence file's unnamed sequence)."""
+
+    def seq_name(s: object) -> str:
+        return (seq_labels or {}).get(int(s), f"seq {s}")  # type: ignore[call-overload]
+
     n = table.count
     seqs = table.seq_set()
     empty = int((table.n_seq == 0).sum())
@@ -334,7 +340,7 @@ def cell_map(name: str, label: str, table: CellTable, recurrent: bool) -> QImage
     p = c.p
     p.setFont(font(TICK_PX))
     fm = QFontMetrics(p.font())
-    left = MARGIN + 30 + max(fm.horizontalAdvance(f"seq {s}") for s in [*seqs, 0]) + 10
+    left = MARGIN + 30 + max(fm.horizontalAdvance(seq_name(s)) for s in [*seqs, 0]) + 10
     right = c.width - MARGIN - 8
     occ = QRectF(left, c.top + 4, right - left, top_h)
     width = max(1, int(occ.width()))
@@ -355,7 +361,7 @@ def cell_map(name: str, label: str, table: CellTable, recurrent: bool) -> QImage
             p.fillRect(QRectF(occ.left() + float(x), y0 + 1, max(1.0, step - (1 if step > 3 else 0)), band - 2), color)
         p.setPen(TEXT)
         p.setFont(font(TICK_PX))
-        text = "empty" if key == "empty" else f"seq {key}"
+        text = "empty" if key == "empty" else seq_name(key)
         p.drawText(QPointF(occ.left() - 6 - fm.horizontalAdvance(text), y0 + band / 2 + fm.ascent() / 2 - 1), text)
     p.setPen(QPen(TEXT, 1))
     p.setBrush(Qt.BrushStyle.NoBrush)
@@ -378,7 +384,7 @@ def cell_map(name: str, label: str, table: CellTable, recurrent: bool) -> QImage
         rad = 3.0 if idx.size < 2000 else 1.5
         for xv, yv in zip(xs.tolist(), ys.tolist(), strict=True):
             p.drawEllipse(QPointF(xv, yv), rad, rad)
-    items = [(f"seq {s}", _seq_rgb(s), "box") for s in seqs] + ([("empty cell", EMPTY_CELL, "box")] if empty else [])
+    items = [(seq_name(s), _seq_rgb(s), "box") for s in seqs] + ([("empty cell", EMPTY_CELL, "box")] if empty else [])
     c.legend(left, pos_rect.bottom() + 46, items, right - left)
     return c.finish()
 

@@ -17,6 +17,9 @@ from kvscope.app.base.tasks import TaskRunner
 from kvscope.app.report import figures
 from kvscope.app.report.model import MAX_CELL_TABLES, Progress, ReportData, ReportImage, no_progress
 from kvscope.app.report.snapshot import png_bytes
+from kvscope.app.views.cells.cellmap_image import with_owner
+from kvscope.app.views.cells.seq_owner import implied_owner
+from kvscope.core.verdict import plural
 
 HEATMAP_CAP = 512  # rows and columns a heatmap shows at most (fixed, not the screen's size)
 
@@ -56,10 +59,17 @@ def cell_maps(data: ReportData) -> list[ReportImage]:
     out = []
     for i, ref in enumerate(data.index.tables[:MAX_CELL_TABLES]):
         recurrent = ref.section.kind == "recurrent"
-        img = figures.cell_map(data.name, ref.label, ref.table, recurrent)
-        seqs = ref.table.seq_set()
-        caption = (f"{ref.label}: top, the sequences each of its {ref.table.count:,} cells holds (one row per "
-                   f"sequence: {', '.join(map(str, seqs)) or 'none'}); bottom, each cell's position.")
+        owner = implied_owner(data.result, ref.section, ref.table)  # a per-sequence file's recurrent state
+        table = with_owner(ref.table, owner.column) if owner is not None else ref.table
+        img = figures.cell_map(data.name, ref.label, table, recurrent,
+                               {owner.column: owner.label} if owner is not None else None)
+        seqs = [owner.label if owner.seq is None else str(owner.seq)] if owner is not None else \
+            [str(s) for s in table.seq_set()]
+        caption = (f"{ref.label}: top, the sequences each of its {plural(ref.table.count, 'cell')} holds (one row per "
+                   f"sequence: {', '.join(seqs) or 'none'}); bottom, each cell's position.")
+        if owner is not None:
+            caption += (f" A per-sequence file names no sequence in its recurrent cells: the cell is the state of "
+                        f"{owner.label} ({owner.why}).")
         out.append(_image(img, f"cells-{i + 1}.png", f"Cell map: {ref.label}", caption))
     return out
 
