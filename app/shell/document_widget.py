@@ -87,6 +87,8 @@ class DocumentWidget(QWidget):
         for sig in (doc.loaded, doc.statsReady):  # after the tree's own reload (connected first)
             sig.connect(self._flag_tree)
         doc.diffReady.connect(lambda: self.show_view("diff"))
+        for view in (self.tree, self.findings, self.tokens):  # "Show bytes in Hex" of their context menus
+            view.showBytes.connect(lambda: self.show_view("hex"))
         doc.failed.connect(self._on_failed)
         theme.changed.connect(lambda dark: self.hex.model.set_colors(self.hex.palette().highlight().color(), dark))
         self.error.setText(f"Reading {doc.name}…")

@@ -241,8 +241,11 @@ class MainWindow(QMainWindow):
             w.diff.step(delta)
 
     def find_in_tree(self) -> None:
+        """Find (Ctrl+F): the hex view's find bar when the hex view is in front, else the tree's find box."""
         w = self.current()
-        if w is not None:
+        if w is not None and w.current_view() == "hex":
+            w.hex.focus_find()
+        elif w is not None:
             w.tree.focus_find()
 
     def show_view(self, name: str) -> None:

@@ -118,7 +118,8 @@ def build_menus(win: MenuHost) -> Actions:
     file_menu.addAction(_action(win, acts, "quit", "&Quit", win.close, SK.Quit))
 
     nav = mb.addMenu("&Navigate")
-    nav.addAction(_action(win, acts, "find", "&Find in Tree…", win.find_in_tree, SK.Find))
+    nav.addAction(_action(win, acts, "find", "&Find…", win.find_in_tree, SK.Find,
+                          "Find bytes, numbers or text in the hex view (when it is in front), else a node in the tree"))
     nav.addAction(_action(win, acts, "goto", "&Go to Offset…", lambda: win.goto_offset(), "Ctrl+G"))
     nav.addSeparator()
     nav.addAction(_action(win, acts, "next_finding", "&Next Finding", lambda: win.step_finding(1), "F8"))

@@ -254,3 +254,42 @@ def test_list_views_copy_and_export(qtbot, open_doc, tmp_path) -> None:  # type:
     qtbot.waitUntil(lambda: task.done, timeout=10000)
     rows = list(csv.reader(out.open()))
     assert rows[0] == ["index", "id", "text", "cell"] and [int(r[1]) for r in rows[1:]] == w2.doc.result.tokens
+
+
+def _drop_on(qtbot, widget, path) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import QMimeData, QPointF, QUrl
+    from PySide6.QtGui import QDragEnterEvent, QDropEvent
+    from PySide6.QtWidgets import QApplication
+
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    at = widget.rect().center()
+    enter = QDragEnterEvent(at, Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                            Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(widget, enter)
+    drop = QDropEvent(QPointF(at), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                      Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(widget, drop)
+
+
+@pytest.mark.xserver
+def test_find_shortcut_show_bytes_and_drops(qtbot, open_doc, window) -> None:  # type: ignore[no-untyped-def]
+    w = open_doc(SESSION, "llama")
+    w.show_view("hex")
+    window.find_in_tree()  # Ctrl+F with the hex view in front: its find bar
+    assert window.focusWidget() is w.hex.find_bar.entry  # (the window's focus: Xvfb has no window manager)
+    w.show_view("cells")
+    window.find_in_tree()  # any other view: the tree's find box
+    assert window.focusWidget() is w.tree.find_edit
+    node = w.doc.result.root.find("/n_token_count")
+    w.tree.show_node(node)
+    w.tree.show_in_hex()  # the tree's "Show bytes in Hex"
+    assert w.current_view() == "hex" and w.hex.selection == (node.offset, node.end)
+    # a file dropped on a view (not only on the window's frame) opens it; a find box never takes its path
+    other = STATE / "llama-f16-fa0-unified0-seq0.seqstate"
+    _drop_on(qtbot, w.hex.find_bar.entry, other)
+    assert any(d.doc.path == str(other) for d in window.documents) and w.hex.find_bar.entry.text() == ""
+    third = STATE / "llama-f16-fa0-unified0-seq1.seqstate"
+    _drop_on(qtbot, w.tree.tree.viewport(), third)
+    assert any(d.doc.path == str(third) for d in window.documents)
+    window.wait_idle()

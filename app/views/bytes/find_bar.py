@@ -63,6 +63,7 @@ class FindBar(QWidget):
         self.kind.setToolTip("what the text names: bytes in hex, text, a little-endian number of a width, or nodes")
         self.entry = _Entry(self)
         self.entry.setClearButtonEnabled(True)
+        self.entry.setAcceptDrops(False)  # a file dropped here opens it (the window takes it), never pastes its path
         self.prev_button = QPushButton("◀")
         self.prev_button.setToolTip("previous match (Shift+Enter)")
         self.next_button = QPushButton("▶")

@@ -61,6 +61,7 @@ class StructureView(QWidget):
         self.find_edit = QLineEdit()
         self.find_edit.setPlaceholderText("Find node (name, kind, path, value)…  Enter: next")
         self.find_edit.setClearButtonEnabled(True)
+        self.find_edit.setAcceptDrops(False)  # a dropped file opens (the window takes it)
         self.find_edit.returnPressed.connect(self.find_next)
         self.find_status = plain_label()
         self.export_button = doc_export_button(self, doc)
