@@ -11,8 +11,11 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
+
+from kvscope.core.textsafe import safe_text
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -41,44 +44,77 @@ def _load_profile(path: str | None) -> Any:
         raise CliError(f"cannot use model {path}: {e}") from None
 
 
-def _read(path: str, profile: Any, kind: str | None = None, layout: str | None = None) -> Any:
-    from kvscope.core.reader.parse import ReadError, read_state
+def _open(path: str) -> Any:
+    """The input file as a ByteSource (read with pread; CliError when it cannot be opened)."""
+    from kvscope.core.reader.source import ByteSource
 
     if not os.path.exists(path):
         raise CliError(f"{path}: no such file")
     if os.path.isdir(path):
         raise CliError(f"{path}: is a directory")
     try:
-        return read_state(path, profile=profile, kind=kind, layout=layout)
-    except ReadError as e:
-        raise CliError(str(e)) from None
+        return ByteSource.open(path)
+    except OSError as e:
+        raise CliError(f"cannot open {path}: {e.strerror or e}") from None
+    except ValueError as e:  # not a regular file (a FIFO, a device)
+        raise CliError(f"{path}: {e}") from None
+
+
+def _read(path: str, profile: Any, kind: str | None = None, layout: str | None = None) -> tuple[Any, Any]:
+    """Parse ``path``: ``(result, source)``; the source is checked for a change after the parse."""
+    from kvscope.core.reader.parse import read_source
+
+    src = _open(path)
+    try:
+        res = read_source(src, profile=profile, kind=kind, layout=layout)
     except ValueError as e:
         raise CliError(str(e)) from None
+    src.check()
+    return res, src
+
+
+@contextmanager
+def _changed_means_exit(*paths: str) -> Iterator[None]:
+    """A FileChangedError while reading one of ``paths`` (as given) becomes ``PATH: the file changed...``."""
+    from pathlib import Path
+
+    from kvscope.core.reader.source import FileChangedError
+
+    try:
+        yield
+    except FileChangedError as e:
+        arg = next((p for p in paths if str(Path(p)) == e.path), e.path)
+        raise CliError(f"{arg}: {e}") from None
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from kvscope.core.reader.report import result_to_json, result_to_text
 
     profile = _load_profile(args.model)
-    res = _read(args.file, profile, args.kind, args.layout)
-    stats = None
-    if args.stats and res.kind != "unknown":
-        from kvscope.core.stats import scan_stats
+    with _changed_means_exit(args.file):
+        res, src = _read(args.file, profile, args.kind, args.layout)
+        stats = None
+        if args.stats and res.kind != "unknown":
+            from kvscope.core.stats import scan_stats
 
-        stats = scan_stats(res)
-    compat = None
-    if res.kind != "unknown":
-        from kvscope.core.compat import compatibility
+            stats = scan_stats(res, data=src)
+        compat = None
+        if res.kind != "unknown":
+            from kvscope.core.compat import compatibility
 
-        compat = compatibility(res, profile)
+            compat = compatibility(res, profile, data=src)
+            src.check()
+    src.close()
     if args.json:
-        out = result_to_json(res, profile, tree=args.tree)
+        from kvscope.core.jsonout import write_json
+
+        out = result_to_json(res, profile, tree=args.tree, lazy=True)
         if compat is not None:
             out["compatibility"] = [c.to_json() for c in compat]
         if stats is not None:
             out["stats"] = stats.to_json()
             out["findings"] = [f.to_json() for f in res.findings]
-        json.dump(out, sys.stdout, indent=1 if args.pretty else None)
+        write_json(out, sys.stdout, indent=1 if args.pretty else None)
         sys.stdout.write("\n")
     else:
         text = result_to_text(res, profile, markdown=args.markdown)
@@ -92,7 +128,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     if res.kind == "unknown":
         first = res.findings[0].message if res.findings else "not a llama.cpp state file"
-        print(f"kvscope: {args.file}: {first}", file=sys.stderr)
+        print(f"kvscope: {safe_text(args.file)}: {safe_text(first)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return EXIT_FINDINGS if res.n_errors else EXIT_OK
 
@@ -101,12 +137,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from kvscope.core.diff import diff_states
 
     profile = _load_profile(args.model)
-    a = _read(args.a, profile)
-    b = _read(args.b, profile)
-    for r, p in ((a, args.a), (b, args.b)):
-        if r.kind == "unknown":
-            raise CliError(f"{p}: {r.findings[0].message if r.findings else 'not a state file'}")
-    d = diff_states(a, b)
+    with _changed_means_exit(args.a, args.b):
+        a, sa = _read(args.a, profile)
+        b, sb = _read(args.b, profile)
+        for r, p in ((a, args.a), (b, args.b)):
+            if r.kind == "unknown":
+                raise CliError(f"{p}: {r.findings[0].message if r.findings else 'not a state file'}")
+        d = diff_states(a, b, sa, sb)
+    sa.close()
+    sb.close()
     if args.json:
         json.dump(d.to_json(), sys.stdout)
         sys.stdout.write("\n")
@@ -222,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except CliError as e:
-        print(f"kvscope: {e}", file=sys.stderr)
+        print(f"kvscope: {safe_text(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:
         return EXIT_OK

@@ -18,7 +18,9 @@ import numpy.typing as npt
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult, Section
-from kvscope.core.stats import Bytes, file_bytes, record_rows, record_shape
+from kvscope.core.reader.source import ByteSource
+from kvscope.core.stats import Bytes, as_source, record_rows, record_shape, source_of
+from kvscope.core.textsafe import safe_text
 
 I64A = npt.NDArray[np.int64]
 _CHUNK = 4 << 20  # float32 bytes per side per compare step
@@ -132,7 +134,7 @@ class StateDiff:
         """Human summary: sections, a table of layers that differ, then every difference."""
         lines = [f"A: {self.path_a}  ({self.size_a:,} bytes)", f"B: {self.path_b}  ({self.size_b:,} bytes)", ""]
         if self.identical:
-            return "\n".join(lines + ["identical"]) + "\n"
+            return "\n".join(safe_text(line) for line in [*lines, "identical"]) + "\n"
         lines.append(f"{len(self.differences)} differences; first differing byte @{self.first_byte}")
         for s in self.sections:
             where = "A only" if not s.in_b else "B only" if not s.in_a else (
@@ -157,20 +159,28 @@ class StateDiff:
         for d in self.differences:
             off = f"@{'-' if d.offset_a is None else d.offset_a}/{'-' if d.offset_b is None else d.offset_b}"
             lines.append(f"  {d.kind:6} {off:>17}  {d.description}")
-        return "\n".join(lines) + "\n"
+        return "\n".join(safe_text(line) for line in lines) + "\n"  # file-derived text escaped
 
 
 # -- bytes, header, tokens ----------------------------------------------------------------------
 
 
-def first_differing_byte(a: npt.NDArray[np.uint8], b: npt.NDArray[np.uint8]) -> int | None:
-    """First offset where ``a`` and ``b`` differ (the shorter length when one is a prefix); None if equal."""
-    n = min(a.size, b.size)
+def first_differing_byte(a: ByteSource | npt.NDArray[np.uint8], b: ByteSource | npt.NDArray[np.uint8]) -> int | None:
+    """First offset where ``a`` and ``b`` differ (the shorter length when one is a prefix); None if equal.
+
+    Both are read in pieces of ``_BYTES_CHUNK`` bytes into two reused buffers.
+    """
+    sa, sb = as_source(a), as_source(b)
+    n = min(sa.size, sb.size)
+    ba, bb = np.empty(min(n, _BYTES_CHUNK), np.uint8), np.empty(min(n, _BYTES_CHUNK), np.uint8)
     for lo in range(0, n, _BYTES_CHUNK):
-        hi = min(n, lo + _BYTES_CHUNK)
-        if not np.array_equal(a[lo:hi], b[lo:hi]):
-            return lo + int(np.argmax(a[lo:hi] != b[lo:hi]))
-    return None if a.size == b.size else n
+        m = min(n, lo + _BYTES_CHUNK) - lo
+        pa, pb = ba[:m], bb[:m]
+        sa.readinto(lo, pa)
+        sb.readinto(lo, pb)
+        if not np.array_equal(pa, pb):
+            return lo + int(np.argmax(pa != pb))
+    return None if sa.size == sb.size else n
 
 
 def _field_offset(res: ParseResult, name: str) -> int | None:
@@ -258,8 +268,8 @@ def _value_offset(rec: LayerRecord, cell: int, dim: int) -> int:
 
 
 @np.errstate(all="ignore")  # Inf - Inf, NaN compares and overflowing scales are counted, not errors
-def _compare(ld: LayerDiff, ba: npt.NDArray[np.uint8], ra: LayerRecord, ca: I64A,
-             bb: npt.NDArray[np.uint8], rb: LayerRecord, cb: I64A) -> None:
+def _compare(ld: LayerDiff, ba: ByteSource, ra: LayerRecord, ca: I64A,
+             bb: ByteSource, rb: LayerRecord, cb: I64A) -> None:
     na, da = record_shape(ra, ba.size - ra.data_offset)
     nb, db = record_shape(rb, bb.size - rb.data_offset)
     if da != db:
@@ -308,7 +318,7 @@ def _rec_keys(recs: list[LayerRecord]) -> list[tuple[str, int, int]]:
     return out
 
 
-def _diff_section(sa: Section, sb: Section, idx: int, ba: npt.NDArray[np.uint8], bb: npt.NDArray[np.uint8],
+def _diff_section(sa: Section, sb: Section, idx: int, ba: ByteSource, bb: ByteSource,
                   items: list[DiffItem]) -> SectionDiff:
     sd = SectionDiff(sa.role, idx)
     if sa.kind == "kv" and sa.n_stream != sb.n_stream:
@@ -384,8 +394,16 @@ def _diff_section(sa: Section, sb: Section, idx: int, ba: npt.NDArray[np.uint8],
 
 
 def diff_states(a: ParseResult, b: ParseResult, data_a: Bytes = None, data_b: Bytes = None) -> StateDiff:
-    """Compare two parsed states (bytes from ``data_a``/``data_b`` or the files at their paths)."""
-    ba, bb = file_bytes(a, data_a), file_bytes(b, data_b)
+    """Compare two parsed states (bytes from ``data_a``/``data_b`` or the files at their paths).
+
+    Payloads are read with bounded ``pread`` pieces; raises :class:`FileChangedError` when either
+    file changed during the diff (or since its ``data`` source was opened).
+    """
+    with source_of(a, data_a) as ba, source_of(b, data_b) as bb:
+        return _diff(a, b, ba, bb)
+
+
+def _diff(a: ParseResult, b: ParseResult, ba: ByteSource, bb: ByteSource) -> StateDiff:
     d = StateDiff(a.path, b.path, int(ba.size), int(bb.size))
     d.first_byte = first_differing_byte(ba, bb)
     if d.first_byte is not None:

@@ -16,6 +16,7 @@ import os
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeAlias
 
@@ -27,12 +28,13 @@ from gguf.quants import dequantize
 from kvscope.core import ggml_types as gt
 from kvscope.core.findings import Finding
 from kvscope.core.reader.records import LayerRecord, ParseResult
-from kvscope.core.reader.source import ByteSource
+from kvscope.core.reader.source import ByteSource, FileChangedError
+from kvscope.core.textsafe import safe_text
 
 F32A = npt.NDArray[np.float32]
 U8A = npt.NDArray[np.uint8]
 I64A = npt.NDArray[np.int64]
-Bytes: TypeAlias = ByteSource | U8A | None
+Bytes: TypeAlias = ByteSource | U8A | bytes | bytearray | None
 
 _WORK = 1 << 20  # bytes per step actually used (faster than big steps: the passes stay in cache)
 _AHEAD = 64 << 20  # how far the read-ahead thread runs ahead of the scan
@@ -41,15 +43,33 @@ _WORD = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
 _ROLE = {"k": "K", "v": "V"}
 
 
-def file_bytes(res: ParseResult, data: Bytes = None) -> U8A:
-    """The bytes ``res`` was parsed from: ``data`` when given, else ``res.path`` memory-mapped read-only."""
-    if isinstance(data, ByteSource):
-        return np.asarray(data.bytes_all(), np.uint8)
+def as_source(data: ByteSource | U8A | bytes | bytearray) -> ByteSource:
+    """``data`` as a :class:`ByteSource` (bytes and arrays are wrapped, a source is returned as is)."""
+    return data if isinstance(data, ByteSource) else ByteSource(np.asarray(data).reshape(-1).view(np.uint8)
+                                                               if isinstance(data, np.ndarray) else data)
+
+
+@contextmanager
+def source_of(res: ParseResult, data: Bytes = None) -> Iterator[ByteSource]:
+    """The bytes ``res`` was parsed from, for one pass: ``data`` when given, else ``res.path``
+    opened read-only (and closed afterwards).
+
+    A file is checked when the pass ends (:meth:`ByteSource.check`): a file that changed since it
+    was opened, or whose size is no longer the size ``res`` was parsed at, raises
+    :class:`FileChangedError`, as does a short read during the pass.
+    """
     if data is not None:
-        return np.asarray(data).reshape(-1).view(np.uint8)
+        src = as_source(data)
+        yield src
+        src.check()
+        return
     if not os.path.isfile(res.path):
         raise ValueError(f"{res.path}: the bytes of this result are not available (pass data=)")
-    return np.asarray(ByteSource.open(res.path).bytes_all(), np.uint8)
+    with ByteSource.open(res.path) as src:
+        if src.size != res.size:
+            raise FileChangedError(res.path, f"{src.size} bytes, parsed at {res.size}")
+        yield src
+        src.check()
 
 
 def record_shape(rec: LayerRecord, avail: int | None = None) -> tuple[int, int]:
@@ -81,16 +101,69 @@ def dequantize_rows(raw: U8A, type_id: int) -> F32A:
     return flat.reshape(*shape[:-1], -1)
 
 
+_GATHER_SPAN = 4 << 20  # bytes one read of a gather covers at most
+_GATHER_GAP = 64 << 10  # items further apart than this are read separately
+
+
+class _Gather:
+    """Where ``w``-byte items ``idx`` (item units from a base offset, any order) lie: groups of
+    nearby items, each read with one ``pread`` of at most ``_GATHER_SPAN`` bytes."""
+
+    def __init__(self, idx: I64A, w: int) -> None:
+        self.w = w
+        self.order = np.argsort(idx, kind="stable")
+        s = idx[self.order]
+        self.sorted = s
+        self.groups: list[tuple[int, int, int, int]] = []  # (a, b, lo, hi): sorted[a:b] in items [lo, hi)
+        if not s.size:
+            return
+        per = max(1, _GATHER_SPAN // max(1, w))
+        brk = np.flatnonzero(np.diff(s) * w > _GATHER_GAP) + 1
+        for a, b in zip([0, *brk.tolist()], [*brk.tolist(), int(s.size)], strict=True):
+            while a < b:
+                lo = int(s[a])
+                e = a + int(np.searchsorted(s[a:b], lo + per, side="left"))
+                self.groups.append((a, e, lo, int(s[e - 1]) + 1))
+                a = e
+
+    def read(self, src: ByteSource, base: int, out: U8A, buf: U8A) -> None:
+        """``out[i] = src[base + idx[i] * w : + w]`` (``out`` is ``(len(idx), w)``; ``buf`` scratch)."""
+        w = self.w
+        for a, b, lo, hi in self.groups:
+            n = (hi - lo) * w
+            piece = buf[:n]
+            if src.readinto(base + lo * w, piece) != n:
+                raise ValueError("record bytes past the end of the file")
+            out[self.order[a:b]] = piece.reshape(-1, w)[self.sorted[a:b] - lo]
+
+
+def _gather_buf() -> U8A:
+    return np.empty(_GATHER_SPAN, np.uint8)
+
+
 @np.errstate(all="ignore")  # a NaN/Inf block scale is data here, not an error
-def record_rows(buf: U8A, rec: LayerRecord, cells: I64A | slice, dims: slice = slice(None)) -> F32A:
-    """Dequantized ``[cells, dims]`` of ``rec`` as float32 (cells are indices in file order)."""
-    n, dim = record_shape(rec, buf.size - rec.data_offset)
+def record_rows(src: ByteSource, rec: LayerRecord, cells: I64A | slice, dims: slice = slice(None)) -> F32A:
+    """Dequantized ``[cells, dims]`` of ``rec`` as float32 (cells are indices in file order).
+
+    Only the rows (or, for a transposed V, the kept dims of the kept cells) are read, in
+    ``pread`` pieces of at most 4 MiB; memory is the result's raw bytes plus one piece.
+    """
+    n, dim = record_shape(rec, src.size - rec.data_offset)
+    idx = np.arange(n, dtype=np.int64)[cells] if isinstance(cells, slice) else np.asarray(cells, np.int64)
+    buf = _gather_buf()
     if rec.transposed:
         el = rec.el_bytes
-        cols = buf[rec.data_offset : rec.data_offset + dim * n * el].view(_WORD[el]).reshape(dim, n)
-        return dequantize_rows(np.ascontiguousarray(cols[dims, cells].T).view(np.uint8), rec.type_id)
-    rows = buf[rec.data_offset : rec.data_offset + n * rec.row_bytes].reshape(n, rec.row_bytes)[cells]
-    return dequantize_rows(np.ascontiguousarray(rows), rec.type_id)[:, dims]
+        kept = range(dim)[dims]
+        raw = np.empty((idx.size, len(kept), el), np.uint8)
+        plan = _Gather(idx, el)
+        col = np.empty((idx.size, el), np.uint8)
+        for j, d in enumerate(kept):
+            plan.read(src, rec.data_offset + d * rec.n_rows * el, col, buf)
+            raw[:, j, :] = col
+        return dequantize_rows(raw.reshape(idx.size, len(kept) * el), rec.type_id)
+    rows = np.empty((idx.size, rec.row_bytes), np.uint8)
+    _Gather(idx, rec.row_bytes).read(src, rec.data_offset, rows, buf)
+    return dequantize_rows(rows, rec.type_id)[:, dims]
 
 
 def layer_matrix(
@@ -100,18 +173,19 @@ def layer_matrix(
 
     With ``max_rows``/``max_cols`` every k-th cell/dim is kept so the result fits (stride
     downsampling; only the kept cells are read and decoded). Raises ValueError for a type
-    gguf-py cannot decode; a truncated transposed V gives zero rows.
+    gguf-py cannot decode; a truncated transposed V gives zero rows. Raises
+    :class:`FileChangedError` when the file changed since ``data`` was opened (or since the parse).
     """
-    buf = file_bytes(res, data)
-    n, dim = record_shape(rec, buf.size - rec.data_offset)
-    if dim == 0:
-        raise ValueError(f"{rec.type} rows of {rec.row_bytes} bytes cannot be decoded")
-    rs = -(-n // max_rows) if max_rows and n > max_rows else 1
-    cs = -(-dim // max_cols) if max_cols and dim > max_cols else 1
-    try:
-        return np.ascontiguousarray(record_rows(buf, rec, slice(0, n, rs), slice(0, dim, cs)))
-    except NotImplementedError as e:
-        raise ValueError(f"cannot decode {rec.type}: {e}") from None
+    with source_of(res, data) as src:
+        n, dim = record_shape(rec, src.size - rec.data_offset)
+        if dim == 0:
+            raise ValueError(f"{rec.type} rows of {rec.row_bytes} bytes cannot be decoded")
+        rs = -(-n // max_rows) if max_rows and n > max_rows else 1
+        cs = -(-dim // max_cols) if max_cols and dim > max_cols else 1
+        try:
+            return np.ascontiguousarray(record_rows(src, rec, slice(0, n, rs), slice(0, dim, cs)))
+        except NotImplementedError as e:
+            raise ValueError(f"cannot decode {rec.type}: {e}") from None
 
 
 @dataclass
@@ -195,7 +269,7 @@ class StatsReport:
         else:
             w = [max(len(head[i]), *(len(r[i]) for r in rows)) for i in range(len(head))]
             lines = [title] + ["  " + "  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in [head, *rows]]
-        return "\n".join(lines) + "\n"
+        return "\n".join(safe_text(line) for line in lines) + "\n"  # file-derived text escaped
 
 
 # -- scanning -----------------------------------------------------------------------------------
@@ -307,11 +381,10 @@ class _Scratch(threading.local):
         self.i32 = np.empty(size // 2, np.int32)
 
 
-def _scan_step(buf: U8A, rec: LayerRecord, st: _Step, scratch: _Scratch, decode: bool, blas: bool) -> _Part:
-    raw = buf[rec.data_offset + st.lo : rec.data_offset + st.hi]
-    if raw.ctypes.data % 8:  # misaligned (odd header lengths): one copy into an aligned scratch
-        np.copyto(scratch.raw[: raw.size], raw)
-        raw = scratch.raw[: raw.size]
+def _scan_step(src: ByteSource, rec: LayerRecord, st: _Step, scratch: _Scratch, decode: bool, blas: bool) -> _Part:
+    raw = scratch.raw[: st.hi - st.lo]  # one pread into this thread's aligned buffer
+    if src.readinto(rec.data_offset + st.lo, raw) != raw.size:
+        raise ValueError("payload bytes past the end of the file")
     p = _Part()
     # all-zero rows / cells, on the raw bytes
     if rec.transposed:
@@ -451,12 +524,18 @@ def scan_stats(res: ParseResult, chunk_bytes: int = 64 << 20, data: Bytes = None
                threads: int | None = None) -> StatsReport:
     """Scan every layer record of ``res``; append ``nonfinite_values``/``zero_rows`` findings.
 
-    Payloads are read from ``data`` (or ``res.path`` memory-mapped) in steps of at most
-    ``chunk_bytes`` raw bytes (whole rows/blocks; at most 1 MiB, which keeps the passes in cache),
-    on ``threads`` worker threads (default: half the CPUs, at most 4, for payloads over 8 MiB).
-    Truncated and empty payloads are scanned as far as whole rows are present, with a note.
+    Payloads are read from ``data`` (or ``res.path``) with ``pread`` in steps of at most
+    ``chunk_bytes`` raw bytes (whole rows/blocks; at most 1 MiB, which keeps the passes in cache)
+    into per-thread buffers, on ``threads`` worker threads (default: half the CPUs, at most 4, for
+    payloads over 8 MiB). Truncated and empty payloads are scanned as far as whole rows are
+    present, with a note. Raises :class:`FileChangedError` when the file changed during the scan
+    (or since ``data`` was opened).
     """
-    buf = file_bytes(res, data)
+    with source_of(res, data) as src:
+        return _scan(res, src, chunk_bytes, threads)
+
+
+def _scan(res: ParseResult, src: ByteSource, chunk_bytes: int, threads: int | None) -> StatsReport:
     work = max(1, min(chunk_bytes, _WORK))
     report = StatsReport(res.path)
     jobs: list[tuple[LayerRecord, LayerStats, list[_Step], int, int, bool]] = []
@@ -468,7 +547,7 @@ def scan_stats(res: ParseResult, chunk_bytes: int = 64 << 20, data: Bytes = None
                 ls = LayerStats(sec.role, si, stream, rec.role, rec.index, rec.il, rec.type, rec.data_offset,
                                 rec.data_size, rec.n_rows, rec.trusted)
                 report.layers.append(ls)
-                plan = _plan(rec, ls, buf.size, work)
+                plan = _plan(rec, ls, src.size, work)
                 if plan is not None:
                     jobs.append((rec, ls, *plan))
     tasks = [(rec, st, decode) for rec, _, steps, _, _, decode in jobs for st in steps]
@@ -476,13 +555,13 @@ def scan_stats(res: ParseResult, chunk_bytes: int = 64 << 20, data: Bytes = None
     scratch = _Scratch(work)
     start, end = (tasks[0][0].data_offset + tasks[0][1].lo, tasks[-1][0].data_offset + tasks[-1][1].hi) \
         if tasks else (0, 0)
-    prefetch = _Prefetch(res.path, start, end)
-    if data is None and end - start > 2 * _AHEAD and hasattr(os, "RWF_NOWAIT") and prefetch.cold():
+    prefetch = _Prefetch(src.path, start, end)
+    if src.is_file and end - start > 2 * _AHEAD and hasattr(os, "RWF_NOWAIT") and prefetch.cold():
         prefetch.start()
 
     def run(task: tuple[LayerRecord, _Step, bool]) -> _Part:
         prefetch.pos = max(prefetch.pos, task[0].data_offset + task[1].lo)
-        return _scan_step(buf, task[0], task[1], scratch, task[2], nthreads <= 1)
+        return _scan_step(src, task[0], task[1], scratch, task[2], nthreads <= 1)
 
     pool = ThreadPoolExecutor(nthreads) if nthreads > 1 and len(tasks) > 1 else None
     try:

@@ -190,8 +190,8 @@ def synthetic(tmp_path: Path, blobs: list[tuple[int, bytes, int, bool]], pad: in
             recs.append(LayerRecord("k", i, i, tid, off, off + 12, len(raw), n_rows, len(raw) // n_rows))
     path = tmp_path / "synthetic.bin"
     path.write_bytes(bytes(out))
-    st = KvStream(0, 0, blobs[0][2], None, 1, len(blobs), [r for r in recs if r.role == "k"],
-                  [r for r in recs if r.role == "v"])
+    st = KvStream(0, 0, blobs[0][2], None, 1, len(blobs), k_layers=[r for r in recs if r.role == "k"],
+                  v_layers=[r for r in recs if r.role == "v"])
     sec = Section("kv", "kv", 0, len(out), streams=[st])
     return ParseResult(str(path), len(out), "seq_blob", Node("f", "file", 0, len(out)), LayoutChoice("x", 1.0),
                        sections=[sec])

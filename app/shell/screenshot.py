@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 import sys
 
+from kvscope.app.report.snapshot import png_bytes
 from kvscope.app.shell.document_widget import DocumentWidget
 from kvscope.app.shell.lab_pose import pose_lab
 from kvscope.app.shell.main_window import MainWindow
+from kvscope.core.fsutil import write_atomic
+from kvscope.core.reader.source import CHANGED_MESSAGE
+from kvscope.core.textsafe import safe_text
 
 TIMEOUT_MS = 60000
 
@@ -86,10 +90,15 @@ def take_screenshot(win: MainWindow, out: str, view: str | None, diff: str | Non
     elif w is not None:
         pose(w, view)
         win.wait_idle(TIMEOUT_MS)
+    if w is not None and getattr(w.doc, "changed", None):  # read while it changed: the picture would lie
+        print(f"kvscope: {safe_text(w.doc.path)}: {CHANGED_MESSAGE}", file=sys.stderr)
+        return 2
     folder = os.path.dirname(os.path.abspath(out))
-    os.makedirs(folder, exist_ok=True)
-    if not win.grab().save(out, "PNG"):
-        print(f"kvscope: cannot write {out}", file=sys.stderr)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        write_atomic(out, png_bytes(win.grab().toImage()), "screenshot")
+    except OSError as e:
+        print(f"kvscope: cannot write {safe_text(out)}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(out)
     return 0

@@ -16,7 +16,6 @@ that fit are handed over and the first that does not raises ``truncated`` at its
 from __future__ import annotations
 
 import io
-import mmap
 import struct
 from abc import ABC, abstractmethod
 from typing import Any, BinaryIO
@@ -25,15 +24,16 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from kvscope.core.fileio import pread_into
 from kvscope.core.memory.result import RestoreFailure
 from kvscope.core.memory.tensors import TensorStore
+from kvscope.core.reader.source import FileChangedError
 
 U8 = npt.NDArray[np.uint8]
 Raw = bytes | npt.NDArray[Any]
 Runs = list[tuple[int, int]]
 CHUNK = 8 << 20
-WINDOW = 64 << 20  # FileReader: largest memory map of the input at a time
-MAP_MIN = 1 << 20  # FileReader: smaller payloads are read(), not mapped
+WINDOW = 64 << 20  # FileReader: largest tensor read into its buffer at a time
 
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
@@ -283,10 +283,11 @@ class BufferReader(StateReader):
 class FileReader(StateReader):
     """``llama_io_read_file``: reads a binary file object, tensor bytes straight into the tensors.
 
-    Tensor payloads of a real file are copied out of read-only memory maps of at most ``WINDOW``
-    bytes (one copy, and at most one window resident at a time). Unlike llama.cpp's POSIX
-    reader, a short read is an error here (``truncated``); llama.cpp would read past the end
-    without noticing (spec §2.2).
+    Tensor payloads of a real file are read with ``pread`` into one reused buffer of at most
+    ``WINDOW`` bytes (or one row, when a row is larger), then copied into the tensors: no memory
+    map, so a file that shrinks meanwhile raises :class:`FileChangedError` instead of ``SIGBUS``.
+    Unlike llama.cpp's POSIX reader, a short read is an error here (``truncated``); llama.cpp would
+    read past the end without noticing (spec §2.2).
     """
 
     kind = "file"
@@ -303,6 +304,7 @@ class FileReader(StateReader):
             self._fd: int | None = fh.fileno()
         except (OSError, io.UnsupportedOperation):
             self._fd = None
+        self._buf: U8 = np.empty(0, np.uint8)
 
     @property
     def size(self) -> int:
@@ -322,20 +324,19 @@ class FileReader(StateReader):
     def _copy_out(self, store: TensorStore, flat: torch.Tensor, offset: int, size: int, count: int,
                   stride: int) -> None:
         nbytes = size * count
-        if self._fd is None or nbytes < MAP_MIN:
+        if self._fd is None:
             src = np.frombuffer(self.fh.read(nbytes), dtype=np.uint8)
             if src.size != nbytes:
                 raise self._short("tensor data", nbytes)
             store.write(flat, offset, src, stride, count)
             self.pos += nbytes
             return
-        base = self.pos - self.pos % mmap.ALLOCATIONGRANULARITY
-        with mmap.mmap(self._fd, self.pos + nbytes - base, offset=base, access=mmap.ACCESS_READ) as m:
-            view = np.frombuffer(m, dtype=np.uint8)
-            try:
-                store.write(flat, offset, view[self.pos - base :], stride, count)
-            finally:
-                del view  # the map closes only once no array refers to it
+        if self._buf.size < nbytes:
+            self._buf = np.empty(nbytes, np.uint8)
+        view = self._buf[:nbytes]
+        if pread_into(self._fd, memoryview(view), self.pos) != nbytes:  # type: ignore[arg-type]
+            raise FileChangedError(str(getattr(self.fh, "name", "")), f"short read at {self.pos}")
+        store.write(flat, offset, view, stride, count)
         self.pos += nbytes
         self.fh.seek(self.pos)
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from kvscope.core.reader.context import ParseCtx, Stop
 from kvscope.core.reader.layouts import BLOB_IO_MAGIC, SERVER_TOKENS_MARKER
 from kvscope.core.reader.memory import PlanItem, parse_memory
@@ -19,6 +17,7 @@ from kvscope.core.reader.records import Section
 from kvscope.core.reader.tree import Node
 
 MAX_ARCH_LEN = 128
+MAX_TOKENS = 1 << 26  # token ids read at most (the longest known context is 10M tokens)
 
 
 @dataclass
@@ -39,15 +38,19 @@ def _tokens(ctx: ParseCtx, root: Node, off: int, n: int, out: Container) -> int:
     need = 4 * n
     if need > src.remaining(off):
         raise ctx.truncated(root, f"the token array (n_token_count {n})", off, need)
-    arr = src.i32_array(off, n)
     node = ctx.leaf(root, "tokens", "tokens", off, need, f"{n} tokens")
+    if n > MAX_TOKENS:  # bounded allocation: a sparse file can hold 2**32 zero tokens on no disk
+        ctx.find("info", "value_invalid", off, need, f"{n:,} tokens: more than kvscope reads ({MAX_TOKENS:,}); "
+                 "the token ids are not shown", node)
+        return off + need
+    arr = src.i32_array(off, n)
     if n and int(arr[0]) == SERVER_TOKENS_MARKER:
         packed = _server_tokens(ctx, node, off, n)
         if packed is not None:
             out.token_payload = packed
             out.tokens = packed["tokens"]
             return off + need
-    out.tokens = arr.astype(np.int64).tolist()
+    out.tokens = arr.tolist()  # int32 to Python ints directly (no int64 copy of a big array)
     return off + need
 
 
@@ -97,9 +100,8 @@ def _server_tokens(ctx: ParseCtx, node: Node, off: int, n: int) -> dict[str, Any
         chunks.append({"offset": cur, "size": ln})
         cur += 4 + ln
     if cur < end:
-        pad = src.view(cur, end - cur)
         ctx.leaf(node, "padding", "field", cur, end - cur, "zero padding")
-        if pad.any():
+        if src.any_nonzero(cur, end - cur):
             ctx.find("warning", "value_invalid", cur, end - cur, "packed payload padding is not zero", node)
     return {
         "format": "server_tokens",

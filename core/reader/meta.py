@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvscope.core.reader.cells import CellScan, min_record_bytes, scan_cells
+from kvscope.core.reader.cells import MAX_RECORDS, min_record_bytes, scan_cells, scan_extent
 from kvscope.core.reader.context import ParseCtx, Stop
 from kvscope.core.reader.records import KvStream, Section
 from kvscope.core.reader.tensor_records import read_record
@@ -48,6 +48,11 @@ def read_cells(ctx: ParseCtx, parent: Node, off: int, count: int, limit: int, ow
         bad = scan.end
         if scan.reason == "truncated":
             raise ctx.truncated(parent, f"cell meta (record {table.count} of {count})", bad, 8 + ctx.ext_bytes)
+        if scan.reason == "budget":  # a count the bytes could hold (a hole reads as empty records)
+            node = ctx.unparsed(parent, bad, limit, note="cells past the reader's budget")
+            ctx.find("error", "cell_count_invalid", bad, 0, f"cell_count {count:,} is more than kvscope reads "
+                     f"({MAX_RECORDS:,} cells); what follows is not parsed", node or parent)
+            raise Stop(limit)
         node = ctx.unparsed(parent, bad, limit, note="bad cell record")
         ctx.find("error", "seq_meta_invalid", bad, 8, f"cell {table.count}: implausible n_seq_id "
                  f"{ctx.src.i32(bad + 4)} at offset {bad + 4}", node or parent)
@@ -89,11 +94,14 @@ def truncated_cells(ctx: ParseCtx, node: Node, off: int, count: int, limit: int,
     """A plausible ``cell_count`` whose records run clean up to the end of the file: truncation."""
     if count > MAX_PLAUSIBLE_CELLS:
         return
-    scan = scan_cells(ctx.src, off, None, ctx.ext_bytes, limit)
-    if scan.table is None or scan.table.count >= count:
+    # how far plausible records run, looking at no more than ``count`` of them (no table built)
+    extent = scan_extent(ctx.src, off, ctx.ext_bytes, limit, count)
+    if extent.count >= count:
         return
-    if scan.reason != "truncated" and scan.end + min_record_bytes(ctx.ext_bytes) <= ctx.src.size:
+    if extent.reason != "truncated" and extent.end + min_record_bytes(ctx.ext_bytes) <= ctx.src.size:
         return
+    scan = scan_cells(ctx.src, off, extent.count, ctx.ext_bytes, limit)  # the records present, < count
+    assert scan.table is not None
     if scan.table.size:
         ctx.leaf(node, "cells", "cell_meta", off, scan.table.size, f"{scan.table.count} of {count} cells")
     owner.cells = scan.table
@@ -122,14 +130,16 @@ def infer_cell_count(ctx: ParseCtx, off: int, limit: int, data_header: int | Non
     KV stream's, from the generation, by default; 8 for a recurrent section).
     """
     hdr = ctx.gen.kv_data_header if data_header is None else data_header
-    scan = scan_cells(ctx.src, off, None, ctx.ext_bytes, limit)
-    if scan.table is None:
-        return None
-    n = scan.table.count
+    # Where plausible records stop, looking at no more than MAX_PLAUSIBLE_CELLS of them and
+    # building no table: a sparse tail of zeros reads as endless empty records.
+    extent = scan_extent(ctx.src, off, ctx.ext_bytes, limit, MAX_PLAUSIBLE_CELLS)
+    n = extent.count
     # The scan may run a few records into the data header before it stops: walk back, but only
     # a bounded number of probes (a garbage table must not cost one probe per record).
     for _ in range(min(n, MAX_WALK_BACK)):
-        end = off + _table_bytes(scan, n)
+        end = extent.end_after(n)
+        if end is None:
+            break
         v_trans, n_layer = ctx.src.u32(end), ctx.src.u32(end + 4)
         if v_trans in (0, 1) and n_layer is not None and 0 < n_layer <= MAX_LAYERS:
             probe = ctx.fork()
@@ -143,9 +153,3 @@ def infer_cell_count(ctx: ParseCtx, off: int, limit: int, data_header: int | Non
 
 
 MAX_WALK_BACK = 64
-
-
-def _table_bytes(scan: CellScan, n: int) -> int:
-    assert scan.table is not None
-    t = scan.table
-    return int(8 * n + t.ext_bytes * n + 4 * int(t.n_seq[:n].sum()))

@@ -6,6 +6,8 @@ read on demand (statistics, heatmaps, diffs) through :class:`LayerRecord` offset
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +16,7 @@ import numpy.typing as npt
 
 from kvscope.core.findings import Finding
 from kvscope.core.ggml_types import type_name
+from kvscope.core.jsonout import HOLE, PIECE, JsonArray, item_separator, item_template
 from kvscope.core.reader.tree import Node
 
 
@@ -49,9 +52,85 @@ class CellTable:
 
     def as_pairs(self) -> list[list[Any]]:
         """``[[pos, [seq ids]], ...]`` as in the fixtures' manifests."""
-        starts = self.seq_start
+        return [x for piece in self.pair_pieces() for x in piece]
+
+    def pair_pieces(self, piece: int = PIECE) -> Iterator[list[list[Any]]]:
+        """:meth:`as_pairs` in pieces of ``piece`` cells (streamed JSON holds one piece at a time)."""
+        lo = 0
+        for a in range(0, self.count, piece):
+            b = min(self.count, a + piece)
+            pos = self.pos[a:b].tolist()
+            ns = self.n_seq[a:b]
+            hi = lo + int(ns.sum())
+            ids = self.seq_ids[lo:hi].tolist()
+            if len(ids) == b - a and bool((ns == 1).all()):  # the common case: one sequence per cell
+                yield [[p, [s]] for p, s in zip(pos, ids, strict=True)]
+            elif not ids and not bool(ns.any()):
+                yield [[p, []] for p in pos]
+            else:
+                st = [0, *np.cumsum(ns).tolist()]
+                yield [[p, ids[st[i] : st[i + 1]]] for i, p in enumerate(pos)]
+            lo = hi
+
+    def pair_text(self, indent: int | None, piece: int = PIECE) -> Iterator[str]:
+        """:meth:`pair_pieces` already encoded as JSON (see :attr:`JsonArray.encoded`): one
+        ``%``-format of a per-cell template per piece, no lists built."""
+        templates: dict[int, str] = {}
+        sep = item_separator(indent)
+        lo = 0
+        for a in range(0, self.count, piece):
+            b = min(self.count, a + piece)
+            ns = self.n_seq[a:b]
+            hi = lo + int(ns.sum())
+            if self.seq_ids.size < hi:  # the table was cut inside the ids: the general path
+                text = json.dumps(list(self._pairs_slow(a, b, lo)), indent=indent)
+                yield text[1 : len(text) - (1 if indent is None else 2)]
+                lo = hi
+                continue
+            st = np.zeros(b - a, np.int64)
+            np.cumsum(ns[:-1], out=st[1:])
+            flat = np.empty(b - a + hi - lo, np.int64)
+            at = np.arange(b - a) + st
+            flat[at] = self.pos[a:b]
+            rest = np.ones(flat.size, bool)
+            rest[at] = False
+            flat[rest] = self.seq_ids[lo:hi]
+            ks = np.unique(ns)
+            for k in ks.tolist():
+                if k not in templates:
+                    templates[k] = item_template([HOLE, [HOLE] * k], indent)
+            body = sep.join([templates[int(ks[0])]] * (b - a)) if ks.size == 1 else \
+                sep.join([templates[k] for k in ns.tolist()])
+            yield body % tuple(flat.tolist())
+            lo = hi
+
+    def _pairs_slow(self, a: int, b: int, lo: int) -> Iterator[list[Any]]:
+        """The pairs of cells ``a..b-1`` (sequence ids from ``lo``) one by one: the general path."""
         ids = self.seq_ids.tolist()
-        return [[int(p), ids[int(starts[i]) : int(starts[i + 1])]] for i, p in enumerate(self.pos.tolist())]
+        for i in range(a, b):
+            k = int(self.n_seq[i])
+            yield [int(self.pos[i]), ids[lo : lo + k]]
+            lo += k
+
+    def json_cells(self, lazy: bool) -> list[list[Any]] | JsonArray:
+        """The ``cells`` of the JSON output: a list, or (``lazy``) a :class:`JsonArray` of pieces."""
+        return JsonArray(self.pair_pieces, self.pair_text) if lazy else self.as_pairs()
+
+    def json_ext(self, lazy: bool) -> list[Any] | JsonArray:
+        """The ``cell_ext`` of the JSON output (rows of x, y[, tok])."""
+        ext = self.ext
+        assert ext is not None
+        if not lazy:
+            return ext.tolist()  # type: ignore[no-any-return]
+
+        def text(indent: int | None) -> Iterator[str]:
+            row = item_template([HOLE] * int(ext.shape[1]), indent)
+            sep = item_separator(indent)
+            for i in range(0, len(ext), PIECE):
+                part = ext[i : i + PIECE]
+                yield sep.join([row] * len(part)) % tuple(part.reshape(-1).tolist())
+
+        return JsonArray(lambda: (ext[i : i + PIECE].tolist() for i in range(0, len(ext), PIECE)), text)
 
     def seq_set(self) -> list[int]:
         return sorted({int(x) for x in np.unique(self.seq_ids)})
@@ -132,12 +211,13 @@ class KvStream:
     end: int = 0
     trusted: bool = True
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, lazy: bool = False) -> dict[str, Any]:
+        """JSON-able dict; ``lazy``: the cell arrays are :class:`JsonArray` pieces (for write_json)."""
         out: dict[str, Any] = {"index": self.index, "offset": self.offset, "cell_count": self.cell_count}
-        out["cells"] = self.cells.as_pairs() if self.cells is not None else []
+        out["cells"] = self.cells.json_cells(lazy) if self.cells is not None else []
         if self.cells is not None and self.cells.ext is not None:
             out["cell_ext_bytes"] = self.cells.ext_bytes
-            out["cell_ext"] = self.cells.ext.tolist()
+            out["cell_ext"] = self.cells.json_ext(lazy)
         out.update(
             v_trans=self.v_trans,
             n_layer=self.n_layer,
@@ -179,7 +259,8 @@ class Section:
             return [lr for s in self.streams for lr in (*s.k_layers, *s.v_layers)]
         return [*self.r_layers, *self.s_layers, *self.p_layers]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, lazy: bool = False) -> dict[str, Any]:
+        """JSON-able dict; ``lazy``: the cell arrays are :class:`JsonArray` pieces (for write_json)."""
         out: dict[str, Any] = {
             "role": self.role,
             "kind": self.kind,
@@ -190,11 +271,11 @@ class Section:
         }
         if self.kind == "kv":
             out["n_stream"] = self.n_stream
-            out["streams"] = [s.to_json() for s in self.streams]
+            out["streams"] = [s.to_json(lazy) for s in self.streams]
         else:
             out.update(
                 cell_count=self.cell_count,
-                cells=self.cells.as_pairs() if self.cells is not None else [],
+                cells=self.cells.json_cells(lazy) if self.cells is not None else [],
                 s_trans=self.s_trans,
                 n_layer_written=self.n_layer_written,
                 r_layers=[lr.to_json() for lr in self.r_layers],

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvscope.core.jsonout import JsonArray
 from kvscope.core.model_profile import ModelProfile
 from kvscope.core.reader.records import ParseResult, Section
 from kvscope.core.reader.tree import coverage
+from kvscope.core.textsafe import safe_text
 
 
-def result_to_json(res: ParseResult, profile: ModelProfile | None = None, tree: bool = False) -> dict[str, Any]:
-    """The ``inspect --json`` object (key names are fixed: tools depend on them)."""
+def result_to_json(res: ParseResult, profile: ModelProfile | None = None, tree: bool = False,
+                   lazy: bool = False) -> dict[str, Any]:
+    """The ``inspect --json`` object (key names are fixed: tools depend on them).
+
+    ``lazy``: the big arrays (tokens, cells, cell extensions) are :class:`JsonArray` pieces, to be
+    written with :func:`kvscope.core.jsonout.write_json` (same text, bounded memory).
+    """
     cov = coverage(res.root)
     out: dict[str, Any] = {
         "file": res.path,
@@ -20,17 +27,19 @@ def result_to_json(res: ParseResult, profile: ModelProfile | None = None, tree: 
         "partial_certain": res.partial_certain,
         "layout": res.layout.to_json(),
         "header": res.header,
-        "tokens": res.tokens,
+        "tokens": JsonArray.of_ints(res.tokens) if lazy else res.tokens,
     }
     if profile is not None and res.tokens:
         out["text"] = profile.detokenize(res.tokens)
     if res.token_payload is not None:
-        out["token_payload"] = res.token_payload
+        tp = res.token_payload
+        out["token_payload"] = {k: JsonArray.of_ints(v) if lazy and k == "tokens" and isinstance(v, list) else v
+                                for k, v in tp.items()}
     if res.outputs is not None:
         out["outputs"] = {k: v for k, v in res.outputs.items() if k != "output_ids"} | {
             "output_ids": res.outputs.get("output_ids", [])[:64]
         }
-    out["memory"] = [sec.to_json() for sec in res.sections]
+    out["memory"] = [sec.to_json(lazy) for sec in res.sections]
     out["findings"] = [f.to_json() for f in res.findings]
     out["coverage"] = {
         "size": cov["size"],
@@ -116,7 +125,7 @@ def result_to_text(res: ParseResult, profile: ModelProfile | None = None, markdo
     lines.append("")
     lines.append(f"coverage: parsed {cov['parsed_bytes']:,}, untrusted {cov['untrusted_bytes']:,}, "
                  f"unparsed {cov['unparsed_bytes']:,}, trailing {cov['trailing_bytes']:,} of {cov['size']:,} bytes")
-    return "\n".join(lines) + "\n"
+    return "\n".join(safe_text(line) for line in lines) + "\n"  # file-derived text escaped
 
 
 def _table(head: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
