@@ -214,6 +214,9 @@ def build_parser(extra: dict[str, Registrar] | None = None) -> argparse.Argument
     from kvscope.core.lab.lab_cli import register as register_lab  # stdlib-only import: no torch here
 
     register_lab(sub)
+    from kvscope.core.verify.cli import register as register_verify  # stdlib-only import: no engine here
+
+    register_verify(sub)
     from kvscope.core.engine import builds  # stdlib only
 
     p = sub.add_parser("llama-build", help="build the pinned llama.cpp libllama + llama-server (CPU) into the cache",

@@ -1,0 +1,132 @@
+"""``kvscope verify``: restore a state file in real llama.cpp and check it against a fresh prefill.
+
+::
+
+    kvscope verify FILE --model GGUF [--engine llama.cpp|server|torch] [--build NAME | --lib PATH]
+                   [--server URL --slot-dir DIR | --server-bin PATH] [--ctx-param KEY=VALUE]...
+                   [--tokens IDS] [--next-token ID] [--json]
+
+Exit codes: 0 verdict ``ok``; 1 any other verdict (``damaged``, ``stale``, ``incompatible``); 2 usage
+or setup errors (one line on stderr, e.g. how to install the engine). Nothing heavy is imported
+until the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+EXIT_OK, EXIT_VERDICT, EXIT_SETUP = 0, 1, 2
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``verify`` subcommand to an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "verify", help="restore a state file in real llama.cpp and compare it with a fresh prefill of its tokens",
+        description="Restore FILE in a real llama.cpp (libllama or llama-server), re-prefill the file's tokens in "
+                    "an empty context with the same parameters, compare the two states record by record and cell "
+                    "by cell, compare the next token's logits, and give a verdict: ok, damaged, stale or "
+                    "incompatible.")
+    p.add_argument("file", metavar="FILE", help="a session file, sequence (slot) file, or state blob")
+    p.add_argument("--model", required=True, metavar="GGUF", help="the model the state was written with")
+    p.add_argument("--engine", default="llama.cpp", choices=("llama.cpp", "server", "torch"),
+                   help="llama.cpp: libllama in a child process (default); server: llama-server over HTTP; torch: "
+                        "the memory core (restore only)")
+    lib = p.add_mutually_exclusive_group()
+    lib.add_argument("--build", metavar="NAME", help="a pinned build (0c1e5709, b11434); default: the build that "
+                     "writes the file's layout generation, else the binding's own (0c1e5709)")
+    lib.add_argument("--lib", metavar="PATH", help="your own libllama build folder (its ABI is checked)")
+    p.add_argument("--server", metavar="URL", help="a running llama-server (with --engine server)")
+    p.add_argument("--slot-dir", metavar="DIR", help="that server's --slot-save-path folder")
+    p.add_argument("--server-bin", metavar="PATH", help="start this llama-server binary (on 127.0.0.1, a temporary "
+                   "slot folder) instead of the pinned build's")
+    p.add_argument("--ctx-param", action="append", metavar="KEY=VALUE", help="override a context parameter (n_ctx, "
+                   "n_batch, n_ubatch, n_seq_max, kv_unified, flash_attn=true|false|auto, type_k, type_v, swa_full, "
+                   "n_threads, env.NAME); repeatable")
+    p.add_argument("--tokens", metavar="IDS", help="the tokens to re-prefill (a blob carries none): comma-separated "
+                   "ids, or @FILE holding a JSON list or {seq: [ids]}")
+    p.add_argument("--next-token", type=int, metavar="ID", help="the token decoded after the restore and after the "
+                   "prefill (default: the last token)")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per engine call (default 600)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_verify)
+
+
+class _Usage(Exception):
+    pass
+
+
+def _pairs(items: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise _Usage(f"--ctx-param {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_tokens(spec: str | None) -> list[int] | dict[int, list[int]] | None:
+    """``1,2,3`` or ``@FILE`` (a JSON list, or an object of sequence -> list)."""
+    if spec is None:
+        return None
+    if spec.startswith("@"):
+        try:
+            with open(spec[1:], encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise _Usage(f"--tokens {spec}: {e}") from None
+        try:
+            if isinstance(doc, dict):
+                return {int(k): [int(t) for t in v] for k, v in doc.items()}
+            if isinstance(doc, list):
+                return [int(t) for t in doc]
+        except (TypeError, ValueError):
+            pass
+        raise _Usage(f"--tokens {spec}: expected a JSON list of token ids or an object of sequence -> list")
+    try:
+        return [int(t) for t in spec.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise _Usage(f"--tokens {spec!r}: expected comma-separated token ids") from None
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Run the verification and print it; 0 ok, 1 another verdict, 2 setup or usage error."""
+    from kvscope.core.verify.result import result_text
+    from kvscope.core.verify.run import Verifier, VerifyError
+
+    try:
+        if args.engine != "server" and (args.server or args.slot_dir or args.server_bin):
+            raise _Usage("--server, --slot-dir and --server-bin go with --engine server")
+        if args.server and args.server_bin:
+            raise _Usage("give either --server URL (a running server) or --server-bin PATH, not both")
+        if args.server and not args.slot_dir:
+            raise _Usage("--server needs --slot-dir (the server's --slot-save-path folder)")
+        verifier = Verifier(args.file, args.model, engine=args.engine, build=args.build, lib_path=args.lib,
+                            server_url=args.server, slot_dir=args.slot_dir, server_bin=args.server_bin,
+                            overrides=_pairs(args.ctx_param), tokens=parse_tokens(args.tokens),
+                            next_token=args.next_token, timeout_s=args.timeout)
+        res = verifier.run()
+    except (_Usage, VerifyError) as e:
+        print(f"kvscope verify: {e}", file=sys.stderr)
+        return EXIT_SETUP
+    if args.json:
+        sys.stdout.write(json.dumps(res.to_json(), indent=1, allow_nan=False) + "\n")
+    else:
+        sys.stdout.write(result_text(res))
+    return EXIT_OK if res.verdict == "ok" else EXIT_VERDICT
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry: ``python -m kvscope.core.verify.cli FILE --model GGUF ...``."""
+    parser = argparse.ArgumentParser(prog="kvscope")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(["verify", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

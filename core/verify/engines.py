@@ -1,0 +1,395 @@
+"""The engines ``kvscope verify`` runs a state file in, behind one small interface.
+
+* :class:`LlamaCppEngine`: libllama in a child process (:class:`~kvscope.core.engine.llamacpp.LlamaProcess`);
+  a crash during the restore is an outcome, and the prefill then runs in a new child.
+* :class:`ServerEngine`: a llama-server over HTTP, one kvscope starts (from a build or a binary) or
+  one the user runs (its URL and ``--slot-save-path`` folder): the file is restored as a slot,
+  the prefill is a prompt-only completion in an erased slot saved to the slot folder, and the
+  next token's distribution is the server's top-K log-probabilities.
+* :class:`TorchEngine`: the embedded memory core; it restores (llama.cpp's checks, the
+  ``contained`` policy) but has no forward pass, so nothing is re-prefilled.
+
+Every engine answers :meth:`restore` with a :class:`RestoreReport`, :meth:`next_logits` with a
+:class:`Logits` (or None), and :meth:`prefill` with the bytes of the fresh state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvscope.core.engine.llamacpp import CtxParams, EngineError, LlamaProcess, Outcome, short_line
+from kvscope.core.engine.server import ServerClient, ServerDied, ServerError, ServerHTTPError, ServerProcess
+from kvscope.core.model_profile import ModelProfile
+from kvscope.core.reader.records import ParseResult
+from kvscope.core.verify.params import ContextPlan
+from kvscope.core.verify.prefill import PrefillPlan
+
+ENGINES = ("llama.cpp", "server", "torch")
+SERVER_TOP_K = 40  # log-probabilities a server reports for the next token
+_ERROR_WORDS = ("error", "failed", "unknown", "mismatch", "incompatible", "invalid", "unable", "assert")
+
+
+@dataclass
+class RestoreReport:
+    """What the engine did with the file: ``ok`` (restored), its own message, the raw return value."""
+
+    ok: bool
+    message: str
+    returned: Any = None
+    aborted: str | None = None  # "SIGABRT" ... when the engine died restoring it
+    log: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "message": self.message, "returned": self.returned, "aborted": self.aborted,
+                "log": list(self.log[-20:]), "seconds": round(self.seconds, 4)}
+
+
+@dataclass
+class Logits:
+    """The next token's scores: every logit (``full``), or a server's top-K log-probabilities."""
+
+    values: npt.NDArray[np.float32] | None = None  # logits[n_vocab]
+    top: dict[int, float] | None = None  # token -> log-probability
+    basis: str = "logits"
+
+
+class EngineUnavailable(Exception):
+    """The engine cannot be started or reached: one line saying how to get it."""
+
+
+def engine_message(log: list[str], fallback: str) -> str:
+    """The engine's own failure from its log: the first line naming an error (the check that failed) and,
+    when others follow, the last one (what the API call concluded); else ``fallback``."""
+    picked = [short_line(ln) for ln in log if any(w in ln.lower() for w in _ERROR_WORDS)] or [
+        short_line(ln) for ln in log[-1:]]
+    if not picked:
+        return fallback
+    return picked[0] if len(picked) == 1 else f"{picked[0]}; {picked[-1]}"
+
+
+class VerifyEngine:
+    """The interface; see the module docstring."""
+
+    kind = ""
+
+    def describe(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def restore(self, path: str, res: ParseResult, plan: ContextPlan) -> RestoreReport:
+        raise NotImplementedError
+
+    def next_logits(self, seq: int, tokens_before: list[int], token: int) -> tuple[Logits | None, str]:
+        """Decode ``token`` after what the sequence holds now: (scores, or None and why)."""
+        raise NotImplementedError
+
+    def prefill(self, plan: PrefillPlan, ctx: ContextPlan) -> bytes:
+        """Decode the plan's tokens in an empty context; the fresh state (per-sequence or whole, as the file)."""
+        raise NotImplementedError
+
+    @property
+    def can_prefill(self) -> bool:
+        return True
+
+    def kill(self) -> None:
+        """Stop a call in flight (cancel); the engine is unusable afterwards."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> VerifyEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# libllama
+
+
+class LlamaCppEngine(VerifyEngine):
+    kind = "llama.cpp"
+
+    def __init__(self, model: str, ctx: CtxParams, *, build: str | None = None, lib_path: str | None = None,
+                 timeout_s: float = 600.0) -> None:
+        self.model, self.ctx, self.build, self.lib_path, self.timeout_s = model, ctx, build, lib_path, timeout_s
+        self._proc: LlamaProcess | None = None
+        self._info: dict[str, Any] = {}
+        self._proc = self._start()
+
+    def _start(self) -> LlamaProcess:
+        p = LlamaProcess(self.model, self.ctx, build=self.build, lib_path=self.lib_path, timeout_s=self.timeout_s)
+        self._info = p.info()
+        return p
+
+    def _live(self) -> LlamaProcess:
+        if self._proc is None or not self._proc.alive:
+            if self._proc is not None:
+                self._proc.close()
+            self._proc = self._start()
+        return self._proc
+
+    def describe(self) -> dict[str, Any]:
+        i = self._info
+        return {"kind": self.kind, "build": i.get("build"), "commit": i.get("commit"), "writes": i.get("writes"),
+                "lib_dir": i.get("lib_dir"), "binding": i.get("binding"), "abi": i.get("abi"),
+                "n_ctx": i.get("n_ctx"), "kv_caches": i.get("kv_caches"), "flash_attn": i.get("flash_attn"),
+                "rotation": i.get("rotation")}
+
+    def restore(self, path: str, res: ParseResult, plan: ContextPlan) -> RestoreReport:
+        p = self._live()
+        t0 = time.perf_counter()
+        dest = max(plan.dest_seq, 0)
+        if res.kind == "seq_file":
+            o = p.state_seq_load_file(path, dest, plan.n_token_capacity)
+            ok = o.ok and bool(o.rc)
+        elif res.kind == "session_file":
+            o = p.state_load_file(path, plan.n_token_capacity)
+            ok = o.ok and bool(o.rc)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read()
+            o = (p.state_seq_set_data(data, dest, plan.flags) if res.kind == "seq_blob" else p.state_set_data(data))
+            ok = o.ok and bool(o.value)
+            del data
+        return _report(o, ok, time.perf_counter() - t0)
+
+    def next_logits(self, seq: int, tokens_before: list[int], token: int) -> tuple[Logits | None, str]:
+        p = self._proc
+        if p is None or not p.alive:
+            return None, "the engine died"
+        o = p.decode(seq, [token])
+        if o.aborted is not None:
+            return None, o.summary()
+        if o.rc != 0 or o.value is None:
+            return None, f"llama_decode returned {o.rc}: {engine_message(o.log, 'no message')}"
+        return Logits(values=o.value), ""
+
+    def prefill(self, plan: PrefillPlan, ctx: ContextPlan) -> bytes:
+        p = self._live()
+        p.memory_clear()
+        for seq, toks in plan.seqs.items():
+            o = p.decode(seq, toks, pos0=0)
+            if o.aborted is not None:
+                raise EngineError(f"the prefill of sequence {seq} killed the engine: {o.summary()}")
+            if o.rc != 0:
+                raise EngineError(f"llama_decode of sequence {seq}'s {len(toks)} tokens returned {o.rc}: "
+                                  f"{engine_message(o.log, 'no message')}")
+        if ctx.per_seq:
+            return p.state_seq_get_data(ctx.dest_seq, ctx.flags)
+        return p.state_get_data()
+
+    def kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.close()
+            self._proc = None
+
+
+def _report(o: Outcome, ok: bool, seconds: float) -> RestoreReport:
+    if o.aborted is not None:
+        return RestoreReport(False, o.summary(), None, o.aborted, list(o.log) + list(o.stderr[-5:]), seconds)
+    returned = o.rc if o.rc is not None else o.value
+    if isinstance(returned, list):
+        returned = len(returned)
+    if ok:
+        return RestoreReport(True, f"restored ({returned} bytes read)" if isinstance(returned, int) and not
+                             isinstance(returned, bool) else "restored", returned, None, list(o.log), seconds)
+    return RestoreReport(False, engine_message(o.log, "the restore returned failure with no log line"), returned,
+                         None, list(o.log), seconds)
+
+
+# ---------------------------------------------------------------------------------------------
+# llama-server
+
+
+def server_args(ctx: CtxParams) -> list[str]:
+    """llama-server flags for a context like ``ctx`` (its slot count is ``n_seq_max``)."""
+    fa = {None: "auto", True: "on", False: "off"}[ctx.flash_attn]
+    args = ["-b", str(ctx.n_batch), "-ub", str(ctx.n_ubatch), "-fa", fa, "-ctk", ctx.type_k, "-ctv", ctx.type_v,
+            "--kv-unified" if ctx.kv_unified else "--no-kv-unified", "--cache-ram", "0", "-ctxcp", "0",
+            "--no-warmup"]
+    if ctx.swa_full:
+        args.append("--swa-full")
+    return args
+
+
+class ServerEngine(VerifyEngine):
+    kind = "server"
+
+    def __init__(self, model: str, ctx: CtxParams, *, url: str | None = None, slot_dir: str | None = None,
+                 binary: str | None = None, build: str | None = None, timeout_s: float = 600.0,
+                 max_requests: int = 64, profile: ModelProfile | None = None) -> None:
+        self.ctx, self.model, self.profile = ctx, model, profile
+        self._banned: list[list[Any]] | None = None
+        self._process: ServerProcess | None = None
+        self._names: list[str] = []
+        self.build = build
+        if url is not None:
+            if slot_dir is None:
+                raise EngineUnavailable("--server needs the server's --slot-save-path folder as --slot-dir")
+            self.client = ServerClient(url, slot_dir, max_requests=max_requests, timeout_s=timeout_s)
+            try:
+                self.client.health()
+            except ServerError as e:
+                raise EngineUnavailable(f"the llama-server at {url} does not answer: {e}") from None
+            self.started = False
+        else:
+            try:
+                self._process = ServerProcess(model, build=None if binary else build, binary=binary,
+                                              n_parallel=ctx.n_seq_max, n_ctx=ctx.n_ctx, threads=ctx.n_threads,
+                                              args=server_args(ctx), env=dict(ctx.env), timeout_s=120.0)
+            except ServerError as e:
+                raise EngineUnavailable(str(e)) from None
+            self.client = self._process.client(max_requests=max_requests, timeout_s=timeout_s)
+            self.started = True
+        self.slot_dir = str(self.client.slot_dir)
+        try:
+            self._props = self.client.props()
+        except ServerError:
+            self._props = {}
+
+    def describe(self) -> dict[str, Any]:
+        p = self._process
+        gen = self._props.get("default_generation_settings") or {}
+        return {"kind": self.kind, "build": p.build.name if p is not None and p.build is not None else self.build,
+                "url": self.client.url, "slot_dir": self.slot_dir, "started_by_kvscope": self.started,
+                "binary": p.binary if p is not None else None, "n_ctx": gen.get("n_ctx"),
+                "build_info": self._props.get("build_info"), "total_slots": self._props.get("total_slots")}
+
+    def _slot(self, seq: int) -> int:
+        total = int(self._props.get("total_slots") or self.ctx.n_seq_max)
+        return seq if 0 <= seq < total else 0
+
+    def _copy_in(self, path: str) -> str:
+        name = f"kvscope-verify-{os.getpid()}-{uuid.uuid4().hex[:8]}.bin"
+        shutil.copyfile(path, os.path.join(self.slot_dir, name))
+        self._names.append(name)
+        return name
+
+    def restore(self, path: str, res: ParseResult, plan: ContextPlan) -> RestoreReport:
+        t0 = time.perf_counter()
+        if res.kind != "seq_file":
+            return RestoreReport(False, f"llama-server restores slot files (sequence files), not a {res.kind}",
+                                 seconds=time.perf_counter() - t0)
+        name = self._copy_in(path)
+        slot = self._slot(plan.dest_seq)
+        try:
+            doc = self.client.slot_restore(slot, name)
+        except ServerDied as e:
+            return RestoreReport(False, str(e), None, e.aborted, list(e.log), time.perf_counter() - t0)
+        except ServerHTTPError as e:
+            return RestoreReport(False, e.message, e.status, None, [], time.perf_counter() - t0)
+        except ServerError as e:
+            return RestoreReport(False, str(e), None, None, [], time.perf_counter() - t0)
+        n = doc.get("n_read")
+        return RestoreReport(True, f"slot {slot} restored ({n} bytes read, {doc.get('n_restored')} tokens)", n, None,
+                             [], time.perf_counter() - t0)
+
+    def _logit_bias(self) -> list[list[Any]]:
+        """Tokens that are not whole UTF-8 on their own, banned from being *sampled*: a server withholds the
+        probabilities of a token that ends inside a character (the reported ones are the raw logits')."""
+        if self._banned is None:
+            prof = self.profile
+            self._banned = [] if prof is None else [
+                [i, False] for i in range(prof.n_vocab) if "\ufffd" in prof.detokenize([i])]
+        return self._banned
+
+    def next_logits(self, seq: int, tokens_before: list[int], token: int) -> tuple[Logits | None, str]:
+        if self._process is not None and not self._process.alive:
+            return None, "llama-server is not running"
+        try:
+            doc = self.client.complete([*tokens_before, token], n_predict=1, id_slot=self._slot(seq),
+                                       n_probs=SERVER_TOP_K, temperature=0.0, logit_bias=self._logit_bias())
+        except ServerError as e:
+            return None, str(e)
+        probs = doc.get("completion_probabilities") or []
+        if not probs:
+            return None, "the server returned no probabilities"
+        top = {int(t["id"]): float(t["logprob"]) for t in probs[0].get("top_logprobs") or []}
+        return Logits(top=top, basis=f"top-{SERVER_TOP_K} log-probabilities from llama-server"), ""
+
+    def prefill(self, plan: PrefillPlan, ctx: ContextPlan) -> bytes:
+        if len(plan.seqs) != 1:
+            raise EngineError("llama-server re-prefills one slot: this file holds several sequences")
+        (seq, toks), = plan.seqs.items()
+        slot = self._slot(seq)
+        self.client.slot_erase(slot)
+        self.client.complete(toks, n_predict=0, id_slot=slot)
+        name = f"kvscope-verify-{os.getpid()}-{uuid.uuid4().hex[:8]}.bin"
+        self._names.append(name)
+        self.client.slot_save(slot, name)
+        with open(os.path.join(self.slot_dir, name), "rb") as fh:
+            return fh.read()
+
+    def kill(self) -> None:
+        if self._process is not None:
+            self._process.close()
+
+    def close(self) -> None:
+        for name in self._names:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.slot_dir, name))
+        self._names.clear()
+        if self._process is not None:
+            self._process.close()
+            self._process = None
+
+
+# ---------------------------------------------------------------------------------------------
+# torch
+
+
+class TorchEngine(VerifyEngine):
+    """The memory core: the restore with llama.cpp's checks under the ``contained`` policy."""
+
+    kind = "torch"
+
+    def __init__(self, profile: ModelProfile | None) -> None:
+        self.profile = profile
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "build": None, "policy": "contained",
+                "scope": "restore only: the memory core has no forward pass to re-prefill with"}
+
+    @property
+    def can_prefill(self) -> bool:
+        return False
+
+    def restore(self, path: str, res: ParseResult, plan: ContextPlan) -> RestoreReport:
+        t0 = time.perf_counter()
+        try:
+            from kvscope.core.memory.infer import InferError, infer_context, load
+        except ImportError as e:
+            raise EngineUnavailable(f"the torch engine needs the memory extra ({e}): pip install 'kvscope[memory]'") \
+                from None
+        try:
+            inf = infer_context(res, self.profile)
+        except (InferError, ValueError) as e:
+            return RestoreReport(False, str(e), None, None, [], time.perf_counter() - t0)
+        with open(path, "rb") as fh:
+            r = load(inf, fh.read())
+        msg = f"restored ({r.n_read} bytes read)" if r.ok else str(r)
+        return RestoreReport(bool(r.ok), msg, r.returned, None, list(r.actions), time.perf_counter() - t0)
+
+    def next_logits(self, seq: int, tokens_before: list[int], token: int) -> tuple[Logits | None, str]:
+        return None, "the torch engine has no forward pass"
+
+    def prefill(self, plan: PrefillPlan, ctx: ContextPlan) -> bytes:
+        raise EngineError("the torch engine has no forward pass")
+
+    def close(self) -> None:
+        return None

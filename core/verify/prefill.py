@@ -1,0 +1,153 @@
+"""Which tokens to re-prefill for a state file, into which sequences, and what can be compared.
+
+A session or sequence file carries its tokens; a blob does not (the caller gives them). A
+per-sequence file's tokens go into its sequence from position 0. A whole-context file lists one
+flat token array: with one sequence it is that sequence's; with several it is split in ascending
+sequence order by each sequence's cell count, when those counts add up to it (as a caller that
+saved ``seq 0 tokens + seq 1 tokens`` wrote it), else the file cannot be re-prefilled.
+
+A llama-server slot file of a multimodal prompt holds media chunks (``LLAMA_TOKEN_NULL``
+positions in its packed token payload): they cannot be re-prefilled from the file, so only the
+text before the first chunk is, and only the cells before it are compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvscope.core.reader.records import CellTable, ParseResult
+
+TOKEN_NULL = -1  # LLAMA_TOKEN_NULL: a media position in llama-server's token list
+
+
+@dataclass
+class PrefillPlan:
+    """The tokens to decode per sequence (from position 0) and the limits of the comparison."""
+
+    seqs: dict[int, list[int]] = field(default_factory=dict)
+    reason: str = ""  # why nothing can be re-prefilled (empty when something can)
+    limit_pos: int | None = None  # compare only cells below this position (media chunks follow)
+    n_media: int = 0
+    next_seq: int = 0
+    next_token: int | None = None  # decoded after the restore and after the prefill (None: step skipped)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def possible(self) -> bool:
+        return bool(self.seqs)
+
+    @property
+    def n_tokens(self) -> int:
+        return max((len(t) for t in self.seqs.values()), default=0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"possible": self.possible, "reason": self.reason or None,
+                "seqs": {str(s): len(t) for s, t in self.seqs.items()}, "limit_pos": self.limit_pos,
+                "n_media": self.n_media, "next_seq": self.next_seq, "next_token": self.next_token,
+                "notes": list(self.notes)}
+
+
+def _tables(res: ParseResult) -> list[CellTable]:
+    """The cell tables of the first section (every section of a state holds the same sequences)."""
+    for sec in res.sections:
+        if sec.kind == "kv":
+            tabs = [st.cells for st in sec.streams if st.cells is not None and st.cells.count]
+            if tabs:
+                return tabs
+        elif sec.kind == "recurrent" and sec.cells is not None and sec.cells.count:
+            return [sec.cells]
+    return []
+
+
+def _cells_per_seq(res: ParseResult) -> tuple[dict[int, int], bool]:
+    """Tokens each sequence holds (KV: cells; recurrent: last position + 1), and whether any cell is shared."""
+    out: dict[int, int] = {}
+    shared = False
+    rec_only = all(s.kind == "recurrent" for s in res.sections)
+    for t in _tables(res):
+        start = t.seq_start
+        for i in range(t.count):
+            ids = t.seq_ids[start[i]:start[i + 1]].tolist()
+            if len(ids) > 1:
+                shared = True
+            for s in ids:
+                n = int(t.pos[i]) + 1 if rec_only else 1
+                out[int(s)] = max(out.get(int(s), 0), n) if rec_only else out.get(int(s), 0) + n
+    return out, shared
+
+
+def _media_cut(tokens: list[int], res: ParseResult) -> tuple[int | None, int]:
+    payload = res.token_payload or {}
+    n_media = int(payload.get("n_media") or 0)
+    cut = next((i for i, t in enumerate(tokens) if t == TOKEN_NULL), None)
+    idx = [int(i) for i in payload.get("media_index") or []]
+    if idx:
+        cut = min(idx) if cut is None else min(cut, min(idx))
+    if cut is not None and not n_media:
+        n_media = 1
+    return cut, n_media
+
+
+def plan_prefill(res: ParseResult, dest_seq: int, tokens: Sequence[int] | Mapping[int, Sequence[int]] | None = None,
+                 next_token: int | None = None) -> PrefillPlan:
+    """The plan for ``res`` (``dest_seq``: the sequence a per-sequence file goes to, -1 for a whole
+    context); ``tokens`` replaces the file's (a list, or per sequence), as blobs carry none."""
+    plan = PrefillPlan()
+    per_seq = dest_seq >= 0
+    given = tokens is not None
+    if isinstance(tokens, Mapping):
+        seqs = {int(s): [int(t) for t in v] for s, v in tokens.items()}
+        flat: list[int] | None = None
+    else:
+        seqs = {}
+        flat = [int(t) for t in (tokens if tokens is not None else res.tokens)]
+    if flat is not None:
+        if not flat:
+            plan.reason = ("the file carries no tokens (a blob): give them with --tokens to re-prefill"
+                           if res.kind in ("seq_blob", "context_blob") and not given else "no tokens to re-prefill")
+            return plan
+        if per_seq:
+            seqs = {dest_seq: flat}
+        else:
+            counts, shared = _cells_per_seq(res)
+            if shared:
+                plan.reason = "cells are shared by several sequences: a prefill cannot rebuild them"
+                return plan
+            if len(counts) <= 1:
+                seqs = {next(iter(counts), 0): flat}
+            elif sum(counts.values()) == len(flat):
+                at = 0
+                for s in sorted(counts):
+                    seqs[s] = flat[at:at + counts[s]]
+                    at += counts[s]
+                plan.notes.append(f"the {len(flat)} tokens split into sequences {sorted(counts)} by their cell "
+                                  f"counts {[counts[s] for s in sorted(counts)]}, in sequence order")
+            else:
+                plan.reason = (f"the file's {len(flat)} tokens do not split into its sequences' "
+                               f"{sum(counts.values())} cells ({dict(sorted(counts.items()))}): give --tokens "
+                               "per sequence")
+                return plan
+    for s in list(seqs):
+        cut, n_media = _media_cut(seqs[s], res)
+        if cut is not None:
+            plan.n_media = n_media
+            plan.limit_pos = cut
+            plan.notes.append(f"the prompt holds {n_media} media chunk(s) from position {cut}: they cannot be "
+                              f"re-prefilled from the file, so only the {cut} text token(s) before them are, and only "
+                              "their cells are compared")
+            seqs[s] = seqs[s][:cut]
+        if not seqs[s]:
+            del seqs[s]
+    if not seqs:
+        plan.reason = plan.reason or "no text tokens before the first media chunk"
+        return plan
+    plan.seqs = dict(sorted(seqs.items()))
+    plan.next_seq = dest_seq if per_seq else min(plan.seqs)
+    if plan.limit_pos is not None:
+        plan.notes.append("the next-token step is skipped: the restored sequence holds the media, the fresh one "
+                          "does not")
+        return plan
+    plan.next_token = next_token if next_token is not None else plan.seqs[plan.next_seq][-1]
+    return plan

@@ -1,0 +1,244 @@
+"""The result of ``kvscope verify``: plain data with a JSON rendering, a text rendering and the verdict rule.
+
+Verdicts:
+
+* ``ok``: the file restores and every record matches the engine's prefill of the file's tokens
+  (or, where nothing can be re-prefilled, the file restores cleanly: ``compared`` is false);
+* ``incompatible``: the build refuses the file's layout generation (the compatibility
+  information names the builds that load it);
+* ``stale``: the file restores, but its K/V are not what the model computes for its own tokens
+  (every record differs, or the file holds none of the cells the tokens give): written by
+  another model or build, for another prefix, or after a botched restore;
+* ``damaged``: anything else (a failed restore, a record missing, extra, non-finite or
+  differing in some layers or cells), with the records and cells named.
+
+JSON keys fixed by the command's contract: ``engine`` {``kind``, ``build``}, ``restore`` {``ok``,
+``message``}, ``records`` [{``section``, ``stream``, ``role``, ``il``, ``status``, ``max_abs``}],
+``next_token`` {``max_abs_logit_diff``, ``same_argmax``, ``kl``}, ``verdict``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvscope.core.verify.compare import Comparison, RecordCheck
+from kvscope.core.verify.engines import Logits, RestoreReport
+
+VERDICTS = ("ok", "damaged", "stale", "incompatible")
+
+
+@dataclass
+class NextToken:
+    """The next token's scores after the restore against after the fresh prefill."""
+
+    token: int | None
+    seq: int
+    max_abs_logit_diff: float | None = None
+    same_argmax: bool | None = None
+    kl: float | None = None  # KL(fresh || restored), nats
+    argmax_restored: int | None = None
+    argmax_fresh: int | None = None
+    basis: str = "logits"
+    skipped: str = ""  # why the step did not run
+
+    def to_json(self) -> dict[str, Any]:
+        return {"token": self.token, "seq": self.seq, "max_abs_logit_diff": _num(self.max_abs_logit_diff),
+                "same_argmax": self.same_argmax, "kl": _num(self.kl), "argmax_restored": self.argmax_restored,
+                "argmax_fresh": self.argmax_fresh, "basis": self.basis, "skipped": self.skipped or None}
+
+
+def _num(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _softmax(x: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    z = x - np.max(x)
+    e = np.exp(z)
+    out: np.ndarray[Any, np.dtype[np.float64]] = e / e.sum()
+    return out
+
+
+def compare_logits(restored: Logits, fresh: Logits, token: int, seq: int) -> NextToken:
+    """max |Δ| of the logits (log-probabilities for a server), same argmax, KL(fresh || restored)."""
+    out = NextToken(token, seq, basis=fresh.basis)
+    if restored.values is not None and fresh.values is not None:
+        a = restored.values.astype(np.float64)
+        b = fresh.values.astype(np.float64)
+        if not np.isfinite(a).all():
+            out.max_abs_logit_diff, out.kl = math.inf, math.inf
+        else:
+            out.max_abs_logit_diff = float(np.max(np.abs(a - b)))
+            p, q = _softmax(b), _softmax(a)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out.kl = float(np.sum(np.where(p > 0, p * (np.log(p) - np.log(np.maximum(q, 1e-300))), 0.0)))
+        out.argmax_restored, out.argmax_fresh = int(np.argmax(a)), int(np.argmax(b))
+    elif restored.top is not None and fresh.top is not None and restored.top and fresh.top:
+        common = [t for t in fresh.top if t in restored.top]
+        out.max_abs_logit_diff = max((abs(fresh.top[t] - restored.top[t]) for t in common), default=math.inf)
+        floor = min(restored.top.values())
+        p = np.exp(np.array(list(fresh.top.values())))
+        p = p / p.sum()
+        q = np.exp(np.array([restored.top.get(t, floor) for t in fresh.top]))
+        q = q / q.sum()
+        out.kl = float(np.sum(p * (np.log(p) - np.log(q))))
+        out.argmax_restored = max(restored.top, key=lambda t: restored.top[t] if restored.top else 0.0)
+        out.argmax_fresh = max(fresh.top, key=lambda t: fresh.top[t] if fresh.top else 0.0)
+        out.basis += " (KL over the fresh top-K, renormalized)"
+    else:
+        out.skipped = "the two scores are not comparable"
+        return out
+    out.same_argmax = out.argmax_restored == out.argmax_fresh
+    return out
+
+
+@dataclass
+class VerifyResult:
+    """Everything verify found; ``to_json()`` for the command line and the app."""
+
+    file: str
+    kind: str
+    layout: str
+    model: str
+    engine: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
+    restore: RestoreReport | None = None
+    prefill: dict[str, Any] = field(default_factory=dict)
+    comparison: Comparison | None = None
+    next_token: NextToken | None = None
+    verdict: str = "damaged"
+    reasons: list[str] = field(default_factory=list)
+    compatibility: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)  # the reader's errors and warnings
+    notes: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    cancelled: bool = False
+
+    @property
+    def compared(self) -> bool:
+        return self.comparison is not None
+
+    def damage(self) -> list[dict[str, Any]]:
+        """The records and cells that are not right, one entry each."""
+        out: list[dict[str, Any]] = []
+        if self.comparison is None:
+            return out
+        for r in self.comparison.bad_records():
+            out.append({"section": r.section, "stream": r.stream, "role": r.role, "il": r.il, "status": r.status,
+                        "first_cell": r.first_cell, "n_bad_cells": r.n_bad_cells, "note": r.note})
+        for c in self.comparison.cells:
+            if c.missing or c.extra or c.position_differs:
+                out.append({"section": c.section, "stream": c.stream, "cells_missing": c.missing,
+                            "cells_extra": c.extra, "position_differs": c.position_differs,
+                            "first_missing": c.first_missing, "first_extra": c.first_extra})
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        recs = self.comparison.records if self.comparison is not None else []
+        restore = self.restore.to_json() if self.restore is not None else {"ok": None, "message": "not run"}
+        return {
+            "file": self.file, "kind": self.kind, "layout": self.layout, "model": self.model,
+            "engine": self.engine, "context": self.context, "restore": restore, "prefill": self.prefill,
+            "compared": self.compared,
+            "records": [_record_json(r) for r in recs],
+            "cells": [c.to_json() for c in self.comparison.cells] if self.comparison is not None else [],
+            "tolerance": self.comparison.tolerance.to_json() if self.comparison is not None else None,
+            "next_token": self.next_token.to_json() if self.next_token is not None else None,
+            "verdict": self.verdict, "reasons": list(self.reasons), "damage": self.damage(),
+            "compatibility": self.compatibility, "findings": self.findings, "notes": list(self.notes),
+            "seconds": {k: round(v, 4) for k, v in self.seconds.items()}, "cancelled": self.cancelled,
+        }
+
+
+def _record_json(r: RecordCheck) -> dict[str, Any]:
+    d = r.to_json()
+    for k in ("max_abs", "max_rel", "rms_rel"):
+        d[k] = _num(d[k])
+    return d
+
+
+def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
+    """Set ``verdict`` and ``reasons`` from the steps' outcomes."""
+    r, cmp_ = res.restore, res.comparison
+    restored = r is not None and r.ok
+    reasons = res.reasons
+    if incompatible and not restored:
+        res.verdict = "incompatible"
+        reasons.append(f"{res.engine.get('kind')} {res.engine.get('build') or ''}".strip()
+                       + f" cannot load layout {res.layout}: {r.message if r else ''}")
+        can = [f"{c['generation']}" + (f" ({c['build']})" if c.get("build") else "") for c in res.compatibility
+               if c.get("loads")]
+        reasons.append("builds that load it: " + (", ".join(can) if can else "none kvscope knows"))
+        return
+    if cmp_ is None:
+        res.verdict = "ok" if restored and not reader_errors else "damaged"
+        if not restored:
+            reasons.append(f"the restore failed: {r.message if r else 'not run'}")
+        elif reader_errors:
+            reasons.append(f"the reader found {reader_errors} error(s) in the file")
+        else:
+            reasons.append("the file restores; its K/V were not compared (nothing to re-prefill)")
+        return
+    bad = cmp_.bad_records()
+    file_cells = sum(c.n_file for c in cmp_.cells)
+    common = sum(c.n_common for c in cmp_.cells)
+    structural = [b for b in bad if b.status in ("missing", "extra", "nonfinite")]
+    every_differs = bool(cmp_.records) and len(bad) == len(cmp_.records) and not structural
+    if restored and not bad and not cmp_.cell_problems:
+        res.verdict = "ok"
+        reasons.append(f"all {len(cmp_.records)} records match the engine's prefill of the file's tokens")
+        return
+    if restored and (every_differs or (not structural and common == 0 and sum(c.n_fresh for c in cmp_.cells) > 0)):
+        res.verdict = "stale"
+        if common == 0:
+            reasons.append(f"the file holds none of the cells its tokens give ({file_cells} cells in the file)")
+        else:
+            reasons.append(f"every one of the {len(cmp_.records)} records differs from what the model computes for "
+                           "the file's own tokens: another model, build or prefix wrote these K/V")
+        return
+    res.verdict = "damaged"
+    if not restored:
+        reasons.append(f"the restore failed: {r.message if r else 'not run'}")
+    for b in bad[:12]:
+        where = f"{b.section}" + (f" stream {b.stream}" if b.stream is not None else "")
+        cell = ""
+        if b.first_cell:
+            cell = ", first bad cell " + ", ".join(f"{k} {v}" for k, v in b.first_cell.items())
+        reasons.append(f"layer {b.il} {b.role.upper()} ({where}): {b.status}{cell}"
+                       + (f" ({b.note})" if b.note else ""))
+    if len(bad) > 12:
+        reasons.append(f"... and {len(bad) - 12} more records")
+    for c in cmp_.cells:
+        if c.missing or c.extra:
+            reasons.append(f"{c.section}" + (f" stream {c.stream}" if c.stream is not None else "")
+                           + f": {c.missing} cell(s) missing, {c.extra} extra")
+
+
+def result_text(res: VerifyResult) -> str:
+    """A few lines for the terminal."""
+    eng = res.engine
+    lines = [f"{res.file}: {res.kind}, layout {res.layout}",
+             f"engine: {eng.get('kind')}" + (f" {eng.get('build')}" if eng.get("build") else "")
+             + (f" ({eng.get('reason')})" if eng.get("reason") else "")]
+    if res.restore is not None:
+        lines.append(f"restore: {'ok' if res.restore.ok else 'FAILED'}: {res.restore.message}")
+    if res.comparison is not None:
+        c = res.comparison.counts()
+        lines.append("records: " + ", ".join(f"{v} {k}" for k, v in c.items() if v))
+    elif res.prefill.get("reason"):
+        lines.append(f"records: not compared: {res.prefill['reason']}")
+    nt = res.next_token
+    if nt is not None:
+        if nt.skipped:
+            lines.append(f"next token: {nt.skipped}")
+        else:
+            lines.append(f"next token {nt.token}: max |dlogit| {nt.max_abs_logit_diff:.4g}, same argmax "
+                         f"{nt.same_argmax}, KL {nt.kl:.3g}" if nt.max_abs_logit_diff is not None and nt.kl is not None
+                         else f"next token {nt.token}: same argmax {nt.same_argmax}")
+    lines.append(f"verdict: {res.verdict}")
+    lines += [f"  {r}" for r in res.reasons]
+    lines += [f"note: {n}" for n in res.notes]
+    return "\n".join(lines) + "\n"

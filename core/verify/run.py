@@ -1,0 +1,286 @@
+"""The steps of ``kvscope verify``, in one object the command line and the app share.
+
+:class:`Verifier` runs: parse the file with the model, plan the re-prefill (``prefill``), derive
+the context (``params``), pick the build (the one that writes the file's layout generation, else
+the binding's own), restore the file in the engine, decode the next token, re-prefill the file's
+tokens in an empty context of the same parameters, compare the two states (``compare``), decode
+the next token again, and decide (``result.decide``). ``progress(done, total, label)`` is called as
+it goes; :meth:`Verifier.cancel` (from any thread) stops it, killing an engine call in flight.
+Setup problems (no engine, a file that is not a state, a bad parameter) raise :class:`VerifyError`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kvscope.core.compat import compatibility
+from kvscope.core.engine.builds import BuildError, by_name
+from kvscope.core.engine.choose import build_for_layout
+from kvscope.core.engine.llamacpp import EngineError, EngineSetupError
+from kvscope.core.model_profile import ModelProfile, ModelProfileError, load_model_profile
+from kvscope.core.reader.parse import ReadError, read_state
+from kvscope.core.reader.records import ParseResult
+from kvscope.core.reader.source import ByteSource
+from kvscope.core.verify.compare import Cancelled, Tolerance, compare_states
+from kvscope.core.verify.engines import (
+    ENGINES,
+    EngineUnavailable,
+    LlamaCppEngine,
+    Logits,
+    ServerEngine,
+    TorchEngine,
+    VerifyEngine,
+)
+from kvscope.core.verify.params import PER_SEQ_KINDS, ContextPlan, ParamsError, context_for, source_seq
+from kvscope.core.verify.prefill import PrefillPlan, plan_prefill
+from kvscope.core.verify.result import NextToken, VerifyResult, compare_logits, decide
+
+Progress = Callable[[int, int, str], None]
+_WEIGHTS = (("parse", 5), ("start", 10), ("restore", 10), ("next_restored", 5), ("prefill", 30),
+            ("compare", 35), ("next_fresh", 5))
+_TOTAL = sum(w for _, w in _WEIGHTS)
+_INCOMPATIBLE_WORDS = ("unknown (magic, version)", "incompatible key rotation", "incompatible value rotation")
+
+
+class VerifyError(Exception):
+    """verify cannot run (bad input, no engine): one line for the user."""
+
+
+class Verifier:
+    """One verification; build it, then :meth:`run` (in any thread)."""
+
+    def __init__(self, path: str | os.PathLike[str], model: str | os.PathLike[str], *, engine: str = "llama.cpp",
+                 build: str | None = None, lib_path: str | None = None, server_url: str | None = None,
+                 slot_dir: str | None = None, server_bin: str | None = None,
+                 overrides: Mapping[str, str] | None = None,
+                 tokens: Sequence[int] | Mapping[int, Sequence[int]] | None = None, next_token: int | None = None,
+                 tolerance: Tolerance | None = None, progress: Progress | None = None, timeout_s: float = 600.0,
+                 profile: ModelProfile | None = None) -> None:
+        if engine not in ENGINES:
+            raise VerifyError(f"unknown engine {engine!r} ({', '.join(ENGINES)})")
+        if engine != "server" and (server_url or slot_dir or server_bin):
+            raise VerifyError("--server, --slot-dir and --server-bin go with --engine server")
+        if build is not None and lib_path is not None:
+            raise VerifyError("give either --build or --lib, not both")
+        if server_url is not None and (server_bin is not None or build is not None):
+            raise VerifyError("--server talks to a running llama-server: --server-bin / --build do not apply")
+        self.path, self.model = os.fspath(path), os.fspath(model)
+        self.engine_kind, self.build, self.lib_path = engine, build, lib_path
+        self.server_url, self.slot_dir, self.server_bin = server_url, slot_dir, server_bin
+        self.overrides = dict(overrides or {})
+        self.tokens, self.next_token = tokens, next_token
+        self.tolerance = tolerance or Tolerance()
+        self.progress, self.timeout_s, self.profile = progress, timeout_s, profile
+        self._cancel = threading.Event()
+        self._engine: VerifyEngine | None = None
+        self._done = 0
+
+    # -- control ----------------------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Stop as soon as possible (any thread): the engine call in flight is killed."""
+        self._cancel.set()
+        eng = self._engine
+        if eng is not None:
+            eng.kill()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def _step(self, name: str, label: str) -> None:
+        if self._cancel.is_set():
+            raise Cancelled
+        self._done = sum(w for n, w in _WEIGHTS[: [n for n, _ in _WEIGHTS].index(name)])
+        if self.progress is not None:
+            self.progress(self._done, _TOTAL, label)
+
+    def _sub(self, name: str) -> Progress:
+        weight = dict(_WEIGHTS)[name]
+        base = self._done
+
+        def report(done: int, total: int, label: str) -> None:
+            if self.progress is not None:
+                self.progress(base + weight * done // max(1, total), _TOTAL, label)
+
+        return report
+
+    # -- the steps ---------------------------------------------------------------------------------
+    def _parse(self) -> tuple[ModelProfile, ParseResult]:
+        prof = self.profile
+        if prof is None:
+            if not os.path.isfile(self.model):
+                raise VerifyError(f"{self.model}: no such model file")
+            try:
+                prof = load_model_profile(self.model)
+            except ModelProfileError as e:
+                raise VerifyError(f"cannot use model {self.model}: {e}") from None
+        if not os.path.isfile(self.path):
+            raise VerifyError(f"{self.path}: no such file")
+        try:
+            res = read_state(self.path, profile=prof)
+        except ReadError as e:
+            raise VerifyError(str(e)) from None
+        if res.kind == "unknown":
+            why = next((f.message for f in res.findings), "unknown format")
+            raise VerifyError(f"{self.path}: not a llama.cpp state file ({why})")
+        return prof, res
+
+    def _choose_build(self, res: ParseResult) -> tuple[str | None, str]:
+        if self.lib_path is not None:
+            return None, f"the library in {self.lib_path} (given with --lib)"
+        if self.build is not None:
+            try:
+                b = by_name(self.build)
+            except BuildError as e:
+                raise VerifyError(str(e)) from None
+            return b.name, f"llama.cpp {b.name} (given with --build)"
+        choice = build_for_layout(res.layout.name)
+        return choice.build.name, choice.reason
+
+    def _start(self, ctx: ContextPlan, build: str | None, prof: ModelProfile) -> VerifyEngine:
+        try:
+            if self.engine_kind == "torch":
+                return TorchEngine(prof)
+            if self.engine_kind == "server":
+                return ServerEngine(self.model, ctx.ctx, url=self.server_url, slot_dir=self.slot_dir,
+                                    binary=self.server_bin, build=build, timeout_s=self.timeout_s, profile=prof)
+            return LlamaCppEngine(self.model, ctx.ctx, build=build, lib_path=self.lib_path, timeout_s=self.timeout_s)
+        except (EngineSetupError, EngineUnavailable) as e:
+            raise VerifyError(str(e)) from None
+
+    def run(self) -> VerifyResult:
+        t_all = time.perf_counter()
+        self._step("parse", "reading the file")
+        t0 = time.perf_counter()
+        prof, res = self._parse()
+        out = VerifyResult(self.path, res.kind, res.layout.name, self.model)
+        out.seconds["parse"] = time.perf_counter() - t0
+        out.findings = [{"severity": f.severity, "code": f.code, "offset": f.offset, "message": f.message}
+                        for f in res.findings if f.severity in ("error", "warning")][:20]
+        reader_errors = res.n_errors
+        per_seq = res.kind in PER_SEQ_KINDS
+        dest = source_seq(res) if per_seq else -1
+        plan = plan_prefill(res, dest, self.tokens, self.next_token)
+        try:
+            ctx = context_for(res, prof, plan.n_tokens, self.overrides)
+        except ParamsError as e:
+            raise VerifyError(str(e)) from None
+        out.context = ctx.to_json()
+        out.prefill = plan.to_json()
+        out.notes += ctx.notes + plan.notes
+        build, reason = (None, "") if self.engine_kind == "torch" or self.server_url else self._choose_build(res)
+        if self.engine_kind == "server" and res.kind != "seq_file":
+            raise VerifyError(f"llama-server restores slot files (sequence files); {self.path} is a {res.kind}: "
+                              "use --engine llama.cpp")
+        compat = compatibility(res, prof)
+        out.compatibility = [c.to_json() for c in compat]
+        self._step("start", f"starting {self.engine_kind}")
+        t0 = time.perf_counter()
+        engine = self._engine = self._start(ctx, build, prof)
+        try:
+            out.engine = {**engine.describe(), "reason": reason}
+            if self.server_bin:
+                out.engine["reason"] = f"the llama-server binary {self.server_bin} (given with --server-bin)"
+            out.seconds["start"] = time.perf_counter() - t0
+            gen = self._generation(out.engine, build)
+            incompatible = self._incompatible(res, gen, compat)
+            self._run_steps(out, res, prof, plan, ctx, engine)
+            if not incompatible and out.restore is not None and not out.restore.ok and gen is None:
+                incompatible = any(w in out.restore.message for w in _INCOMPATIBLE_WORDS)
+            if gen is not None and gen != res.layout.name and out.comparison is not None:
+                out.notes.append(f"the file's layout is {res.layout.name}, the engine writes {gen}: values are "
+                                 "compared within the tolerance")
+            decide(out, incompatible, reader_errors)
+        except Cancelled:
+            out.cancelled = True
+            out.verdict = "damaged"
+            out.reasons = ["cancelled before the verification finished"]
+        finally:
+            self._engine = None
+            engine.close()
+        out.seconds["total"] = time.perf_counter() - t_all
+        if self.progress is not None:
+            self.progress(_TOTAL, _TOTAL, "done")
+        return out
+
+    def _generation(self, eng: dict[str, Any], build: str | None) -> str | None:
+        name = eng.get("build") or build
+        if not name or self.lib_path is not None or self.server_url is not None:
+            return str(eng.get("writes")) if eng.get("writes") else None
+        try:
+            return by_name(str(name)).writes
+        except BuildError:
+            return None
+
+    @staticmethod
+    def _incompatible(res: ParseResult, gen: str | None, compat: list[Any]) -> bool:
+        if gen is None or gen == res.layout.name:
+            return False
+        if gen in {str(n) for n in res.layout.features.get("byte_identical_layouts", [])}:
+            return False
+        entry = next((c for c in compat if c.generation == gen), None)
+        return entry is not None and entry.loads is False
+
+    def _run_steps(self, out: VerifyResult, res: ParseResult, prof: ModelProfile, plan: PrefillPlan,
+                   ctx: ContextPlan, engine: VerifyEngine) -> None:
+        self._step("restore", f"restoring in {engine.kind}")
+        out.restore = engine.restore(self.path, res, ctx)
+        out.seconds["restore"] = out.restore.seconds
+        nt = NextToken(plan.next_token, plan.next_seq)
+        restored_logits: Logits | None = None
+        if plan.next_token is None:
+            nt.skipped = "no token to decode next" if plan.possible else (plan.reason or "nothing to decode")
+        elif not out.restore.ok:
+            nt.skipped = "the restore failed"
+        elif not engine.can_prefill:
+            nt.skipped = "the torch engine has no forward pass"
+        else:
+            self._step("next_restored", "next token after the restore")
+            t0 = time.perf_counter()
+            before = list(res.tokens) if engine.kind == "server" else plan.seqs.get(plan.next_seq, [])
+            restored_logits, why = engine.next_logits(plan.next_seq, before, plan.next_token)
+            out.seconds["next_restored"] = time.perf_counter() - t0
+            if restored_logits is None:
+                nt.skipped = f"decoding after the restore failed: {why}"
+        if not plan.possible or not engine.can_prefill:
+            if not engine.can_prefill:
+                out.notes.append("the torch engine restores only: the K/V are not compared with the model")
+            out.next_token = nt if plan.next_token is not None or nt.skipped else None
+            return
+        self._step("prefill", f"re-prefilling {sum(len(t) for t in plan.seqs.values())} tokens")
+        t0 = time.perf_counter()
+        try:
+            fresh = engine.prefill(plan, ctx)
+        except EngineError as e:
+            out.notes.append(f"the re-prefill failed: {e}")
+            out.next_token = nt
+            return
+        out.seconds["prefill"] = time.perf_counter() - t0
+        self._step("compare", "comparing the records")
+        t0 = time.perf_counter()
+        fresh_res = read_state(data=fresh, profile=prof)
+        with ByteSource.open(self.path) as fsrc:
+            out.comparison = compare_states(res, fsrc, fresh_res, ByteSource(fresh), per_seq=ctx.per_seq,
+                                            limit_pos=plan.limit_pos, tolerance=self.tolerance,
+                                            progress=self._sub("compare"), cancel=self._cancel)
+        del fresh
+        out.seconds["compare"] = time.perf_counter() - t0
+        if restored_logits is not None and plan.next_token is not None:
+            self._step("next_fresh", "next token after the prefill")
+            t0 = time.perf_counter()
+            fresh_logits, why = engine.next_logits(plan.next_seq, plan.seqs[plan.next_seq], plan.next_token)
+            out.seconds["next_fresh"] = time.perf_counter() - t0
+            if fresh_logits is None:
+                nt.skipped = f"decoding after the prefill failed: {why}"
+            else:
+                nt = compare_logits(restored_logits, fresh_logits, plan.next_token, plan.next_seq)
+        out.next_token = nt
+
+
+def verify(path: str | os.PathLike[str], model: str | os.PathLike[str], **kw: Any) -> VerifyResult:
+    """Run a :class:`Verifier` with these arguments."""
+    return Verifier(path, model, **kw).run()
