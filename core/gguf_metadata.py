@@ -2,23 +2,29 @@
 
 :func:`read_gguf_metadata` returns ``{key: value}`` for every metadata key of a GGUF file:
 scalars as Python ``int`` / ``float`` / ``bool`` / ``str``, numeric arrays as numpy arrays, the
-token list (``tokenizer.ggml.tokens``) as a tuple of str, and other string arrays and nested arrays
-as the :data:`SKIPPED` placeholder. :class:`GGUFMetadata` gives typed access to that dict.
+token list (``tokenizer.ggml.tokens``) as a tuple of str, and other string arrays (and values
+over the size budgets below) as the :data:`SKIPPED` placeholder. :class:`GGUFMetadata` gives
+typed access to that dict.
 
 Why a scanner beside ``gguf.GGUFReader``: the reader builds two numpy views per array element, so
 opening a model with a 150k-token vocabulary takes 4.3-4.8 s, against 0.08 s for the scanner here
-(measured). The scanner reads only the header and key/value section over an mmap (the tensor data
-of a multi-GB model is never touched), walks over big string arrays it does not need without
-decoding them, and reads the token list in one pass. ``backend="gguf"`` keeps ``GGUFReader`` as the
-reference; the tests check that both backends return the same dict.
+(measured). The scanner reads only the header and key/value section, with ``pread`` through a
+1 MiB window (the tensor data of a multi-GB model is never touched, and a file that shrinks
+meanwhile gives an error, not ``SIGBUS``), walks over big string arrays it does not need without
+decoding them, and reads the token list in one pass. ``backend="gguf"`` keeps ``GGUFReader`` as
+the reference; the tests check that both backends return the same dict.
+
+A model file is untrusted input like a state file: only regular files are opened (a FIFO is
+refused before ``open``, which would block), every count is checked against the bytes left
+before anything is read, the work is bounded (at most ``MAX_KEYS`` keys, ``MAX_STRINGS`` strings
+per array, arrays of arrays refused as llama.cpp's ``gguf.cpp`` refuses them, values over
+``MAX_STRING`` / ``MAX_ARRAY_BYTES`` bytes walked over), and error messages are escaped.
 
 Every failure (unreadable, empty, non-GGUF, truncated or corrupt file, wrong value type) raises
 :class:`GGUFMetadataError` with a one-line message that starts with the file name.
 """
-
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from typing import Literal
@@ -26,6 +32,10 @@ from typing import Literal
 import numpy as np
 from gguf import GGUFReader, GGUFValueType
 from gguf.gguf_reader import ReaderField
+
+from kvscope.core.fileio import FileIdentity, open_regular
+from kvscope.core.reader.source import CHANGED_MESSAGE
+from kvscope.core.textsafe import safe_text
 
 __all__ = [
     "SKIPPED",
@@ -41,7 +51,14 @@ Backend = Literal["fast", "gguf"]
 
 
 class GGUFMetadataError(Exception):
-    """The GGUF metadata could not be read, or a key has the wrong type (one-line message)."""
+    """The GGUF metadata could not be read, or a key has the wrong type (one-line message).
+
+    The message is escaped (:func:`kvscope.core.textsafe.safe_text`): key names and values
+    come from the file and may hold newlines or bidi controls.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(safe_text(message, 400))
 
 
 def read_gguf_metadata(path: str | os.PathLike[str], backend: Backend = "fast") -> dict[str, object]:
@@ -94,47 +111,94 @@ class _Truncated(Exception):
     """The GGUF header ends before the data it announces."""
 
 
-class _Scanner:
-    """Sequential reader of a GGUF header over an mmap (little- or big-endian)."""
+class _Changed(Exception):
+    """A read came back short: the file shrank while it was read."""
 
-    def __init__(self, buf: mmap.mmap, endian: str, name: str) -> None:
-        self.buf = buf
-        self.size = len(buf)
+
+_WINDOW = 1 << 20  # bytes read per refill of the scanner's window
+MAX_KEYS = 1 << 16  # metadata keys in one file (real models: about 50)
+MAX_KEY_LEN = 1 << 16  # bytes of one key name
+MAX_STRING = 1 << 24  # bytes of one string value or token kvscope reads (a longer value is walked over)
+MAX_ARRAY_BYTES = 1 << 26  # bytes of one numeric array kvscope reads (a larger one is walked over)
+MAX_STRINGS = 1 << 24  # strings in one string array (a vocabulary has well under a million)
+
+
+class _Scanner:
+    """Sequential reader of a GGUF header (little- or big-endian) through a window of ``pread`` bytes.
+
+    Every size is checked against the bytes left before anything is read; values larger than
+    the ``MAX_*`` budgets are walked over (or refused), so neither memory nor time follows an
+    untrusted count.
+    """
+
+    def __init__(self, fd: int, size: int, endian: str, name: str) -> None:
+        self.fd = fd
+        self.size = size
         self.e = endian
         self.name = name
         self.pos = 0
+        self.buf = b""
+        self.base = 0  # file offset of buf[0]
         self._u32 = struct.Struct(endian + "I").unpack_from
         self._u64 = struct.Struct(endian + "Q").unpack_from
 
+    def error(self, what: str) -> GGUFMetadataError:
+        return GGUFMetadataError(f"{self.name}: {what}")
+
     def need(self, n: int) -> None:
+        """Make ``[pos, pos + n)`` readable from ``buf`` (_Truncated when the file ends first)."""
         if n < 0 or n > self.size - self.pos:
             raise _Truncated
+        if self.pos >= self.base and self.pos + n <= self.base + len(self.buf):
+            return
+        data = os.pread(self.fd, min(max(n, _WINDOW), self.size - self.pos), self.pos)
+        if len(data) < n:
+            raise _Changed
+        self.buf, self.base = data, self.pos
+
+    def skip(self, n: int) -> None:
+        if n < 0 or n > self.size - self.pos:
+            raise _Truncated
+        self.pos += n
 
     def u32(self) -> int:
         self.need(4)
-        (v,) = self._u32(self.buf, self.pos)
+        (v,) = self._u32(self.buf, self.pos - self.base)
         self.pos += 4
         return int(v)
 
     def u64(self) -> int:
         self.need(8)
-        (v,) = self._u64(self.buf, self.pos)
+        (v,) = self._u64(self.buf, self.pos - self.base)
         self.pos += 8
         return int(v)
 
-    def string(self) -> str:
-        n = self.u64()
+    def text(self, n: int) -> str:
         self.need(n)
-        s = self.buf[self.pos : self.pos + n].decode("utf-8", errors="replace")
+        i = self.pos - self.base
+        s = self.buf[i : i + n].decode("utf-8", errors="replace")
         self.pos += n
         return s
+
+    def key(self) -> str:
+        n = self.u64()
+        if n > MAX_KEY_LEN and n <= self.size - self.pos:
+            raise self.error(f"metadata key of {n} bytes (more than {MAX_KEY_LEN})")
+        return self.text(n)
+
+    def string(self) -> str | Skipped:
+        n = self.u64()
+        if n > MAX_STRING and n <= self.size - self.pos:
+            self.skip(n)
+            return SKIPPED
+        return self.text(n)
 
     def value(self, vtype: int, key: str) -> object:
         scalar = _SCALAR_TYPES.get(vtype)
         if scalar is not None:
             fmt, size, _ = scalar
             self.need(size)
-            (v,) = struct.unpack_from(self.e + fmt, self.buf, self.pos)
+            (v,) = struct.unpack_from(self.e + fmt, self.buf, self.pos - self.base)
             self.pos += size
             return bool(v) if vtype == _T_BOOL else v
         if vtype == _T_STRING:
@@ -143,7 +207,7 @@ class _Scanner:
             itype = self.u32()
             count = self.u64()
             return self.array(itype, count, key)
-        raise GGUFMetadataError(f"{self.name}: unknown GGUF value type {vtype} for key '{key}'")
+        raise self.error(f"unknown GGUF value type {vtype} for key '{key}'")
 
     def array(self, itype: int, count: int, key: str) -> object:
         scalar = _SCALAR_TYPES.get(itype)
@@ -151,89 +215,118 @@ class _Scanner:
             _, size, kind = scalar
             if count > (self.size - self.pos) // size:
                 raise _Truncated
-            raw = self.buf[self.pos : self.pos + count * size]
+            if count * size > MAX_ARRAY_BYTES:
+                self.skip(count * size)
+                return SKIPPED
+            self.need(count * size)
+            arr = np.frombuffer(self.buf, dtype=np.dtype(self.e + kind), count=count, offset=self.pos - self.base)
             self.pos += count * size
-            arr = np.frombuffer(raw, dtype=np.dtype(self.e + kind))
-            return arr.astype(bool) if itype == _T_BOOL else arr
+            return arr.astype(bool) if itype == _T_BOOL else arr.copy()
         if itype == _T_STRING:
             if count > (self.size - self.pos) // 8:
                 raise _Truncated
+            if count > MAX_STRINGS:
+                raise self.error(f"key '{key}' holds {count} strings (more than {MAX_STRINGS})")
             if key in _WANTED_STRING_ARRAYS:
-                return self._string_array(count)
-            self._skip_strings(count)
+                return self._strings(count, True)
+            self._strings(count, False)
             return SKIPPED
-        if itype == _T_ARRAY:
-            for _ in range(count):
-                inner = self.u32()
-                n = self.u64()
-                self.array(inner, n, "")
-            return SKIPPED
-        raise GGUFMetadataError(f"{self.name}: unknown GGUF array element type {itype} for key '{key}'")
+        if itype == _T_ARRAY:  # gguf.cpp: an array's element type must be a scalar or a string
+            raise self.error(f"key '{key}' is an array of arrays, which llama.cpp does not load "
+                             "(gguf: invalid GGUF type)")
+        raise self.error(f"unknown GGUF array element type {itype} for key '{key}'")
 
-    def _string_array(self, count: int) -> tuple[str, ...]:
-        buf, pos, end, u64 = self.buf, self.pos, self.size, self._u64
+    def _strings(self, count: int, keep: bool) -> tuple[str, ...]:
+        """Read (``keep``) or walk over ``count`` strings; the window is refilled as they pass."""
+        u64, size = self._u64, self.size
+        buf, base, pos = self.buf, self.base, self.pos
+        wend = base + len(buf)
         out: list[str] = []
         append = out.append
         for _ in range(count):
-            if end - pos < 8:
-                raise _Truncated
-            (n,) = u64(buf, pos)
+            if pos + 8 > wend:
+                self.pos = pos
+                self.need(8)
+                buf, base = self.buf, self.base
+                wend = base + len(buf)
+            (n,) = u64(buf, pos - base)
             pos += 8
-            if n > end - pos:
+            if n > size - pos:
                 raise _Truncated
-            append(buf[pos : pos + n].decode("utf-8", errors="replace"))
+            if not keep:
+                pos += n
+                continue
+            if n > MAX_STRING:
+                raise self.error(f"a string of {n} bytes in a string array (more than {MAX_STRING})")
+            if pos + n > wend:
+                self.pos = pos
+                self.need(n)
+                buf, base = self.buf, self.base
+                wend = base + len(buf)
+            i = pos - base
+            append(buf[i : i + n].decode("utf-8", errors="replace"))
             pos += n
         self.pos = pos
         return tuple(out)
 
-    def _skip_strings(self, count: int) -> None:
-        buf, pos, end, u64 = self.buf, self.pos, self.size, self._u64
-        for _ in range(count):
-            if end - pos < 8:
-                raise _Truncated
-            (n,) = u64(buf, pos)
-            pos += 8 + n
-            if pos > end:
-                raise _Truncated
-        self.pos = pos
-
 
 def _scan_metadata(path: str, name: str) -> dict[str, object]:
-    """Read the key/value metadata of a GGUF file with the fast scanner."""
+    """Read the key/value metadata of a GGUF file with the fast scanner (``pread``, no memory map)."""
     try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                raise GGUFMetadataError(f"{name}: empty file, not a GGUF model")
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                return _parse_header(mm, name)
+        fd, st = open_regular(path)
     except OSError as e:
         raise GGUFMetadataError(f"{name}: cannot read file: {e.strerror or e}") from e
+    except ValueError as e:
+        raise GGUFMetadataError(f"{name}: cannot read file: {e}") from e
+    try:
+        if st.st_size == 0:
+            raise GGUFMetadataError(f"{name}: empty file, not a GGUF model")
+        before = FileIdentity.of(st)
+        try:
+            meta = _parse_header(_Scanner(fd, int(st.st_size), "<", name))
+        except _Changed:
+            raise GGUFMetadataError(f"{name}: {CHANGED_MESSAGE}") from None
+        if FileIdentity.of(os.fstat(fd)) != before or FileIdentity.of_path(path) != before:
+            raise GGUFMetadataError(f"{name}: {CHANGED_MESSAGE}")
+        return meta
+    except OSError as e:
+        raise GGUFMetadataError(f"{name}: cannot read file: {e.strerror or e}") from e
+    finally:
+        os.close(fd)
 
 
-def _parse_header(mm: mmap.mmap, name: str) -> dict[str, object]:
-    if len(mm) < 4 or mm[:4] != b"GGUF":
-        raise GGUFMetadataError(f"{name}: not a GGUF file (magic {mm[:4]!r}, expected b'GGUF')")
-    if len(mm) < 24:
-        raise GGUFMetadataError(f"{name}: truncated GGUF file ({len(mm)} bytes, header needs 24)")
+def _parse_header(sc: _Scanner) -> dict[str, object]:
+    name = sc.name
+    try:
+        sc.need(min(24, sc.size))
+    except _Truncated:
+        raise GGUFMetadataError(f"{name}: truncated GGUF file") from None
+    head = sc.buf[:24]
+    if len(head) < 4 or head[:4] != b"GGUF":
+        raise GGUFMetadataError(f"{name}: not a GGUF file (magic {head[:4]!r}, expected b'GGUF')")
+    if len(head) < 24:
+        raise GGUFMetadataError(f"{name}: truncated GGUF file ({len(head)} bytes, header needs 24)")
     endian = "<"
-    (version,) = struct.unpack_from("<I", mm, 4)
+    (version,) = struct.unpack_from("<I", head, 4)
     if version & 0xFFFF == 0:  # written on a big-endian host
         endian = ">"
-        (version,) = struct.unpack_from(">I", mm, 4)
+        (version,) = struct.unpack_from(">I", head, 4)
     if version not in (2, 3):
         raise GGUFMetadataError(f"{name}: unsupported GGUF version {version} (kvscope reads 2 and 3)")
-    sc = _Scanner(mm, endian, name)
+    sc.e = endian
+    sc._u32 = struct.Struct(endian + "I").unpack_from
+    sc._u64 = struct.Struct(endian + "Q").unpack_from
     sc.pos = 8
     sc.u64()  # tensor count: tensors are not needed
     kv_count = sc.u64()
-    if kv_count > (sc.size - sc.pos) // 13:  # the smallest key/value takes 13 bytes
+    if kv_count > (sc.size - sc.pos) // 13 or kv_count > MAX_KEYS:  # the smallest key/value takes 13 bytes
         raise GGUFMetadataError(f"{name}: corrupt GGUF header ({kv_count} metadata keys announced)")
     meta: dict[str, object] = {}
     key = "<header>"
     try:
         for _ in range(kv_count):
             key = "<key name>"
-            key = sc.string()
+            key = sc.key()
             vtype = sc.u32()
             if key in meta:
                 raise GGUFMetadataError(f"{name}: duplicate GGUF metadata key '{key}'")
@@ -248,6 +341,12 @@ def _parse_header(mm: mmap.mmap, name: str) -> dict[str, object]:
 def _reader_metadata(path: str, name: str) -> dict[str, object]:
     """Read the key/value metadata with ``gguf.GGUFReader`` (reference backend)."""
     try:
+        os.close(open_regular(path)[0])  # no FIFO or device reaches GGUFReader's blocking open
+    except OSError as e:
+        raise GGUFMetadataError(f"{name}: cannot read file: {e.strerror or e}") from e
+    except ValueError as e:
+        raise GGUFMetadataError(f"{name}: cannot read file: {e}") from e
+    try:
         reader = GGUFReader(path)
     except OSError as e:
         raise GGUFMetadataError(f"{name}: cannot read file: {e.strerror or e}") from e
@@ -258,6 +357,9 @@ def _reader_metadata(path: str, name: str) -> dict[str, object]:
         for key, fld in reader.fields.items():
             if key.startswith("GGUF."):  # the reader's own header pseudo-fields
                 continue
+            if len(fld.types) > 1 and int(fld.types[1]) == _T_ARRAY:
+                raise GGUFMetadataError(f"{name}: key '{key}' is an array of arrays, which llama.cpp does not "
+                                        "load (gguf: invalid GGUF type)")
             meta[key] = _reader_field_value(key, fld)
     except (IndexError, ValueError) as e:
         raise GGUFMetadataError(f"{name}: unreadable GGUF metadata: {_one_line(e)}") from e
@@ -307,7 +409,8 @@ class GGUFMetadata:
 
     def _type_error(self, key: str, expected: str) -> GGUFMetadataError:
         v = self.values[key]
-        got = "array" if isinstance(v, (np.ndarray, tuple, Skipped)) else type(v).__name__
+        got = ("a value kvscope did not read (an unneeded or oversized array or string)" if isinstance(v, Skipped)
+               else "array" if isinstance(v, (np.ndarray, tuple)) else type(v).__name__)
         return GGUFMetadataError(f"{self.name}: GGUF key '{key}' is {got}, expected {expected}")
 
     def int_(self, key: str) -> int | None:

@@ -38,6 +38,7 @@ from kvscope.core.architectures import (
     swa_setup,
 )
 from kvscope.core.gguf_metadata import Backend, GGUFMetadata, GGUFMetadataError, read_gguf_metadata
+from kvscope.core.textsafe import safe_text
 
 __all__ = [
     "ExpectedSection",
@@ -54,7 +55,11 @@ MemoryClass = Literal["kv", "iswa", "recurrent", "hybrid", "hybrid_iswa", "none"
 
 
 class ModelProfileError(Exception):
-    """A GGUF model could not be read into a :class:`ModelProfile` (one-line message)."""
+    """A GGUF model could not be read into a :class:`ModelProfile` (one-line message, escaped:
+    architecture names and keys in it come from the file)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(safe_text(message, 400))
 
 
 _MAX_SANE_LAYERS = 1 << 16
@@ -219,6 +224,7 @@ def _build_profile(meta: GGUFMetadata, path: str) -> ModelProfile:
     if arch == "clip":
         raise ModelProfileError(f"{name}: a 'clip' GGUF is a multimodal projector, not a language model")
     notes: list[str] = []
+    shown = safe_text(arch, 80)  # the architecture as notes show it (it comes from the file)
 
     n_layer = meta.require_int(f"{arch}.block_count")
     if n_layer > _MAX_SANE_LAYERS:
@@ -282,11 +288,11 @@ def _build_profile(meta: GGUFMetadata, path: str) -> ModelProfile:
         if any(n_head_kv) and not all(n_head_kv):
             hybrid_rule = "kv0"
             notes.append(
-                f"architecture '{arch}' is not in kvscope's table; guessed hybrid (kv heads 0 = recurrent)"
+                f"architecture '{shown}' is not in kvscope's table; guessed hybrid (kv heads 0 = recurrent)"
             )
         elif not any(n_head_kv):
             is_recurrent_arch = True
-            notes.append(f"architecture '{arch}' is not in kvscope's table; guessed recurrent")
+            notes.append(f"architecture '{shown}' is not in kvscope's table; guessed recurrent")
 
     recurrent_flags = [False] * n_layer
     if is_recurrent_arch:
@@ -356,7 +362,7 @@ def _build_profile(meta: GGUFMetadata, path: str) -> ModelProfile:
     if recurrent_layers and not (n_embd_r or n_embd_s):
         notes.append("no recurrent state size found in the metadata (ssm / shortconv / wkv keys)")
     if n_vocab and vocab and n_vocab != len(vocab):
-        notes.append(f"{arch}.vocab_size is {n_vocab} but tokenizer.ggml.tokens has {len(vocab)} entries")
+        notes.append(f"{shown}.vocab_size is {n_vocab} but tokenizer.ggml.tokens has {len(vocab)} entries")
     if is_mla and memory_class != "none":
         notes.append("MLA: the KV cache holds K rows only (no V records)")
 
