@@ -14,6 +14,9 @@ Then it measures, each against a baseline taken in the same run:
 * cell table: ``scan_cells`` on an in-memory table of 262,144 records, goal at most 50 ms;
 * ``--stats`` throughput: ``scan_stats(res)`` bytes/s against the read's bytes/s, goal at least 50 %;
 * peak RSS of a process that imports kvscope and indexes the file, goal at most 150 MiB;
+* peak RSS and time of ``kvscope inspect --json`` on a real sequence file extended with a hole
+  to 1 GB and to 50 GB (a sparse giant tail: a few KB on disk), goal at most 150 MiB whatever the
+  tail's size (the trailing-bytes check looks at a bounded number of records);
 * start-up: wall time of ``kvscope inspect --json`` on a small fixture beside ``python -c pass``,
   goal at most 0.5 s, and whether torch / PySide6 / pyqtgraph got imported (they must not).
 
@@ -212,6 +215,19 @@ if sys.argv[1] != "-":
 print(json.dumps({"peak": hwm(), "ru_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 """
 
+# kvscope inspect --json in this process, output discarded: {"rc", "peak" (VmHWM KiB), "seconds"}.
+_SPARSE_CHILD = """
+import contextlib, io, json, os, sys, time
+from kvscope.core.cli import main
+t0 = time.perf_counter()
+with open(os.devnull, "w") as out, contextlib.redirect_stdout(out):
+    rc = main(["inspect", "--json", sys.argv[1]])
+dt = time.perf_counter() - t0
+with open("/proc/self/status") as fh:
+    peak = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+print(json.dumps({"rc": rc, "peak": peak, "seconds": dt}))
+"""
+
 _MODULES_CHILD = """
 import contextlib, io, json, sys
 from kvscope.core.cli import main
@@ -348,6 +364,19 @@ def run(args: argparse.Namespace, path: Path) -> list[Row]:
                     f"+{peak - bare['peak'] / 1024:.0f} MiB", "<= 150 MiB", peak <= 150))
     print(f"  peak RSS of the index process: VmHWM {peak:.0f} MiB (ru_maxrss, inherited over fork: "
           f"{idx['ru_maxrss'] / 1024:.0f} MiB)")
+
+    # sparse giant tails: a real seq file extended with a hole
+    for tail_gb in (1, 50):
+        sparse = path.parent / f"sparse-{tail_gb}g.seqstate"
+        shutil.copyfile(SMALL_FIXTURE, sparse)
+        os.truncate(sparse, tail_gb << 30)
+        try:
+            got = child_json(_SPARSE_CHILD, str(sparse))
+        finally:
+            sparse.unlink()
+        peak_sparse = got["peak"] / 1024
+        rows.append(Row(f"peak RSS, inspect --json, {tail_gb} GB sparse tail", f"{peak_sparse:.0f} MiB",
+                        f"{fmt_s(got['seconds'])}", f"exit {got['rc']}", "<= 150 MiB", peak_sparse <= 150))
 
     # start-up of the CLI on a small fixture
     fixture = str(SMALL_FIXTURE)

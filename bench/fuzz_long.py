@@ -6,11 +6,21 @@ plain ``random`` so a run does hundreds of inputs per second per core. Seeds are
 fixture under ``tests/data`` (the manifest folders and the lab's corrupted inputs), parsed half
 the time with the tiny model that wrote them.
 
+A share of the inputs (``--model-share``, default a quarter) mutates the model instead: the key/value
+section of the tiny GGUF that wrote the fixture gets the same mutations over its structural fields
+(counts, lengths, value and element types); ``load_model_profile`` must return a profile or raise a
+one-line, escaped ModelProfileError within 1 s, and a profile it returns then parses the fixture
+under the checks below. Every ``--sparse-every`` inputs, the mutated state is extended with a hole
+to 1-50 GB (a sparse giant tail); every ``--race-every`` inputs, a thread keeps cutting the file
+and growing it back while it is parsed, and ``FileChangedError`` is an accepted answer.
+
 Every input is checked: ``read_state`` does not raise, ``check_tiling(root) == []``, each
-finding lies inside ``[0, size]``, coverage adds up to the size, the parse takes under 2 s,
-``scan_stats`` does not raise, and (every ``--mem-every`` inputs) a parse from bytes allocates
-under size + 64 MiB (tracemalloc). Input ``i`` of a run is a pure function of ``(--seed, i)``:
-``--replay i`` rebuilds and re-checks one input in-process, with the traceback.
+finding lies inside ``[0, size]``, coverage adds up to the size, the parse takes under 2 s (20 s
+for a sparse tail), ``scan_stats`` does not raise, and (every ``--mem-every`` inputs) a parse from
+bytes (or a model load plus the parse) allocates under size + 64 MiB (tracemalloc; sparse tails:
+under 64 MiB). Peak allocations are reported for state, model and sparse-tail inputs
+separately. Input ``i`` of a run is a pure function of ``(--seed, i)``: ``--replay i`` rebuilds
+and re-checks one input in-process, with the traceback.
 
 Failing inputs are written to ``bench/out/fuzz-failures/`` (``<signature>-<index>.bin`` plus a
 ``.json`` with the fixture, the mutations and the error; at most ``--keep-per-signature`` files
@@ -37,6 +47,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import tracemalloc
@@ -47,15 +58,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from kvscope.core.model_profile import ModelProfile, load_model_profile
+from kvscope.core.model_profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
+from kvscope.core.reader.source import FileChangedError
 from kvscope.core.reader.tree import check_tiling, coverage
 from kvscope.core.stats import scan_stats
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from fuzz_mutations import apply_mutations as apply_byte_mutations  # noqa: E402  (shared with the CI test)
+from fuzz_mutations import gguf_fields, gguf_kv_end  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 MODELS = DATA / "llamacpp-2026-10-01"
@@ -66,6 +79,8 @@ SKIP_SUFFIXES = (".json", ".gguf", ".npy", ".md")
 EXTREMES_32 = (0, 1, 2, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFE)
 EXTREMES_64 = (0, 1, 0x7FFFFFFF, 0xFFFFFFFF, 2**32, 2**63 - 1, 2**63, 2**64 - 1)
 PARSE_SECONDS = 2.0
+SPARSE_SECONDS = 20.0
+MODEL_SECONDS = 1.0
 MEMORY_SLACK = 64 << 20
 HANG_SECONDS = 60
 
@@ -156,13 +171,52 @@ def apply_mutations(seed: Seed, muts: list[Mutation]) -> bytes:
     return apply_byte_mutations(seed.data, seed.fields, muts)
 
 
-def make_input(seeds: list[Seed], run_seed: int, index: int) -> tuple[Seed, bool, list[Mutation], bytes]:
-    """Input ``index`` of run ``run_seed``: a fixture, whether to use its model, the mutations."""
+@dataclass
+class ModelSeed:
+    data: bytes  # the tiny model's header and key/value section
+    fields: list[tuple[int, int]]
+
+
+_MODEL_SEEDS: dict[str, ModelSeed] = {}
+
+
+def model_seed(key: str) -> ModelSeed:
+    if key not in _MODEL_SEEDS:
+        raw = (MODELS / f"tiny-{key}.gguf").read_bytes()
+        prefix = raw[: gguf_kv_end(raw) + 64]
+        _MODEL_SEEDS[key] = ModelSeed(prefix, gguf_fields(prefix))
+    return _MODEL_SEEDS[key]
+
+
+@dataclass
+class Input:
+    seed: Seed
+    with_model: bool
+    muts: list[Mutation]
+    data: bytes  # the mutated state, or the mutated model when target == "model"
+    target: str = "state"  # "state" | "model"
+    sparse: int = 0  # extend the state with a hole to this size (0: no)
+    race: bool = False  # parse while a thread cuts the file
+
+
+def make_input(seeds: list[Seed], run_seed: int, index: int, model_share: float = 0.25, sparse_every: int = 0,
+               race_every: int = 0) -> Input:
+    """Input ``index`` of run ``run_seed``: a fixture, whether to use its model, what is mutated."""
     rng = random.Random(run_seed * 1_000_000_007 + index)
     seed = seeds[rng.randrange(len(seeds))]
     with_model = seed.key is not None and rng.random() < 0.5
-    muts = [draw_mutation(rng, seed, len(seed.data)) for _ in range(rng.choice((1, 1, 1, 2, 2, 3, 4)))]
-    return seed, with_model, muts, apply_mutations(seed, muts)
+    n_muts = rng.choice((1, 1, 1, 2, 2, 3, 4))
+    if seed.key is not None and rng.random() < model_share:
+        ms = model_seed(seed.key)
+        muts = [draw_mutation(rng, seed, len(ms.data)) for _ in range(n_muts)]
+        return Input(seed, True, muts, apply_byte_mutations(ms.data, ms.fields, muts), "model")
+    muts = [draw_mutation(rng, seed, len(seed.data)) for _ in range(n_muts)]
+    inp = Input(seed, with_model, muts, apply_mutations(seed, muts))
+    if sparse_every and index % sparse_every == sparse_every // 2:
+        inp.sparse = rng.randint(1, 50) << 30
+    elif race_every and index % race_every == race_every // 3:
+        inp.race = True
+    return inp
 
 
 # -- checks --------------------------------------------------------------------------------
@@ -193,32 +247,110 @@ def check_result(res: ParseResult, size: int) -> None:
             raise CheckFailed(f"finding {f.code} [{f.offset}, +{f.length}) runs past {size}")
 
 
-def run_one(
-    path: Path, seed: Seed, with_model: bool, data: bytes, measure_memory: bool
-) -> tuple[ParseResult, float, int]:
-    """Parse ``data`` (written at ``path``) and check it; returns (result, seconds, peak bytes or -1)."""
-    prof = profile_for(seed.key) if with_model else None
+def _load_model(path: Path, data: bytes) -> ModelProfile | None:
+    """The mutated model's profile, or None after checking its error is one clean line."""
     path.write_bytes(data)
     t0 = time.perf_counter()
-    res = read_state(path, profile=prof)
+    try:
+        prof = load_model_profile(path)
+    except ModelProfileError as e:
+        if not str(e) or not str(e).isprintable():
+            raise CheckFailed(f"model error is not one escaped line: {str(e)[:80]!r}") from None
+        prof = None
     dt = time.perf_counter() - t0
-    check_result(res, len(data))
-    if dt > PARSE_SECONDS:
-        raise CheckFailed(f"parse took {dt:.2f} s (limit {PARSE_SECONDS} s)")
+    if dt > MODEL_SECONDS:
+        raise CheckFailed(f"model load took {dt:.2f} s (limit {MODEL_SECONDS} s)")
+    return prof
+
+
+def _race(path: Path, size: int, fn: Any) -> Any:
+    """``fn()`` while a thread keeps cutting ``path`` to half and growing it back; None if it saw the change."""
+    stop = threading.Event()
+
+    def toggle() -> None:
+        while not stop.is_set():
+            os.truncate(path, size // 2)
+            os.truncate(path, size)
+
+    t = threading.Thread(target=toggle)
+    t.start()
+    try:
+        return fn()
+    except FileChangedError:
+        return None
+    finally:
+        stop.set()
+        t.join()
+
+
+def run_one(path: Path, inp: Input, measure_memory: bool) -> tuple[ParseResult | None, float, int]:
+    """Run and check one input (the state is written at ``path``); (result, seconds, peak bytes or -1)."""
+    seed = inp.seed
+    prof = profile_for(seed.key) if inp.with_model else None
+    state = inp.data
+    model_peak = -1
+    if inp.target == "model":
+        mpeak = -1
+        if measure_memory:  # the load and the parse it allows, from bytes
+            tracemalloc.start()
+            try:
+                prof = _load_model(path.with_suffix(".gguf"), inp.data)
+                if prof is not None:
+                    read_state(data=seed.data, profile=prof)
+                _, mpeak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            if mpeak > len(inp.data) + len(seed.data) + MEMORY_SLACK:
+                raise CheckFailed(f"model load and parse allocated {mpeak} bytes")
+        else:
+            prof = _load_model(path.with_suffix(".gguf"), inp.data)
+        if prof is None:
+            return None, 0.0, mpeak
+        state = seed.data
+        measure_memory = False  # measured above
+        model_peak = mpeak
+    path.write_bytes(state)
+    size = len(state)
+    if inp.sparse:
+        os.truncate(path, inp.sparse)
+        size = inp.sparse
+    t0 = time.perf_counter()
+    if inp.race:
+        res = _race(path, size, lambda: read_state(path, profile=prof))
+        if res is not None:
+            check_result(res, res.size)
+        return res, time.perf_counter() - t0, -1
+    if inp.sparse:
+        tracemalloc.start()
+    try:
+        res = read_state(path, profile=prof)
+        peak = tracemalloc.get_traced_memory()[1] if inp.sparse else -1
+    finally:
+        if inp.sparse:
+            tracemalloc.stop()
+    dt = time.perf_counter() - t0
+    check_result(res, size)
+    if dt > (SPARSE_SECONDS if inp.sparse else PARSE_SECONDS):
+        raise CheckFailed(f"parse took {dt:.2f} s (limit {SPARSE_SECONDS if inp.sparse else PARSE_SECONDS} s)")
+    if inp.sparse:
+        if peak > MEMORY_SLACK:
+            raise CheckFailed(f"parse of a sparse {inp.sparse >> 30} GB file allocated {peak} bytes")
+        return res, dt, peak
     if res.kind != "unknown":
         scan_stats(res)  # appends nonfinite_values / zero_rows findings: check them too
-        check_result(res, len(data))
-    peak = -1
+        check_result(res, size)
     if measure_memory:
         tracemalloc.start()
         try:
-            read_state(data=data, profile=prof)
+            if inp.target == "model":
+                _load_model(path.with_suffix(".gguf"), inp.data)
+            read_state(data=state, profile=prof)
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-        if peak > len(data) + MEMORY_SLACK:
-            raise CheckFailed(f"parse allocated {peak} bytes for a {len(data)}-byte input")
-    return res, dt, peak
+        if peak > len(inp.data) + size + MEMORY_SLACK:
+            raise CheckFailed(f"parse allocated {peak} bytes for a {size}-byte input")
+    return res, dt, model_peak if inp.target == "model" else peak
 
 
 # -- workers -------------------------------------------------------------------------------
@@ -233,7 +365,15 @@ class ChunkReport:
     saved: list[str] = field(default_factory=list)
     slowest: tuple[float, int, str] = (0.0, -1, "")
     mem_samples: int = 0
-    mem_peak: int = 0  # largest tracemalloc peak minus input size
+    mem_peak: int = 0  # largest tracemalloc peak minus input size (state mutations)
+    model_samples: int = 0
+    model_peak: int = 0  # largest tracemalloc peak of a model load + parse minus input sizes
+    model_inputs: int = 0
+    model_loaded: int = 0  # mutated models that still gave a profile
+    sparse_inputs: int = 0
+    sparse_peak: int = 0  # largest tracemalloc peak of a sparse-tail parse
+    race_inputs: int = 0
+    race_changed: int = 0  # races that ended in FileChangedError
     maxrss_kib: int = 0
 
 
@@ -244,7 +384,8 @@ def _on_alarm(signum: int, frame: FrameType | None) -> None:
     raise Hang(f"no result after {HANG_SECONDS} s")
 
 
-def worker_init(seed_paths: list[str], run_seed: int, mem_every: int, keep: int, out: str, scratch: str) -> None:
+def worker_init(seed_paths: list[str], run_seed: int, mem_every: int, keep: int, out: str, scratch: str,
+                model_share: float = 0.25, sparse_every: int = 0, race_every: int = 0) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     signal.signal(signal.SIGALRM, _on_alarm)
     # numpy overflow/invalid warnings from scanning garbage payloads would flood the output
@@ -253,6 +394,9 @@ def worker_init(seed_paths: list[str], run_seed: int, mem_every: int, keep: int,
         seeds=[load_seed(Path(p)) for p in seed_paths],
         run_seed=run_seed,
         mem_every=mem_every,
+        model_share=model_share,
+        sparse_every=sparse_every,
+        race_every=race_every,
         keep=keep,
         scratch=Path(scratch) / f"input-{os.getpid()}.bin",
         saved=Counter(),
@@ -269,26 +413,29 @@ def signature(exc: BaseException) -> str:
     return f"{type(exc).__name__} {msg} {where}".strip()
 
 
-def save_failure(sig: str, index: int, seed: Seed, with_model: bool, muts: list[Mutation], data: bytes,
-                 exc: BaseException) -> str:
+def save_failure(sig: str, index: int, inp: Input, exc: BaseException) -> str:
     out: Path = _W.get("out", OUT)
     out.mkdir(parents=True, exist_ok=True)
     tag = hashlib.sha1(sig.encode()).hexdigest()[:10]
     stem = out / f"{tag}-{index}"
-    stem.with_suffix(".bin").write_bytes(data)
+    stem.with_suffix(".gguf" if inp.target == "model" else ".bin").write_bytes(inp.data)
+    seed = inp.seed
     meta = {
         "signature": sig,
         "index": index,
         "run_seed": _W.get("run_seed"),
         "fixture": str(seed.path.relative_to(ROOT)),
-        "model": str((MODELS / f"tiny-{seed.key}.gguf").relative_to(ROOT)) if with_model else None,
-        "mutations": [[x.hex() if isinstance(x, bytes) else x for x in m] for m in muts],
-        "size": len(data),
+        "model": str((MODELS / f"tiny-{seed.key}.gguf").relative_to(ROOT)) if inp.with_model else None,
+        "target": inp.target,
+        "sparse": inp.sparse,
+        "race": inp.race,
+        "mutations": [[x.hex() if isinstance(x, bytes) else x for x in m] for m in inp.muts],
+        "size": len(inp.data),
         "error": f"{type(exc).__name__}: {exc}",
         "traceback": traceback.format_exception(exc),
     }
     stem.with_suffix(".json").write_text(json.dumps(meta, indent=1))
-    saved = stem.with_suffix(".bin")
+    saved = stem.with_suffix(".gguf" if inp.target == "model" else ".bin")
     return str(saved.relative_to(ROOT)) if saved.is_relative_to(ROOT) else str(saved)
 
 
@@ -297,29 +444,46 @@ def run_chunk(task: tuple[int, int]) -> ChunkReport:
     seeds: list[Seed] = _W["seeds"]
     rep = ChunkReport()
     for index in range(start, start + count):
-        seed, with_model, muts, data = make_input(seeds, _W["run_seed"], index)
-        measure = _W["mem_every"] > 0 and index % _W["mem_every"] == 0
+        inp = make_input(seeds, _W["run_seed"], index, _W["model_share"], _W["sparse_every"], _W["race_every"])
+        every = _W["mem_every"] if inp.target == "state" else max(1, _W["mem_every"] // 5)  # fewer model inputs
+        measure = _W["mem_every"] > 0 and index % every == 0
+        rep.model_inputs += inp.target == "model"
+        rep.sparse_inputs += inp.sparse > 0
+        rep.race_inputs += inp.race
         signal.alarm(HANG_SECONDS)
         try:
-            res, dt, peak = run_one(_W["scratch"], seed, with_model, data, measure)
+            res, dt, peak = run_one(_W["scratch"], inp, measure)
         except (Exception, RecursionError) as e:  # anything at all is a finding of the fuzzer
             signal.alarm(0)
             sig = signature(e)
             rep.failures[sig] += 1
             if _W["saved"][sig] < _W["keep"]:
                 _W["saved"][sig] += 1
-                rep.saved.append(save_failure(sig, index, seed, with_model, muts, data, e))
+                rep.saved.append(save_failure(sig, index, inp, e))
             rep.n += 1
             continue
         signal.alarm(0)
         rep.n += 1
+        if inp.target == "model" and peak >= 0:
+            rep.model_samples += 1
+            rep.model_peak = max(rep.model_peak, peak - len(inp.data) - len(inp.seed.data))
+        if res is None:
+            rep.race_changed += inp.race
+            continue
+        rep.model_loaded += inp.target == "model"
         rep.kinds[res.kind] += 1
         rep.codes.update({f.code for f in res.findings})
         if dt > rep.slowest[0]:
-            rep.slowest = (dt, index, f"{seed.path.relative_to(DATA)} model={with_model} {len(data)} B")
-        if peak >= 0:
+            what = "model" if inp.target == "model" else f"sparse {inp.sparse >> 30} GB" if inp.sparse else "state"
+            rep.slowest = (dt, index, f"{inp.seed.path.relative_to(DATA)} model={inp.with_model} {what} "
+                           f"{len(inp.data)} B")
+        if peak < 0:
+            continue
+        if inp.sparse:
+            rep.sparse_peak = max(rep.sparse_peak, peak)
+        elif inp.target == "state":
             rep.mem_samples += 1
-            rep.mem_peak = max(rep.mem_peak, peak - len(data))
+            rep.mem_peak = max(rep.mem_peak, peak - len(inp.data))
     rep.maxrss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rep
 
@@ -327,13 +491,18 @@ def run_chunk(task: tuple[int, int]) -> ChunkReport:
 # -- driver --------------------------------------------------------------------------------
 
 
-def replay(seed_paths: list[str], run_seed: int, index: int) -> int:
+def replay(seed_paths: list[str], run_seed: int, index: int, model_share: float, sparse_every: int,
+           race_every: int) -> int:
     seeds = [load_seed(Path(p)) for p in seed_paths]
-    seed, with_model, muts, data = make_input(seeds, run_seed, index)
-    print(f"input {index} of seed {run_seed}: {seed.path.relative_to(ROOT)} model={with_model} "
-          f"{len(data)} bytes, mutations {muts}")
+    inp = make_input(seeds, run_seed, index, model_share, sparse_every, race_every)
+    print(f"input {index} of seed {run_seed}: {inp.seed.path.relative_to(ROOT)} model={inp.with_model} "
+          f"target {inp.target}{f', sparse {inp.sparse >> 30} GB' if inp.sparse else ''}"
+          f"{', racing a truncation' if inp.race else ''}, {len(inp.data)} bytes, mutations {inp.muts}")
     with tempfile.TemporaryDirectory() as d:
-        res, dt, peak = run_one(Path(d) / "input.bin", seed, with_model, data, True)
+        res, dt, peak = run_one(Path(d) / "input.bin", inp, True)
+    if res is None:
+        print("ok: " + ("the read saw the file change" if inp.race else "the model was refused with a clean error"))
+        return 0
     print(f"ok: kind {res.kind}, layout {res.layout.name}, {len(res.findings)} findings "
           f"({', '.join(sorted({f.code for f in res.findings})) or 'none'}), {dt * 1e3:.1f} ms, "
           f"peak alloc {peak / 2**20:.1f} MiB")
@@ -350,19 +519,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-per-signature", type=int, default=5, help="failing inputs saved per distinct failure")
     ap.add_argument("--progress", type=float, default=10.0, help="seconds between progress lines")
     ap.add_argument("--out", type=Path, default=OUT, help="where failing inputs go (default bench/out/fuzz-failures)")
+    ap.add_argument("--model-share", type=float, default=0.25, help="share of inputs that mutate the model (0.25)")
+    ap.add_argument("--sparse-every", type=int, default=2000, help="every N-th input gets a 1-50 GB hole (0: never)")
+    ap.add_argument("--race-every", type=int, default=1000,
+                    help="every N-th input is parsed while a thread cuts the file (0: never)")
     ap.add_argument("--replay", type=int, metavar="INDEX", help="rebuild and check one input, with traceback")
     args = ap.parse_args(argv)
 
     seed_paths = [str(p) for p in seed_files()]
     if args.replay is not None:
-        return replay(seed_paths, args.seed, args.replay)
+        return replay(seed_paths, args.seed, args.replay, args.model_share, args.sparse_every, args.race_every)
 
     print(f"fuzz_long: {args.inputs:,} inputs, seed {args.seed}, {args.jobs} jobs, {len(seed_paths)} seed files")
     tasks = [(s, min(args.chunk, args.inputs - s)) for s in range(0, args.inputs, args.chunk)]
     total = ChunkReport()
     t0 = last = time.perf_counter()
     scratch = tempfile.mkdtemp(prefix="kvscope-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    init_args = (seed_paths, args.seed, args.mem_every, args.keep_per_signature, str(args.out), scratch)
+    init_args = (seed_paths, args.seed, args.mem_every, args.keep_per_signature, str(args.out), scratch,
+                 args.model_share, args.sparse_every, args.race_every)
     interrupted = False
 
     def merge(rep: ChunkReport) -> None:
@@ -375,6 +549,14 @@ def main(argv: list[str] | None = None) -> int:
         total.slowest = max(total.slowest, rep.slowest)
         total.mem_samples += rep.mem_samples
         total.mem_peak = max(total.mem_peak, rep.mem_peak)
+        total.model_samples += rep.model_samples
+        total.model_peak = max(total.model_peak, rep.model_peak)
+        total.model_inputs += rep.model_inputs
+        total.model_loaded += rep.model_loaded
+        total.sparse_inputs += rep.sparse_inputs
+        total.sparse_peak = max(total.sparse_peak, rep.sparse_peak)
+        total.race_inputs += rep.race_inputs
+        total.race_changed += rep.race_changed
         total.maxrss_kib = max(total.maxrss_kib, rep.maxrss_kib)
         now = time.perf_counter()
         if now - last >= args.progress:
@@ -409,8 +591,15 @@ def main(argv: list[str] | None = None) -> int:
     print("kinds: " + ", ".join(f"{k} {n:,}" for k, n in total.kinds.most_common()))
     dt, idx, what = total.slowest
     print(f"slowest parse: {dt * 1e3:.1f} ms (input {idx}: {what}; replay with --seed {args.seed} --replay {idx})")
-    print(f"peak allocation over input size (tracemalloc, {total.mem_samples} samples): "
+    print(f"state mutations: peak allocation over input size (tracemalloc, {total.mem_samples} samples): "
           f"{total.mem_peak / 2**20:.2f} MiB")
+    print(f"model mutations: {total.model_inputs:,} inputs, {total.model_loaded:,} still loaded and parsed the state; "
+          f"peak allocation of load + parse over input sizes ({total.model_samples} samples): "
+          f"{total.model_peak / 2**20:.2f} MiB")
+    print(f"sparse giant tails (1-50 GB holes): {total.sparse_inputs:,} inputs, peak parse allocation "
+          f"{total.sparse_peak / 2**20:.2f} MiB")
+    print(f"concurrent truncation: {total.race_inputs:,} inputs, {total.race_changed:,} ended in FileChangedError, "
+          "the rest in a checked result")
     print(f"peak RSS: workers {max(total.maxrss_kib, rss_children) / 1024:.0f} MiB, "
           f"driver {rss_self / 1024:.0f} MiB")
     if total.failures:
@@ -421,7 +610,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  saved {p}")
     n_fail = sum(total.failures.values())
     rate = total.n / elapsed if elapsed else 0.0
-    print(f"SUMMARY: {total.n:,} inputs in {elapsed:.1f} s ({rate:.0f} inputs/s, {args.jobs} jobs), "
+    print(f"SUMMARY: {total.n:,} inputs ({total.model_inputs:,} model mutations) in {elapsed:.1f} s "
+          f"({rate:.0f} inputs/s, {args.jobs} jobs), "
           f"{n_fail} failures in {len(total.failures)} distinct signatures, slowest {dt * 1e3:.1f} ms, "
           f"seed {args.seed}{' (interrupted)' if interrupted else ''}")
     return 1 if n_fail or interrupted else 0

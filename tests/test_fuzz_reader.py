@@ -8,7 +8,14 @@ file, findings must point inside the file, coverage must add up, a parse must st
 ``scan_stats`` must cope with whatever the parse produced. A sample of examples also checks that
 a parse allocates no more than the file's size plus 64 MiB (Python/numpy allocations, tracemalloc).
 
-The budget is bounded for CI (about 3,500 examples, some 15-20 s when nothing fails); failing
+The model is fuzzed too: the tiny GGUF that wrote a fixture (its key/value section) gets the
+same mutations over its structural fields (counts, lengths, types); ``load_model_profile`` must
+give a profile or a one-line escaped ModelProfileError, quickly and in bounded memory, and a
+profile it gives must parse the fixture within the same invariants. Fixtures extended with a
+hole to 1-50 GB (sparse giant tails) must parse in bounded time and memory, and a parse racing a
+thread that keeps cutting the file must give a checked result or FileChangedError, nothing else.
+
+The budget is bounded for CI (about 4,000 examples, some 25-30 s when nothing fails); failing
 inputs of hypothesis' final (shrunk) examples are written to ``bench/out/fuzz-failures/``.
 ``bench/fuzz_long.py`` runs the same mutators for millions of inputs; what either finds goes into
 ``REGRESSIONS``.
@@ -18,7 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
+import threading
 import time
 import tracemalloc
 from collections.abc import Iterator
@@ -30,13 +39,16 @@ from typing import Any
 
 import pytest
 from fuzz_mutations import apply_mutations as apply_byte_mutations
+from fuzz_mutations import gguf_fields, gguf_kv_end
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 
-from fixtures import DATA, profile
+from fixtures import DATA, model_path, profile
+from kvscope.core.model_profile import ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
+from kvscope.core.reader.source import FileChangedError
 from kvscope.core.reader.tree import check_tiling, coverage
 from kvscope.core.stats import scan_stats
 
@@ -274,3 +286,121 @@ def test_huge_counts_do_not_allocate() -> None:
                     tracemalloc.stop()
                 check_result(res, len(data))
                 assert peak < len(data) + MEMORY_SLACK, (rel, slot, width, value, peak)
+
+
+# -- the model as untrusted input ----------------------------------------------------------
+
+
+@cache
+def model_prefix(key: str) -> bytes:
+    """The tiny model's header and key/value section (what the profile loader reads)."""
+    data = model_path(key).read_bytes()
+    return data[: gguf_kv_end(data) + 64]
+
+
+@cache
+def model_field_offsets(key: str) -> tuple[tuple[int, int], ...]:
+    return tuple(gguf_fields(model_prefix(key)))
+
+
+MODEL_SECONDS = 1.0
+
+
+def load_mutated_model(path: Path, data: bytes) -> Any:
+    """The profile of the mutated model at ``path``, or None after checking its error message."""
+    path.write_bytes(data)
+    t0 = time.perf_counter()
+    try:
+        prof = load_model_profile(path)
+    except ModelProfileError as e:
+        msg = str(e)
+        assert msg and msg.isprintable(), repr(msg)  # one line, nothing raw from the file
+        prof = None
+    dt = time.perf_counter() - t0
+    assert dt < MODEL_SECONDS, f"model load took {dt:.2f} s"
+    return prof
+
+
+@settings(max_examples=250, deadline=timedelta(seconds=5),
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(fixture=st.sampled_from(FIXTURES), muts=st.lists(MUTATION, min_size=1, max_size=3))
+def test_mutated_model(scratch: Path, fixture: tuple[str, str], muts: list[tuple[Any, ...]]) -> None:
+    """A mutated model loads (or fails with one clean line); its profile parses the state safely."""
+    rel, key = fixture
+    data = apply_byte_mutations(model_prefix(key), model_field_offsets(key), muts)
+    with saved_on_failure(data, fixture=rel, model_mutations=muts):
+        tracemalloc.start()
+        try:
+            prof = load_mutated_model(scratch / "model.gguf", data)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < len(data) + MEMORY_SLACK, f"model load peak {peak} bytes"
+        if prof is None:
+            return
+        state = fixture_bytes(rel)
+        t0 = time.perf_counter()
+        res = read_state(data=state, profile=prof)
+        assert time.perf_counter() - t0 < PARSE_SECONDS
+        check_result(res, len(state))
+
+
+SPARSE_SIZES = (1 << 30, 50 << 30)
+
+
+@pytest.mark.parametrize("size", SPARSE_SIZES)
+@pytest.mark.parametrize(("rel", "key"), FIXTURES[::2])
+def test_sparse_giant_tail(scratch: Path, rel: str, key: str, size: int) -> None:
+    """A fixture extended with a hole: bounded parse time and allocation, whatever the tail's size."""
+    path = scratch / "sparse.bin"
+    path.write_bytes(fixture_bytes(rel))
+    os.truncate(path, size)
+    try:
+        for prof in (None, profile(key)):
+            tracemalloc.start()
+            try:
+                t0 = time.perf_counter()
+                res = read_state(path, profile=prof)
+                dt = time.perf_counter() - t0
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            check_result(res, size)
+            assert dt < 10 * PARSE_SECONDS, f"parse of a {size >> 30} GB sparse tail took {dt:.1f} s"
+            assert peak < MEMORY_SLACK, f"parse of a {size >> 30} GB sparse tail allocated {peak >> 20} MiB"
+    finally:
+        path.unlink()
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(fixture=st.sampled_from(FIXTURES), with_model=st.booleans(), cut=st.floats(0.0, 1.0))
+def test_concurrent_truncation(scratch: Path, fixture: tuple[str, str], with_model: bool, cut: float) -> None:
+    """A thread keeps cutting the file and growing it back while it is parsed and scanned: the
+    result is checked against the size it was read at, or the read says the file changed."""
+    rel, key = fixture
+    data = fixture_bytes(rel)
+    path = scratch / "racing.bin"
+    path.write_bytes(data)
+    stop = threading.Event()
+
+    def toggle() -> None:
+        while not stop.is_set():
+            os.truncate(path, int(len(data) * cut))
+            os.truncate(path, len(data))
+
+    t = threading.Thread(target=toggle)
+    t.start()
+    try:
+        for _ in range(5):
+            try:
+                res = read_state(path, profile=profile(key) if with_model else None)
+                check_result(res, res.size)
+                if res.kind != "unknown":
+                    scan_stats(res)
+                    check_result(res, res.size)
+            except FileChangedError as e:
+                assert str(e) == "the file changed while it was read"
+    finally:
+        stop.set()
+        t.join()
