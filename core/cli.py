@@ -184,7 +184,8 @@ def build_parser(extra: dict[str, Registrar] | None = None) -> argparse.Argument
     p.add_argument("file")
     p.add_argument("--model", metavar="GGUF", help="the model that wrote the state (enables model checks)")
     fmt = p.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true", help="one JSON object")
+    fmt.add_argument("--json", action="store_true",
+                     help="one JSON object (big arrays such as cells and tokens are streamed as written)")
     fmt.add_argument("--markdown", action="store_true", help="Markdown summary")
     p.add_argument("--stats", action="store_true", help="scan tensor payloads: NaN/Inf, zero rows, min/max/mean/RMS")
     p.add_argument("--kind", choices=["seq_file", "session_file", "seq_blob", "context_blob"],
