@@ -52,14 +52,21 @@ HYBRID_RULES: dict[str, str] = {
     "granitehybrid": "kv0",
     "lfm2": "kv0",
     "lfm2moe": "kv0",
-    "kimi-linear": "kv0",  # layer rule assumed; its KDA conv-state size (n_embd_r) is not modelled
+    "kimi-linear": "kv0",
     "nemotron_h": "kv0_ff0",
     "nemotron_h_moe": "kv0_ff0",
     "falcon-h1": "all",
     "qwen3next": "interval",
     "qwen35": "interval",
     "qwen35moe": "interval",
+    "qwen4exp": "interval",
+    "minimax-01": "interval",
+    "glm5-next": "kv0",
+    "bailingmoe3": "kv0",
+    "kimi-k3": "kv0",
 }
+# full_attention_interval when the GGUF has none (and no attention.recurrent_layers array)
+DEFAULT_ATTENTION_INTERVAL: dict[str, int] = {"minimax-01": 8}
 
 # create_memory() returns no memory at all for these (embedding / diffusion models).
 NO_MEMORY_ARCHES = frozenset(
@@ -81,9 +88,15 @@ NO_MEMORY_ARCHES = frozenset(
     }
 )
 
-# Architectures whose cache is a dedicated class with its own state layout (not modelled here).
+# Architectures whose cache is a dedicated class (their plans: kvscope.core.memory_plan).
 SPECIAL_CACHE_ARCHES: dict[str, str] = {
     "deepseek32": "llama_kv_cache_dsa",
+    "glm-dsa": "llama_kv_cache_dsa",
+    "hy_v4": "llama_kv_cache_dsa (with indexer.top_k > 0)",
+    "dots3note": "llama_kv_cache_dsa_iswa",
+    "glm5-next": "llama_memory_hybrid_idx",
+    "qwen4exp": "llama_memory_hybrid_idx (llama_memory_hybrid_iswa with SWA)",
+    "minimax-m3": "llama_kv_cache_msa",
     "deepseek4": "llama_kv_cache_dsv4",
 }
 
@@ -117,17 +130,21 @@ SWA_RULES: dict[str, SwaRule] = {
     "exaone4": SwaRule(4, default_n_swa=4096),
     # llama4: chunked attention, 3 chunked : 1 full, window 8192 -- unless sliding_window == 0
     "llama4": SwaRule(4, forced_n_swa=8192),
+    # deepseek4: set_swa_pattern(0) -- every layer uses the window (attention.sliding_window)
+    "deepseek4": SwaRule(0),
 }
+# SWA on every attention layer when the GGUF sets attention.sliding_window > 0 (lfm2 load_hparams)
+SWA_IF_WINDOW_ON_ATTENTION = frozenset({"lfm2", "lfm2moe"})
 # load_hparams() turns SWA off for these even when the GGUF has a sliding window.
 SWA_DISABLED_ARCHES = frozenset({"phi3"})
 
 # llama_model_rope_type(): LLAMA_ROPE_TYPE_MROPE / _IMROPE -> hparams.n_pos_per_embd() == 4, and
 # every KV cell carries a llama_kv_cell_ext record in the state file.
 MROPE_ARCHES = frozenset(
-    {"qwen2vl", "paddleocr", "qwen3vl", "qwen3vlmoe", "qwen35", "qwen35moe", "qwen3tts"}
+    {"qwen2vl", "paddleocr", "qwen3vl", "qwen3vlmoe", "qwen35", "qwen35moe", "qwen3tts", "qwen4exp", "clef"}
 )
 # M-RoPE only when rope.dimension_sections is set (hparams.use_mrope()).
-MROPE_IF_SECTIONS_ARCHES = frozenset({"glm4", "glm4moe", "hunyuan_vl"})
+MROPE_IF_SECTIONS_ARCHES = frozenset({"glm4", "glm4moe", "hunyuan_vl", "bailingmoe3", "dflash"})
 
 
 def pattern_layers(n_layer: int, pattern: int, dense_first: bool) -> tuple[int, ...]:
@@ -182,8 +199,15 @@ def swa_setup(meta: GGUFMetadata, arch: str, n_layer: int) -> tuple[int, tuple[i
     return n_swa, layers
 
 
-def recurrent_sizes(meta: GGUFMetadata, arch: str, n_embd: int) -> tuple[int, int]:
-    """(n_embd_r, n_embd_s): llama_hparams::n_embd_r() / n_embd_s()."""
+def recurrent_sizes(
+    meta: GGUFMetadata, arch: str, n_embd: int, n_head: int = 0, head_dim_k: int = 0
+) -> tuple[int, int]:
+    """(n_embd_r, n_embd_s): llama_hparams::n_embd_r() / n_embd_s() (``n_head``: layer 0's head count).
+
+    The branches are tried in llama.cpp's order (src/llama-hparams.cpp): RWKV, LFM2 short
+    convolution (r only), KDA (Kimi, GLM5-Next, BailingMoE3), MiniMax-01 linear attention (s
+    only), then the Mamba / gated delta-net sizes.
+    """
     wkv_head_size = meta.int_(f"{arch}.wkv.head_size") or 0
     if wkv_head_size:  # RWKV: token shift rows, wkv state
         token_shift_count = meta.int_(f"{arch}.token_shift_count")
@@ -192,9 +216,19 @@ def recurrent_sizes(meta: GGUFMetadata, arch: str, n_embd: int) -> tuple[int, in
     d_inner = meta.int_(f"{arch}.ssm.inner_size") or 0
     d_state = meta.int_(f"{arch}.ssm.state_size") or 0
     n_group = meta.int_(f"{arch}.ssm.group_count") or 0
-    n_embd_s = d_state * d_inner
     l_cache = meta.int_(f"{arch}.shortconv.l_cache") or 0
+    kda = meta.int_(f"{arch}.kda.head_dim") or 0
+    head_la = head_dim_k if arch == "minimax-01" else 0  # n_embd_head_la = n_embd_head_k_full
     if l_cache:  # LFM2 short convolution
-        return n_embd * (l_cache - 1), n_embd_s
-    # Mamba: the first conv column is shifted out, so d_conv - 1 columns are kept
-    return (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state), n_embd_s
+        n_embd_r = n_embd * (l_cache - 1)
+    elif kda:  # conv state of Q, K, V
+        n_embd_r = 3 * (d_conv - 1 if d_conv > 0 else 3) * n_head * kda
+    else:  # Mamba: the first conv column is shifted out, so d_conv - 1 columns are kept
+        n_embd_r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
+    if kda:
+        n_embd_s = kda * kda * n_head
+    elif head_la:
+        n_embd_s = head_la * head_la * n_head
+    else:
+        n_embd_s = d_state * d_inner
+    return n_embd_r, n_embd_s

@@ -28,16 +28,18 @@ import numpy as np
 
 from kvscope.core import detokenize as _detok
 from kvscope.core.architectures import (
+    DEFAULT_ATTENTION_INTERVAL,
     HYBRID_RULES,
     MROPE_ARCHES,
     MROPE_IF_SECTIONS_ARCHES,
     NO_MEMORY_ARCHES,
     RECURRENT_ARCHES,
-    SPECIAL_CACHE_ARCHES,
+    SWA_IF_WINDOW_ON_ATTENTION,
     recurrent_sizes,
     swa_setup,
 )
 from kvscope.core.gguf_metadata import Backend, GGUFMetadata, GGUFMetadataError, read_gguf_metadata
+from kvscope.core.memory_plan import ExpectedSection, PlanInputs, build_plan
 from kvscope.core.textsafe import safe_text
 
 __all__ = [
@@ -51,7 +53,8 @@ __all__ = [
 # The memory llama.cpp's create_memory() builds: llama_kv_cache ("kv"), llama_kv_cache_iswa ("iswa"),
 # llama_memory_recurrent ("recurrent"), llama_memory_hybrid ("hybrid"), llama_memory_hybrid_iswa
 # ("hybrid_iswa"), or nothing ("none": embedding / diffusion models).
-MemoryClass = Literal["kv", "iswa", "recurrent", "hybrid", "hybrid_iswa", "none"]
+MemoryClass = Literal["kv", "iswa", "recurrent", "hybrid", "hybrid_iswa", "hybrid_idx", "dsa", "dsa_iswa", "msa",
+                      "dsv4", "none"]
 
 
 class ModelProfileError(Exception):
@@ -63,15 +66,6 @@ class ModelProfileError(Exception):
 
 
 _MAX_SANE_LAYERS = 1 << 16
-
-
-@dataclass(frozen=True)
-class ExpectedSection:
-    """One memory section of a state file, in the order llama.cpp writes them."""
-
-    role: str  # "kv", "kv_base", "kv_swa", "kv_attn" or "recurrent"
-    kind: str  # "kv" (llama_kv_cache) or "recurrent" (llama_memory_recurrent)
-    layers: tuple[int, ...]  # model layer indices held by this section, ascending
 
 
 @dataclass(frozen=True)
@@ -111,6 +105,10 @@ class ModelProfile:
     # derives it from n_head_kv and recurrent_layers.
     attn_layers_override: tuple[int, ...] | None = None
     notes: tuple[str, ...] = ()  # caveats about how well this profile models the architecture
+    # the memory sections in write order (kvscope.core.memory_plan); () derives the classic ones
+    plan: tuple[ExpectedSection, ...] = ()
+    ple_layers: tuple[int, ...] = ()  # recurrent layers with a PLE conv-history ``p`` record
+    n_embd_p: int = 0  # elements of a ``p`` row (hparams.ple_conv_state())
 
     # --- per-layer sizes ----------------------------------------------------------------------
 
@@ -171,30 +169,38 @@ class ModelProfile:
         swa = set(self.swa_layers)
         return tuple(il for il in self.attn_layers if il in swa)
 
-    def expected_sections(self, partial: bool) -> list[ExpectedSection]:
+    def expected_sections(self, partial: bool, kv_rot: bool = False) -> list[ExpectedSection]:
         """The memory sections of a state file in write order (``partial``: PARTIAL_ONLY flag).
 
-        Mirrors llama.cpp's memory classes: ``llama_kv_cache`` ignores the flag,
-        ``llama_kv_cache_iswa`` writes only its SWA cache and ``llama_memory_hybrid`` only its
-        recurrent part when the flag is set.
+        Mirrors llama.cpp's memory classes (``create_memory``): ``llama_kv_cache`` ignores the
+        flag, ``llama_kv_cache_iswa`` writes only its SWA cache and ``llama_memory_hybrid``
+        only its recurrent part when it is set, and so on (:mod:`kvscope.core.memory_plan`).
+        ``kv_rot``: the layout is v11/v4 or later (Qwen4exp's indexer rows are wider there).
         """
-        kv = ExpectedSection("kv", "kv", self.attn_layers)
-        base = ExpectedSection("kv_base", "kv", self.kv_base_layers)
-        swa = ExpectedSection("kv_swa", "kv", self.kv_swa_layers)
-        attn = ExpectedSection("kv_attn", "kv", self.attn_layers)
+        plan = self.plan or self._classic_plan()
+        return [s.for_layout(kv_rot) for s in plan if s.partial_keep or not partial]
+
+    def _classic_plan(self) -> tuple[ExpectedSection, ...]:
+        def kv(role: str, layers: tuple[int, ...], keep: bool = True) -> ExpectedSection:
+            return ExpectedSection(role, "kv", layers, v_elems=() if self.is_mla else None, partial_keep=keep)
+
         recr = ExpectedSection("recurrent", "recurrent", self.recurrent_layers)
         mc = self.memory_class
         if mc == "kv":
-            return [kv]
+            return (kv("kv", self.attn_layers),)
         if mc == "iswa":
-            return [swa] if partial else [base, swa]
+            return (kv("kv_base", self.kv_base_layers, False), kv("kv_swa", self.kv_swa_layers))
         if mc == "recurrent":
-            return [recr]
+            return (recr,)
         if mc == "hybrid":
-            return [recr] if partial else [attn, recr]
+            return (kv("kv_attn", self.attn_layers, False), recr)
         if mc == "hybrid_iswa":
-            return [swa, recr] if partial else [base, swa, recr]
-        return []
+            return (kv("kv_base", self.kv_base_layers, False), kv("kv_swa", self.kv_swa_layers), recr)
+        return ()
+
+    def section_plan(self, role: str) -> ExpectedSection | None:
+        """The planned section called ``role`` (first match), or None."""
+        return next((s for s in (self.plan or self._classic_plan()) if s.role == role), None)
 
     # --- vocabulary ---------------------------------------------------------------------------
 
@@ -305,8 +311,16 @@ def _build_profile(meta: GGUFMetadata, path: str) -> ModelProfile:
     elif hybrid_rule == "all":
         recurrent_flags = [True] * n_layer
     elif hybrid_rule == "interval":
-        interval = meta.int_(f"{arch}.full_attention_interval") or 4
-        recurrent_flags = [(il + 1) % interval != 0 for il in range(n_layer)]
+        listed = meta.int_or_array(f"{arch}.attention.recurrent_layers", n_layer) if meta.has(
+            f"{arch}.attention.recurrent_layers") else None
+        if listed is not None:
+            recurrent_flags = [bool(f) for f in listed[:n_layer]]
+        else:
+            interval = meta.int_(f"{arch}.full_attention_interval") or DEFAULT_ATTENTION_INTERVAL.get(arch, 4)
+            recurrent_flags = [il < main_end and (il + 1) % interval != 0 for il in range(n_layer)]
+    if arch in SWA_IF_WINDOW_ON_ATTENTION and (meta.int_(f"{arch}.attention.sliding_window") or 0) > 0:
+        n_swa = meta.require_int(f"{arch}.attention.sliding_window")
+        swa_layers = tuple(il for il in range(n_layer) if not recurrent_flags[il])
 
     if arch in NO_MEMORY_ARCHES:
         memory_class: MemoryClass = "none"
@@ -332,7 +346,7 @@ def _build_profile(meta: GGUFMetadata, path: str) -> ModelProfile:
 
     if memory_class in ("recurrent", "hybrid", "hybrid_iswa"):
         recurrent_layers = tuple(il for il in range(main_end) if recurrent_flags[il])
-        n_embd_r, n_embd_s = recurrent_sizes(meta, arch, n_embd)
+        n_embd_r, n_embd_s = recurrent_sizes(meta, arch, n_embd, n_head[0] if n_head else 0, head_dim_k)
     else:
         recurrent_layers = ()
         n_embd_r = n_embd_s = 0
@@ -349,16 +363,17 @@ def _build_profile(meta: GGUFMetadata, path: str) -> ModelProfile:
     mrope = arch in MROPE_ARCHES or (arch in MROPE_IF_SECTIONS_ARCHES and use_mrope)
     n_pos_per_embd = 4 if mrope else 1
     ple_key = f"{arch}.ple.layers"
-    ple = meta.values.get(ple_key)
-    has_ple = (isinstance(ple, np.ndarray) and ple.size > 0) or (isinstance(ple, int) and ple > 0)
+    ple_layers = tuple(il for il in (meta.int_or_array(ple_key, 1) or ()) if 0 <= il < n_layer) if meta.has(
+        ple_key) else ()
+    has_ple = bool(ple_layers)
+    n_embd_p = 0
+    if has_ple:  # hparams.ple_conv_state(): (conv_kernel - 1) * ngram_size * hyper_connection.count * n_embd
+        kernel = meta.int_(f"{arch}.ple.conv_kernel") or 0
+        ngram = meta.int_(f"{arch}.ple.ngram_size") or 0
+        hc = meta.int_(f"{arch}.hyper_connection.count") or 1
+        n_embd_p = max(0, kernel - 1) * ngram * hc * n_embd if kernel else 0
 
     # --- caveats ----------------------------------------------------------------------------
-    if arch in SPECIAL_CACHE_ARCHES:
-        notes.append(
-            f"'{arch}' uses {SPECIAL_CACHE_ARCHES[arch]}, whose state layout kvscope does not model"
-        )
-    if arch == "kimi-linear":
-        notes.append("kimi-linear KDA state sizes (n_embd_r / n_embd_s) are not modelled")
     if recurrent_layers and not (n_embd_r or n_embd_s):
         notes.append("no recurrent state size found in the metadata (ssm / shortconv / wkv keys)")
     if n_vocab and vocab and n_vocab != len(vocab):
@@ -366,6 +381,15 @@ def _build_profile(meta: GGUFMetadata, path: str) -> ModelProfile:
     if is_mla and memory_class != "none":
         notes.append("MLA: the KV cache holds K rows only (no V records)")
 
+    plan_in = PlanInputs(
+        arch=arch, n_layer=n_layer, main_end=main_end, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
+        head_dim_k=head_dim_k, head_dim_v=head_dim_v, head_dim_k_swa=head_dim_k_swa,
+        head_dim_v_swa=head_dim_v_swa, swa_layers=swa_layers, attn_layers=attn, recurrent_layers=recurrent_layers,
+        memory_class=memory_class, is_mla=is_mla, has_cell_ext=n_pos_per_embd > 1 or has_ple,
+    )
+    planned_class, plan = build_plan(meta, plan_in)
+    memory_class = planned_class  # type: ignore[assignment]
+    notes.extend(plan_in.notes)
     return ModelProfile(
         path=path,
         arch=arch,
@@ -393,6 +417,9 @@ def _build_profile(meta: GGUFMetadata, path: str) -> ModelProfile:
         has_ple=has_ple,
         attn_layers_override=attn,
         notes=tuple(notes),
+        plan=plan,
+        ple_layers=ple_layers,
+        n_embd_p=n_embd_p,
     )
 
 

@@ -104,25 +104,30 @@ def test_recurrent_row_bytes_match_manifest(profiles: dict[str, ModelProfile]) -
         assert profiles[key].n_embd_s * 4 == layout["s_row_bytes_f32"]
 
 
+def _sections(p: ModelProfile, partial: bool) -> list[tuple[str, str, tuple[int, ...]]]:
+    return [(s.role, s.kind, s.layers) for s in p.expected_sections(partial)]
+
+
 def test_expected_sections_of_tiny_models(profiles: dict[str, ModelProfile]) -> None:
-    kv = ExpectedSection("kv", "kv", (0, 1, 2, 3))
-    assert profiles["llama"].expected_sections(False) == [kv]
-    assert profiles["llama"].expected_sections(True) == [kv]
-    assert profiles["qwen2vl"].expected_sections(False) == [kv]
+    kv = ("kv", "kv", (0, 1, 2, 3))
+    assert _sections(profiles["llama"], False) == [kv]
+    assert _sections(profiles["llama"], True) == [kv]
+    assert _sections(profiles["qwen2vl"], False) == [kv]
 
-    base = ExpectedSection("kv_base", "kv", (1, 3))
-    swa = ExpectedSection("kv_swa", "kv", (0, 2))
-    assert profiles["gemma2"].expected_sections(False) == [base, swa]
-    assert profiles["gemma2"].expected_sections(True) == [swa]
+    base = ("kv_base", "kv", (1, 3))
+    swa = ("kv_swa", "kv", (0, 2))
+    assert _sections(profiles["gemma2"], False) == [base, swa]
+    assert _sections(profiles["gemma2"], True) == [swa]
 
-    recr = ExpectedSection("recurrent", "recurrent", (0, 1, 2))
-    assert profiles["mamba"].expected_sections(False) == [recr]
-    assert profiles["mamba"].expected_sections(True) == [recr]
+    recr = ("recurrent", "recurrent", (0, 1, 2))
+    assert _sections(profiles["mamba"], False) == [recr]
+    assert _sections(profiles["mamba"], True) == [recr]
 
-    attn = ExpectedSection("kv_attn", "kv", (1, 3))
-    recr2 = ExpectedSection("recurrent", "recurrent", (0, 2))
-    assert profiles["lfm2"].expected_sections(False) == [attn, recr2]
-    assert profiles["lfm2"].expected_sections(True) == [recr2]
+    attn = ("kv_attn", "kv", (1, 3))
+    recr2 = ("recurrent", "recurrent", (0, 2))
+    assert _sections(profiles["lfm2"], False) == [attn, recr2]
+    assert _sections(profiles["lfm2"], True) == [recr2]
+    assert profiles["llama"].expected_sections(False)[0].head_k == (32, 32, 32, 32)
 
 
 def _manifest_layouts() -> Iterator[tuple[str, dict[str, Any]]]:
@@ -320,15 +325,16 @@ def test_hand_built_profiles_derive_layers() -> None:
     assert hybrid.attn_layers == (1, 3)
     assert hybrid.kv_base_layers == (3,)
     assert hybrid.kv_swa_layers == (1,)
-    assert hybrid.expected_sections(False) == [
-        ExpectedSection("kv_base", "kv", (3,)),
-        ExpectedSection("kv_swa", "kv", (1,)),
-        ExpectedSection("recurrent", "recurrent", (0, 2)),
+    assert _sections(hybrid, False) == [
+        ("kv_base", "kv", (3,)),
+        ("kv_swa", "kv", (1,)),
+        ("recurrent", "recurrent", (0, 2)),
     ]
-    assert hybrid.expected_sections(True) == [
-        ExpectedSection("kv_swa", "kv", (1,)),
-        ExpectedSection("recurrent", "recurrent", (0, 2)),
+    assert _sections(hybrid, True) == [
+        ("kv_swa", "kv", (1,)),
+        ("recurrent", "recurrent", (0, 2)),
     ]
+    assert hybrid.expected_sections(False)[0] == ExpectedSection("kv_base", "kv", (3,), partial_keep=False)
     assert _profile(memory_class="none").expected_sections(False) == []
     assert _profile(memory_class="none").expected_sections(True) == []
     assert not _profile().has_cell_ext()

@@ -16,7 +16,6 @@ import pytest
 
 from fixtures import model_path
 from kvscope.core.model_profile import (
-    ExpectedSection,
     ModelProfile,
     ModelProfileError,
     load_model_profile,
@@ -94,7 +93,7 @@ def test_gemma3_swa_pattern_6(tmp_path: Path) -> None:
     assert p.n_swa == 512
     assert p.swa_layers == (0, 1, 2, 3, 4, 6, 7, 8, 9, 10)
     assert p.kv_base_layers == (5, 11)
-    assert p.expected_sections(True) == [ExpectedSection("kv_swa", "kv", p.swa_layers)]
+    assert [(s.role, s.layers) for s in p.expected_sections(True)] == [("kv_swa", p.swa_layers)]
 
 
 def test_gemma2_default_window_and_cohere2(tmp_path: Path) -> None:
@@ -280,10 +279,12 @@ def test_hybrid_architectures(tmp_path: Path) -> None:
         )
     )
     assert lfm_swa.memory_class == "hybrid_iswa"
-    assert lfm_swa.expected_sections(False) == [
-        ExpectedSection("kv_base", "kv", (3,)),
-        ExpectedSection("kv_swa", "kv", (1,)),
-        ExpectedSection("recurrent", "recurrent", (0, 2)),
+    # lfm2's load_hparams makes every attention layer SWA when sliding_window > 0 and never reads
+    # sliding_window_pattern (src/models/lfm2.cpp of both pinned trees): the base cache is empty
+    assert [(s.role, s.kind, s.layers) for s in lfm_swa.expected_sections(False)] == [
+        ("kv_base", "kv", ()),
+        ("kv_swa", "kv", (1, 3)),
+        ("recurrent", "recurrent", (0, 2)),
     ]
     assert lfm_swa.n_embd_r == 64 * 2 and lfm_swa.n_embd_s == 0
 
@@ -336,8 +337,15 @@ def test_mla_mrope_ple_and_no_memory(tmp_path: Path) -> None:
     assert bert.expected_sections(False) == [] and bert.attn_layers == ()
     assert bert.detokenize([1, 2]) == "his"
 
-    ds4 = load(write_gguf(tmp_path / "d4.gguf", "deepseek32", 2))
-    assert any("does not model" in note for note in ds4.notes)
+    mla_kv = {"{arch}.attention.key_length": 576, "{arch}.attention.value_length": 512,
+              "{arch}.attention.key_length_mla": 192, "{arch}.attention.value_length_mla": 128,
+              "{arch}.attention.indexer.key_length": 128}
+    dsa = load(write_gguf(tmp_path / "d32.gguf", "deepseek32", 2, n_head=1, n_head_kv=1, kv=mla_kv))
+    assert dsa.memory_class == "dsa"
+    mla_sec, lid = dsa.expected_sections(False)
+    assert (mla_sec.role, mla_sec.layers, mla_sec.k_only, mla_sec.rotation) == ("kv_mla", (0, 1), True, "never")
+    assert (lid.role, lid.k_elems, lid.k_only, lid.rotation) == ("kv_lid", (128, 128), True, "always")
+    assert dsa.expected_sections(True) == dsa.expected_sections(False)  # DSA ignores PARTIAL_ONLY
 
 
 def test_head_defaults(tmp_path: Path) -> None:

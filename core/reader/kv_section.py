@@ -33,12 +33,17 @@ from kvscope.core.reader.tensor_records import (
 from kvscope.core.reader.tree import Node
 
 
-def _kv_expects(ctx: ParseCtx, layers: tuple[int, ...] | None, v: bool) -> list[Expect] | None:
-    p = ctx.profile
+def _kv_expects(ctx: ParseCtx, item: PlanItem, v: bool) -> list[Expect] | None:
+    """The records the model plans for this section (K, or V), with their row elements."""
+    p, layers, sec = ctx.profile, item.layers, item.sec
     if p is None or layers is None:
         return None
     if v:
+        if sec is not None and sec.v_elems is not None:
+            return [Expect(il, n) for il, n in zip(layers, sec.v_elems, strict=False)]
         return [Expect(il, p.n_embd_v_gqa(il)) for il in layers if p.has_v(il)]
+    if sec is not None and sec.k_elems is not None:
+        return [Expect(il, n) for il, n in zip(layers, sec.k_elems, strict=True)]
     return [Expect(il, p.n_embd_k_gqa(il)) for il in layers]
 
 
@@ -199,9 +204,11 @@ def _parse_kv_data(
         n_k = want_layers
     elif n_layer * 12 > ctx.src.remaining(cur):
         raise ctx.truncated(node, f"the records of {n_layer} layers", cur, 12 * n_layer)
-    k_exp = _kv_expects(ctx, item.layers, v=False)
-    v_exp = _kv_expects(ctx, item.layers, v=True)
+    k_exp = _kv_expects(ctx, item, v=False)
+    v_exp = _kv_expects(ctx, item, v=True)
     n_v = len(v_exp) if v_exp is not None else n_k
+    if item.sec is not None and item.sec.k_only:
+        n_v = 0
     rows = stream.cell_count
     plain_kv = item.role == "kv"
 
@@ -222,6 +229,12 @@ def _parse_kv_data(
             j += 1
         except HeaderStop:
             cur, j = _resync(ctx, node, cur, limit, stream, "k", j)
+    if (v_exp is None and n_v and stream.k_layers and _k_only(ctx, cur, limit, streams_after)
+            and not _v_reading_continues(ctx, cur, limit, rows, bool(v_trans), n_v, streams_after)):
+        # what follows the K records reads as V records only by accident (the next section's
+        # first words can look like a record header): this is a K-only (MLA-shaped) cache
+        ctx.k_only_seen = True
+        return cur
     j = 0
     while j < n_v:
         f_mark, n_mark = len(ctx.findings), len(node.children)
@@ -240,6 +253,23 @@ def _parse_kv_data(
             header_bad = isinstance(stop, HeaderStop) or not ctx.src.has(cur, 12)
             if not header_bad:
                 raise
+            if j == 0 and v_exp is None and stream.k_layers and _k_only(ctx, cur, limit, streams_after):
+                # no V record at all, and what follows is the next structure: a K-only (MLA) cache
+                del ctx.findings[f_mark:]
+                del node.children[n_mark:]
+                ctx.k_only_seen = True
+                return cur
+            if (j == 0 and v_exp is None and len(stream.k_layers) == n_k and not streams_after
+                    and cur >= ctx.src.size):
+                # the file ends right after a complete set of K records: a K-only cache, or one cut
+                # before its V records -- only the model can tell
+                del ctx.findings[f_mark:]
+                del node.children[n_mark:]
+                ctx.find("info", "unconfirmed_end", cur, 0,
+                         "the last cache holds K records only and ends the file: an MLA-shaped (K-only) cache, "
+                         "or one cut right before its V records; give the model (--model) to check", node)
+                ctx.k_only_seen = True
+                return cur
             if tail_ok is not None and tail_ok(cur, streams_after):
                 # the "bad header" is the next structure (or the end of the file): records are missing
                 at_eof = cur >= ctx.src.size
@@ -255,6 +285,58 @@ def _parse_kv_data(
 
 
 MAX_N_ROT = 1 << 16
+
+
+def _k_only(ctx: ParseCtx, off: int, limit: int, streams_after: int) -> bool:
+    """Without a model: does a K-only cache end at ``off`` (the next stream or section starts there)?
+
+    At the very end of the file a K-only cache and a cache cut before its V records look alike;
+    it is taken as K-only only when another section of this state was K-only already (an MLA
+    model's caches all are).
+    """
+    if off >= limit:
+        return off >= ctx.src.size and ctx.k_only_seen
+    return _next_structure(ctx, off, limit, streams_after, k_only=True)
+
+
+def _next_structure(ctx: ParseCtx, off: int, limit: int, streams_after: int, k_only: bool) -> bool:
+    """Does the next stream of this section (or, after the last, another section) parse cleanly at ``off``?"""
+    if off >= limit:
+        return off >= ctx.src.size and not streams_after
+    from kvscope.core.reader.recurrent_section import parse_recurrent_section
+
+    attempts = ["stream"] if streams_after else ["kv", "recurrent"]
+    for attempt in attempts:
+        probe = ctx.fork()
+        probe.k_only_seen = probe.k_only_seen or k_only  # supposing this cache is K-only, later ones may be
+        scratch = Node("probe", "probe", off, 0)
+        try:
+            if attempt == "stream":
+                parse_kv_stream(probe, scratch, off, limit, 0, streams_after - 1, PlanItem("kv", "kv", None), None)
+            elif attempt == "kv":
+                parse_kv_section(probe, scratch, off, limit, PlanItem("kv", "kv", None), None)
+            else:
+                parse_recurrent_section(probe, scratch, off, limit, PlanItem("recurrent", "recurrent", None))
+        except Stop:
+            continue
+        if probe.n_errors == 0:
+            return True
+    return False
+
+
+def _v_reading_continues(
+    ctx: ParseCtx, off: int, limit: int, rows: int, v_trans: bool, n_v: int, streams_after: int
+) -> bool:
+    """Without a model: read as ``n_v`` V records, is what follows them a proper continuation?"""
+    probe = ctx.fork()
+    scratch = Node("probe", "probe", off, 0)
+    cur = off
+    try:
+        for j in range(n_v):
+            _, cur = read_record(probe, scratch, cur, "v", j, rows, v_trans, None)
+    except Stop:
+        return False
+    return probe.n_errors == 0 and _next_structure(ctx, cur, limit, streams_after, k_only=False)
 
 
 def _read_rot(ctx: ParseCtx, node: Node, off: int, stream: KvStream) -> int:

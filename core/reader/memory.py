@@ -9,6 +9,7 @@ uncertain where the bytes cannot decide.
 from __future__ import annotations
 
 from kvscope.core.reader.context import ParseCtx, Stop
+from kvscope.core.reader.dsv4_section import DSV4_MAGIC, dsv4_structural_plan, parse_dsv4_block
 from kvscope.core.reader.kv_section import parse_kv_section, parse_kv_stream
 from kvscope.core.reader.meta import PlanItem, TailCheck
 from kvscope.core.reader.records import Section
@@ -21,7 +22,12 @@ def _parse_section(
     ctx: ParseCtx, parent: Node, off: int, limit: int, item: PlanItem, tail_ok: TailCheck | None
 ) -> tuple[Section, int]:
     if item.kind == "kv":
+        if item.sec is not None and item.sec.cell_ext is False:  # a sub-cache without the model's cell ext
+            with ctx.cell_ext(0):
+                return parse_kv_section(ctx, parent, off, limit, item, tail_ok)
         return parse_kv_section(ctx, parent, off, limit, item, tail_ok)
+    if item.kind.startswith("dsv4"):
+        return parse_dsv4_block(ctx, parent, off, limit, item)
     return parse_recurrent_section(ctx, parent, off, limit, item)
 
 
@@ -51,6 +57,8 @@ def parse_memory(
     sections: list[Section] = []
     cur = off
     try:
+        if plan is None and ctx.src.u32(off) == DSV4_MAGIC:
+            plan = dsv4_structural_plan(ctx, off)
         if plan is not None:
             for i, item in enumerate(plan):
                 tail = _tail_check(ctx, item, plan[i + 1 :], limit)
@@ -72,10 +80,15 @@ def parse_memory(
 _STRUCTURAL_ROLES = {
     ("kv",): ["kv"],
     ("recurrent",): ["recurrent"],
-    ("kv", "kv"): ["kv_base", "kv_swa"],
+    ("kv", "kv"): ["kv_base", "kv_swa"],  # iSWA (or MSA base + indexer: only the model tells)
     ("kv", "recurrent"): ["kv_attn", "recurrent"],
     ("kv", "kv", "recurrent"): ["kv_base", "kv_swa", "recurrent"],
+    ("kv", "recurrent", "kv"): ["kv_attn", "recurrent", "kv_idx"],  # hybrid_idx
+    ("kv", "kv", "kv"): ["kv_mla", "kv_lid", "kv_swa"],  # DSA-iSWA
 }
+# K-only (MLA-shaped) pairs are DSA's MLA and lightning-indexer caches
+_K_ONLY_ROLES: dict[tuple[str, ...], list[str]] = {("kv", "kv"): ["kv_mla", "kv_lid"]}
+MAX_STRUCTURAL_SECTIONS = 3
 
 
 def _try(ctx: ParseCtx, off: int, limit: int, kind: str) -> tuple[ParseCtx, Node, Section | None, int, bool]:
@@ -115,13 +128,31 @@ def _prefer_kv(sec_kv: Section) -> bool:
     return False
 
 
+def _next_kinds(kinds: list[str]) -> list[str]:
+    """Section kinds that may follow ``kinds`` in some memory class (write orders of C0)."""
+    if not kinds:
+        return ["kv", "recurrent"]
+    if kinds[-1] == "recurrent":
+        return ["kv"] if kinds == ["kv", "recurrent"] else []  # hybrid_idx: the indexer follows
+    if kinds == ["kv", "kv"]:
+        return ["kv", "recurrent"]
+    if kinds == ["kv"]:
+        return ["kv", "recurrent"]
+    return []
+
+
+def _is_k_only(sec: Section) -> bool:
+    streams = [st for st in sec.streams if st.k_layers]
+    return bool(streams) and all(not st.v_layers for st in streams)
+
+
 def _parse_structural(ctx: ParseCtx, mem: Node, off: int, limit: int, sections: list[Section]) -> int:
     kinds: list[str] = []
     cur = off
-    while cur < limit and len(kinds) < 3:
-        options = ["kv", "recurrent"] if (not kinds or kinds[-1] == "kv") else []
-        if len(kinds) == 2:
-            options = ["recurrent"]
+    while cur < limit and len(kinds) < MAX_STRUCTURAL_SECTIONS:
+        options = _next_kinds(kinds)
+        if not options:
+            break
         tries = [(k, *_try(ctx, cur, limit, k)) for k in options]
         good = [t for t in tries if t[5]]
         if kinds:  # a further section holding no cell at all is believed only when it ends the file
@@ -153,6 +184,7 @@ def _parse_structural(ctx: ParseCtx, mem: Node, off: int, limit: int, sections: 
             mem.add(child)
         ctx.findings.extend(probe.findings)
         ctx.untrusted = ctx.untrusted or probe.untrusted
+        ctx.k_only_seen = ctx.k_only_seen or probe.k_only_seen
         if sec is None:
             raise Stop(limit)
         sections.append(sec)
@@ -161,6 +193,8 @@ def _parse_structural(ctx: ParseCtx, mem: Node, off: int, limit: int, sections: 
         if not ok and end >= limit:
             break
     roles = _STRUCTURAL_ROLES.get(tuple(kinds), kinds)
+    if all(sec.kind == "kv" and _is_k_only(sec) for sec in sections) and tuple(kinds) in _K_ONLY_ROLES:
+        roles = _K_ONLY_ROLES[tuple(kinds)]
     for sec, role in zip(sections, roles, strict=False):
         sec.role = role
         sec.role_certain = len(sections) > 1 or not ctx.per_seq

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvscope.core.memory_plan import ExpectedSection
 from kvscope.core.reader.cells import MAX_RECORDS, min_record_bytes, scan_cells, scan_extent
 from kvscope.core.reader.context import ParseCtx, Stop
 from kvscope.core.reader.records import KvStream, Section
@@ -24,9 +25,10 @@ MAX_LAYERS = 4096
 
 @dataclass(frozen=True)
 class PlanItem:
-    role: str  # kv | kv_base | kv_swa | kv_attn | recurrent
-    kind: str  # kv | recurrent
+    role: str  # kv | kv_base | kv_swa | kv_attn | recurrent | kv_mla | kv_lid | kv_idx | dsv4 parts
+    kind: str  # kv | recurrent | dsv4_header | dsv4_kcache | dsv4_comp
     layers: tuple[int, ...] | None  # model layer indices; None without a model
+    sec: ExpectedSection | None = None  # the model's plan of this section (geometry, rotation, ext)
 
 
 TailCheck = Callable[[int, int], bool]  # (offset, streams still to come in this section) -> parses?

@@ -7,7 +7,7 @@ unrecognised file comes back as ``kind == "unknown"`` with an ``unknown_format``
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from kvscope.core.findings import Finding, Severity
@@ -71,7 +71,7 @@ def _plans(profile: ModelProfile | None, gen: Generation, kind: str) -> list[tup
         return [(False, None)]
 
     def plan_of(partial: bool) -> list[PlanItem]:
-        secs = profile.expected_sections(partial)
+        secs = profile.expected_sections(partial, gen.kv_rot)
         if not gen.n_stream:  # one unified cache over every layer; n_layer counted all layers
             out: list[PlanItem] = []
             if profile.attn_layers:
@@ -79,11 +79,13 @@ def _plans(profile: ModelProfile | None, gen: Generation, kind: str) -> list[tup
             if profile.recurrent_layers:
                 out.append(PlanItem("recurrent", "recurrent", tuple(range(profile.n_layer))))
             return out
-        return [PlanItem(s.role, s.kind, s.layers) for s in secs]
+        # DeepSeek-V4 records its PARTIAL_ONLY flag in its header's mode word
+        return [PlanItem(s.role, s.kind, s.layers, replace(s, params=(("mode", int(partial)),))
+                         if s.kind == "dsv4_header" else s) for s in secs]
 
     full = plan_of(False)
     plans: list[tuple[bool, list[PlanItem] | None]] = [(False, full)]
-    if kind == "seq_blob" and gen.n_stream and profile.memory_class in gen.partial_kinds:
+    if kind == "seq_blob" and gen.n_stream and _has_partial(profile, gen):
         part = plan_of(True)
         if part != full:
             plans.append((True, part))
@@ -103,6 +105,17 @@ class _Key(NamedTuple):
     unexplained: int  # minus bytes unparsed, untrusted or trailing
     warnings: int
     swa_masking: bool
+
+
+def _has_partial(profile: ModelProfile, gen: Generation) -> bool:
+    """Can a PARTIAL_ONLY blob of this model's memory differ from a full one in this generation?
+
+    The iSWA / hybrid classes gained the flag in 2025-08 / 2025-10 (``Generation.partial_kinds``);
+    the classes that came later (hybrid_idx, DSA-iSWA, DSV4) always had it.
+    """
+    if profile.memory_class in gen.partial_kinds:
+        return True
+    return gen.cell_ext >= 12 and profile.memory_class in ("hybrid_idx", "dsa_iswa", "dsv4")
 
 
 @dataclass
@@ -326,7 +339,7 @@ def read_source(
     from kvscope.core.rotation import annotate
 
     annotate(res, profile)
-    if profile is None and not res.n_errors:
+    if profile is None and not res.n_errors and not any(f.code == "unconfirmed_end" for f in res.findings):
         _unconfirmed_end(res)
     if kind is None and detected == "seq_blob" and not has_header and res.n_errors:
         cov = coverage(res.root)

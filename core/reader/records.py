@@ -252,11 +252,16 @@ class Section:
     r_layers: list[LayerRecord] = field(default_factory=list)
     s_layers: list[LayerRecord] = field(default_factory=list)
     p_layers: list[LayerRecord] = field(default_factory=list)
+    # DeepSeek-V4 blocks (kind dsv4_header / dsv4_kcache / dsv4_comp): header words and records
+    fields: dict[str, int] = field(default_factory=dict)
+    records: list[LayerRecord] = field(default_factory=list)
     node: Node | None = field(default=None, repr=False)
 
     def all_layers(self) -> list[LayerRecord]:
         if self.kind == "kv":
             return [lr for s in self.streams for lr in (*s.k_layers, *s.v_layers)]
+        if self.kind.startswith("dsv4"):
+            return list(self.records)
         return [*self.r_layers, *self.s_layers, *self.p_layers]
 
     def to_json(self, lazy: bool = False) -> dict[str, Any]:
@@ -272,6 +277,9 @@ class Section:
         if self.kind == "kv":
             out["n_stream"] = self.n_stream
             out["streams"] = [s.to_json(lazy) for s in self.streams]
+        elif self.kind.startswith("dsv4"):
+            out.update(self.fields)
+            out["records"] = [lr.to_json() for lr in self.records]
         else:
             out.update(
                 cell_count=self.cell_count,

@@ -6,6 +6,7 @@ look like records and split into r and s halves whose row sizes must each be uni
 
 from __future__ import annotations
 
+from kvscope.core import ggml_types as gt
 from kvscope.core.reader.context import ParseCtx, Stop, mark_bad
 from kvscope.core.reader.meta import (
     MAX_LAYERS,
@@ -72,7 +73,8 @@ def parse_recurrent_section(
             layers = list(item.layers)
             r_exp: list[Expect | None] = [Expect(il, p.n_embd_r, F32) for il in layers]
             s_exp: list[Expect | None] = [Expect(il, p.n_embd_s, F32) for il in layers]
-            cur = _read_rs(ctx, sec_node, cur, sec, "r", r_exp, cell_count)
+            ple = {il: p.n_embd_p for il in p.ple_layers} if p.n_embd_p else {}
+            cur = _read_rs(ctx, sec_node, cur, sec, "r", r_exp, cell_count, ple)
             cur = _read_rs(ctx, sec_node, cur, sec, "s", s_exp, cell_count)
         else:
             cur = _read_rs_structural(ctx, sec_node, cur, limit, sec, cell_count, n_layer)
@@ -84,13 +86,76 @@ def parse_recurrent_section(
 
 
 def _read_rs(
-    ctx: ParseCtx, node: Node, off: int, sec: Section, role: str, exps: list[Expect | None], rows: int
+    ctx: ParseCtx, node: Node, off: int, sec: Section, role: str, exps: list[Expect | None], rows: int,
+    ple: dict[int, int] | None = None,
 ) -> int:
     out = sec.r_layers if role == "r" else sec.s_layers
     for j, e in enumerate(exps):
         rec, off = read_record(ctx, node, off, role, j, rows, False, e, allow_zero_row=True)
         out.append(rec)
+        if ple and e is not None and e.il in ple:  # the layer's PLE conv history follows its r rows
+            prec, off = read_p_record(ctx, node, off, len(sec.p_layers), rows, e.il, ple[e.il])
+            sec.p_layers.append(prec)
     return off
+
+
+def read_p_record(
+    ctx: ParseCtx, parent: Node, off: int, index: int, rows: int, il: int | None, n_elements: int | None
+) -> tuple[LayerRecord, int]:
+    """A PLE ``p`` record: ``u64 p_size_row`` (no type field: the rows are F32, type_r) and its rows."""
+    src = ctx.src
+    label = f"layer {il}" if il is not None else f"record {index}"
+    if not src.has(off, 8):
+        raise ctx.truncated(parent, f"the p {label} header", off, 8, il)
+    row = src.u64(off) or 0
+    node = parent.add(Node(f"p{il if il is not None else index}", "layer", off, 8, None, ctx.status()))
+    hdr = node.add(Node("header", "layer_header", off, 8, f"f32 row={row} (no type field)", ctx.status()))
+    want = 4 * n_elements if n_elements is not None else None
+    if row % 4 or (want is not None and row != want) or row > src.size:
+        hdr.status = hdr.kind = "unparsed"
+        ctx.find("error", "row_size_mismatch", off, 8, f"p {label}: row size {row}"
+                 + (f", model expects {want} ({n_elements} x f32)" if want is not None else " is not whole f32 values"),
+                 hdr, il, row_bytes=row)
+        raise Stop(off + 8)
+    data_size = row * rows
+    rec = LayerRecord("p", index, il, F32, off, off + 8, data_size, rows, row)
+    rec.trusted = not ctx.untrusted
+    rec.node = node
+    have = src.remaining(off + 8)
+    if data_size > have:
+        if have:
+            node.add(Node("rows", "p_rows", off + 8, have, None, ctx.status(), note="truncated"))
+        node.fit_to_children()
+        ctx.find("error", "truncated", off + 8, have, f"file ends inside the p {label} payload: {data_size} bytes "
+                 f"needed, {have} present", node, il, needed=data_size, file_end=src.size)
+        rec.data_size = have
+        raise Stop(off + 8 + have)
+    if data_size:
+        node.add(Node("rows", "p_rows", off + 8, data_size, None, ctx.status()))
+    node.fit_to_children()
+    return rec, off + 8 + data_size
+
+
+def _looks_like_p(ctx: ParseCtx, off: int, limit: int, rows: int) -> bool:
+    """Without a model: is a PLE ``p`` header (u64 row size, no type) at ``off``?
+
+    Its low word is a row size of whole f32 values far above every ggml type id, so it never
+    reads as a record header; what follows its rows must be the next record (or the end).
+    """
+    row = ctx.src.u64(off)
+    if row is None or row == 0 or row % 4 or row > (1 << 31) or gt.is_known_type(int(row & 0x7FFFFFFF)):
+        return False
+    end = off + 8 + row * rows
+    if end > limit:
+        return False
+    if end == limit:
+        return True
+    probe = ctx.fork()
+    try:
+        read_record(probe, Node("probe", "probe", end, 0), end, "s", 0, rows, False, None, allow_zero_row=True)
+    except Stop:
+        return False
+    return True
 
 
 def _read_rs_structural(
@@ -98,6 +163,7 @@ def _read_rs_structural(
 ) -> int:
     """Without a model: read record-shaped headers up to the end, then split them r | s."""
     recs: list[LayerRecord] = []
+    p_after: dict[int, LayerRecord] = {}  # PLE p record following the record at this index
     cur = off
     while len(recs) < 2 * n_layer and cur < limit:
         probe = ctx.fork()
@@ -105,6 +171,10 @@ def _read_rs_structural(
         try:
             read_record(probe, scratch, cur, "r", len(recs), rows, False, None, allow_zero_row=True)
         except Stop:
+            if recs and len(recs) - 1 not in p_after and _looks_like_p(ctx, cur, limit, rows):
+                prec, cur = read_p_record(ctx, node, cur, len(p_after), rows, None, None)
+                p_after[len(recs) - 1] = prec
+                continue
             if any(f.code == "truncated" for f in probe.findings):  # cut inside a record: say so
                 read_record(ctx, node, cur, "r", len(recs), rows, False, None, allow_zero_row=True)
             break
@@ -139,6 +209,15 @@ def _read_rs_structural(
                         c.kind = "s_rows"
         else:
             rec.index = i
+    if any(i >= half for i in p_after):
+        ctx.find("error", "unparsed", cur, 0, "recurrent section: a PLE p record follows an s record "
+                 "(llama.cpp writes it right after its layer's r record)", node)
+        raise Stop(cur)
     sec.r_layers = recs[:half]
     sec.s_layers = recs[half:]
+    sec.p_layers = [p_after[i] for i in sorted(p_after)]
+    for prec, i in zip(sec.p_layers, sorted(p_after), strict=True):
+        prec.index = i
+        if prec.node is not None:
+            prec.node.name = f"p{i}"
     return cur
