@@ -29,6 +29,7 @@ from kvscope.core import ggml_types as gt
 from kvscope.core.findings import Finding
 from kvscope.core.reader.records import LayerRecord, ParseResult
 from kvscope.core.reader.source import ByteSource, FileChangedError
+from kvscope.core.rotation import hadamard, rotate_blocks
 from kvscope.core.textsafe import safe_text
 
 F32A = npt.NDArray[np.float32]
@@ -142,11 +143,20 @@ def _gather_buf() -> U8A:
 
 
 @np.errstate(all="ignore")  # a NaN/Inf block scale is data here, not an error
-def record_rows(src: ByteSource, rec: LayerRecord, cells: I64A | slice, dims: slice = slice(None)) -> F32A:
+def derotates(rec: LayerRecord) -> bool:
+    """Are ``rec``'s rows stored Hadamard-rotated (and so de-rotated when read here)?"""
+    return bool(rec.rotated) and rec.rot_block > 0 and not rec.transposed
+
+
+def record_rows(
+    src: ByteSource, rec: LayerRecord, cells: I64A | slice, dims: slice = slice(None), derotate: bool = True
+) -> F32A:
     """Dequantized ``[cells, dims]`` of ``rec`` as float32 (cells are indices in file order).
 
-    Only the rows (or, for a transposed V, the kept dims of the kept cells) are read, in
-    ``pread`` pieces of at most 4 MiB; memory is the result's raw bytes plus one piece.
+    Rows stored Hadamard-rotated (``rec.rotated``) are de-rotated first, exactly as llama.cpp's
+    inverse (:mod:`kvscope.core.rotation`), unless ``derotate`` is False. Only the rows (or, for
+    a transposed V, the kept dims of the kept cells) are read, in ``pread`` pieces of at most
+    4 MiB; memory is the result's raw bytes plus one piece.
     """
     n, dim = record_shape(rec, src.size - rec.data_offset)
     idx = np.arange(n, dtype=np.int64)[cells] if isinstance(cells, slice) else np.asarray(cells, np.int64)
@@ -163,7 +173,10 @@ def record_rows(src: ByteSource, rec: LayerRecord, cells: I64A | slice, dims: sl
         return dequantize_rows(raw.reshape(idx.size, len(kept) * el), rec.type_id)
     rows = np.empty((idx.size, rec.row_bytes), np.uint8)
     _Gather(idx, rec.row_bytes).read(src, rec.data_offset, rows, buf)
-    return dequantize_rows(rows, rec.type_id)[:, dims]
+    values = dequantize_rows(rows, rec.type_id)
+    if derotate and derotates(rec) and values.shape[1] % rec.rot_block == 0:
+        values = rotate_blocks(values, rec.rot_block)
+    return values[:, dims]
 
 
 def layer_matrix(
@@ -215,6 +228,11 @@ class LayerStats:
     first_nonfinite: int | None = None  # flat value index (transposed V: column-major, as stored)
     first_zero_row: int | None = None  # cell index
     note: str = ""
+    # values are of the de-rotated rows (stored Hadamard-rotated in blocks of rot_block);
+    # rot_inferred: nothing in the file says so, the model and cache types do
+    derotated: bool = False
+    rot_block: int = 0
+    rot_inferred: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """JSON-safe dict (non-finite floats become None)."""
@@ -259,7 +277,7 @@ class StatsReport:
                 "min", "max", "mean", "rms", "note"]
         rows = [[ls.section, "" if ls.stream is None else f"s{ls.stream}", _ROLE.get(ls.role, ls.role),
                  "?" if ls.il is None else str(ls.il), ls.type, str(ls.n_rows), str(ls.n_nonfinite),
-                 str(ls.zero_rows), g(ls.min), g(ls.max), g(ls.mean), g(ls.rms), ls.note] for ls in self.layers]
+                 str(ls.zero_rows), g(ls.min), g(ls.max), g(ls.mean), g(ls.rms), _note(ls)] for ls in self.layers]
         title = f"{'## ' if markdown else ''}payload statistics: {len(self.layers)} records"
         if not rows:
             return title + "\n"
@@ -270,6 +288,13 @@ class StatsReport:
             w = [max(len(head[i]), *(len(r[i]) for r in rows)) for i in range(len(head))]
             lines = [title] + ["  " + "  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in [head, *rows]]
         return "\n".join(safe_text(line) for line in lines) + "\n"  # file-derived text escaped
+
+
+def _note(ls: LayerStats) -> str:
+    if not ls.derotated:
+        return ls.note
+    rot = f"de-rotated (Hadamard, block {ls.rot_block}{', inferred' if ls.rot_inferred else ''})"
+    return f"{rot}; {ls.note}" if ls.note else rot
 
 
 # -- scanning -----------------------------------------------------------------------------------
@@ -298,6 +323,7 @@ class _Part:
     first_bad: int = -1  # value index inside the step
     zero: I64A | None = None  # rows/cells all-zero inside the step
     weight: int = 1  # parts of a row/cell the step covers
+    n_fin: int = -1  # values the sums cover, when not n - n_nan - n_inf (de-rotated blocks with a NaN)
 
 
 def _steps(rec: LayerRecord, n_rows: int, work: int) -> Iterator[_Step]:
@@ -382,7 +408,8 @@ class _Scratch(threading.local):
 
 
 def _scan_step(src: ByteSource, rec: LayerRecord, st: _Step, scratch: _Scratch, decode: bool, blas: bool) -> _Part:
-    raw = scratch.raw[: st.hi - st.lo]  # one pread into this thread's aligned buffer
+    need = st.hi - st.lo
+    raw = scratch.raw[:need] if need <= scratch.raw.size else np.empty(need, np.uint8)  # one pread
     if src.readinto(rec.data_offset + st.lo, raw) != raw.size:
         raise ValueError("payload bytes past the end of the file")
     p = _Part()
@@ -400,9 +427,32 @@ def _scan_step(src: ByteSource, rec: LayerRecord, st: _Step, scratch: _Scratch, 
         if np.count_nonzero(w) < w.size:
             p.zero = (np.array([st.first]) if not w.any() else np.zeros(0, np.int64)) if st.piece else \
                 np.flatnonzero(~w.reshape(st.rows, -1).any(axis=1)) + st.first
-    if decode:
+    if decode and derotates(rec) and raw.size % rec.row_bytes == 0:
+        _rotated_stats(raw, rec.type_id, rec.rot_block, p)
+    elif decode:
         _value_stats(raw, rec.type_id, scratch, blas, p)
     return p
+
+
+@np.errstate(all="ignore")
+def _rotated_stats(raw: U8A, type_id: int, block: int, p: _Part) -> None:
+    """Value statistics of de-rotated rows. Non-finite counts are of the stored values (a NaN
+    spreads over its whole block when de-rotated); min/max/mean/RMS are of the de-rotated values
+    of the blocks that hold no NaN/Inf (RMS is the same either way: the rotation is orthonormal)."""
+    f = dequantize_rows(raw, type_id).reshape(-1, block)
+    fin = np.isfinite(f)
+    nf = int(f.size - np.count_nonzero(fin))
+    p.n = int(f.size)
+    if nf:
+        p.n_nan = int(np.count_nonzero(np.isnan(f)))
+        p.n_inf = nf - p.n_nan
+        p.first_bad = int(np.argmin(fin.reshape(-1)))
+        f = f[fin.all(axis=1)]
+    if f.size:
+        d = f @ hadamard(block)
+        p.s, p.q = float(d.sum(dtype=np.float64)), float(np.dot(f.reshape(-1), f.reshape(-1)))
+        p.mn, p.mx = float(d.min()), float(d.max())
+        p.n_fin = int(f.size)
 
 
 @np.errstate(all="ignore")  # NaN/Inf/overflow are what we count, not errors
@@ -448,6 +498,7 @@ def _value_stats(raw: U8A, type_id: int, scratch: _Scratch, blas: bool, p: _Part
 def _merge(ls: LayerStats, rec: LayerRecord, parts: Iterator[tuple[_Step, _Part]], n_rows: int,
            parts_per_row: int) -> None:
     n = nan = inf = 0
+    covered = 0  # values the sums cover
     s = q = 0.0
     mn, mx = math.inf, -math.inf
     first_bad = -1
@@ -455,6 +506,7 @@ def _merge(ls: LayerStats, rec: LayerRecord, parts: Iterator[tuple[_Step, _Part]
     for st, p in parts:
         if first_bad < 0 and p.first_bad >= 0:
             first_bad = (st.lo // rec.el_bytes if rec.transposed else n) + p.first_bad
+        covered += p.n_fin if p.n_fin >= 0 else p.n - p.n_nan - p.n_inf
         n, nan, inf, s, q = n + p.n, nan + p.n_nan, inf + p.n_inf, s + p.s, q + p.q
         mn, mx = min(mn, p.mn), max(mx, p.mx)
         if p.zero is not None and p.zero.size:
@@ -462,9 +514,11 @@ def _merge(ls: LayerStats, rec: LayerRecord, parts: Iterator[tuple[_Step, _Part]
                 zc = np.zeros(n_rows, np.int32)
             np.add.at(zc, p.zero, p.weight)
     ls.n_values, ls.n_nan, ls.n_inf, ls.n_nonfinite = n, nan, inf, nan + inf
-    fin = n - nan - inf
+    fin = covered
     if fin:
         ls.min, ls.max, ls.mean, ls.rms = mn, mx, s / fin, math.sqrt(max(q, 0.0) / fin)
+    if derotates(rec):
+        ls.derotated, ls.rot_block = True, rec.rot_block
     ls.first_nonfinite = first_bad if first_bad >= 0 else None
     if zc is not None:
         zero = np.flatnonzero(zc >= parts_per_row)
@@ -517,6 +571,9 @@ def _plan(rec: LayerRecord, ls: LayerStats, size: int, work: int) -> tuple[list[
     except NotImplementedError:
         decode, ls.note = False, f"{rec.type} values not decoded"
     per_row = rec.n_embd_v_gqa if rec.transposed else -(-rec.row_bytes // max(ts, work // ts * ts))
+    if derotates(rec) and rec.row_bytes > work:  # a rotated row is decoded whole
+        work = rec.row_bytes
+        per_row = 1
     return list(_steps(rec, n, work)), (rec.n_rows if rec.transposed else n), per_row, decode
 
 
@@ -540,12 +597,13 @@ def _scan(res: ParseResult, src: ByteSource, chunk_bytes: int, threads: int | No
     report = StatsReport(res.path)
     jobs: list[tuple[LayerRecord, LayerStats, list[_Step], int, int, bool]] = []
     for si, sec in enumerate(res.sections):
-        units = [(st.index, [*st.k_layers, *st.v_layers]) for st in sec.streams] if sec.kind == "kv" \
-            else [(None, sec.all_layers())]
-        for stream, recs in units:
+        units = [(st.index, [*st.k_layers, *st.v_layers], st.n_rot_inferred) for st in sec.streams] \
+            if sec.kind == "kv" else [(None, sec.all_layers(), False)]
+        for stream, recs, inferred in units:
             for rec in recs:
                 ls = LayerStats(sec.role, si, stream, rec.role, rec.index, rec.il, rec.type, rec.data_offset,
                                 rec.data_size, rec.n_rows, rec.trusted)
+                ls.rot_inferred = inferred and derotates(rec)
                 report.layers.append(ls)
                 plan = _plan(rec, ls, src.size, work)
                 if plan is not None:
