@@ -3,13 +3,17 @@
 ::
 
     kvscope lab --context CTX --restore STATE --into SEQ --model GGUF [--corrupt SPEC]... [--policy P]...
-                [--reader R]... [--as-is] [--json | --markdown]
+                [--reader R]... [--as-is] [--engine torch|llama.cpp|server|both] [--build NAME | --lib PATH]
+                [--server URL --slot-dir DIR | --server-bin PATH] [--json | --markdown]
 
 ``CTX`` is a whole-context state (``context.state.bin``; a ``context.json`` beside it gives the exact
 context parameters, else they are inferred), a lab scenario folder, or its ``context.json``. Without
 ``--corrupt`` the standard catalog runs (the entries that apply to the memory). ``--as-is`` adds a row
 that restores ``STATE`` unchanged. Output: Markdown (default) or ``--json`` (``{"results": [...]}``).
-Exit codes: 0 ran, 2 bad input (one line on stderr). torch is imported only when the command runs.
+``--engine`` runs the cases in real llama.cpp (``kvscope.core.lab.engine_lab``: the live context is
+decoded from the scenario's prompt tokens), in a llama-server (plus the poisoned-slot check), or in
+both the core and llama.cpp, listing every disagreement. Exit codes: 0 ran, 1 ``--engine both`` found
+disagreements, 2 bad input or no engine (one line on stderr). torch is imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import json
 import sys
 from typing import Any
 
-EXIT_OK, EXIT_BAD_INPUT = 0, 2
+EXIT_OK, EXIT_DISAGREE, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def register(subparsers: Any) -> None:
@@ -45,6 +49,16 @@ def register(subparsers: Any) -> None:
     p.add_argument("--layout", metavar="GEN", help="layout generation of the context (default: from the files)")
     p.add_argument("--ctx-param", action="append", metavar="KEY=VALUE", help="override a context parameter "
                    "(n_ctx, n_seq_max, kv_unified, flash_attn, type_k, type_v, swa_full, n_batch, n_ubatch, ...)")
+    p.add_argument("--engine", default="torch", choices=("torch", "llama.cpp", "server", "both"),
+                   help="torch: the memory core (default); llama.cpp: libllama in a child process; server: a "
+                   "llama-server (with the poisoned-slot check); both: the core and llama.cpp, with every disagreement")
+    lib = p.add_mutually_exclusive_group()
+    lib.add_argument("--build", metavar="NAME", help="the pinned llama.cpp build (0c1e5709, b11434; default: the one "
+                     "that writes the scenario's layout)")
+    lib.add_argument("--lib", metavar="PATH", help="your own libllama build folder")
+    p.add_argument("--server", metavar="URL", help="a running llama-server (with --engine server)")
+    p.add_argument("--slot-dir", metavar="DIR", help="that server's --slot-save-path folder")
+    p.add_argument("--server-bin", metavar="PATH", help="start this llama-server binary instead of the build's")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help='print {"results": [...]}, one entry per matrix cell')
     out.add_argument("--markdown", action="store_true", help="print the matrix as a Markdown table (default)")
@@ -89,7 +103,7 @@ def _ctx_overrides(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def _run(args: argparse.Namespace) -> str:
+def _run(args: argparse.Namespace) -> tuple[str, int]:
     from kvscope.core.lab.corruptions import CorruptionError
     from kvscope.core.lab.report import render_markdown, run_to_json
     from kvscope.core.lab.runner import AS_IS, POLICIES, READERS, LabError, LabRunner, parse_case
@@ -119,21 +133,49 @@ def _run(args: argparse.Namespace) -> str:
             runner.prepare(case)
     except (ScenarioError, LabError, CorruptionError, ValueError) as e:
         raise _BadInput(str(e)) from None
+    if args.engine != "torch":
+        return _run_engine(args, scenario, cases)
     run = runner.run()
     if args.json:
-        return json.dumps(run_to_json(run), indent=1)
-    return render_markdown(run)
+        return json.dumps(run_to_json(run), indent=1), EXIT_OK
+    return render_markdown(run), EXIT_OK
+
+
+def _run_engine(args: argparse.Namespace, scenario: Any, cases: Any) -> tuple[str, int]:
+    from kvscope.core.lab.engine_lab import EngineLabRunner
+    from kvscope.core.lab.engine_live import EngineLabError
+    from kvscope.core.lab.engine_report import engine_run_to_json, render_engine_markdown
+
+    if args.policy or args.reader:
+        raise _BadInput("--policy and --reader choose the core's cells; a real engine restores with its own code "
+                        "(--engine both runs the core with policy contained and the reader of the input's API)")
+    if args.engine != "server" and (args.server or args.slot_dir or args.server_bin):
+        raise _BadInput("--server, --slot-dir and --server-bin go with --engine server")
+    try:
+        runner = EngineLabRunner(scenario, args.engine, cases, build=args.build, lib_path=args.lib,
+                                 server_url=args.server, slot_dir=args.slot_dir, server_bin=args.server_bin,
+                                 model=args.model)
+    except (EngineLabError, ValueError) as e:
+        raise _BadInput(str(e)) from None
+    try:
+        er = runner.run()
+    finally:
+        runner.close()
+    code = EXIT_DISAGREE if er.disagreements else EXIT_OK
+    if args.json:
+        return json.dumps(engine_run_to_json(er), indent=1), code
+    return render_engine_markdown(er), code
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
-    """Run the matrix and print it; 0 ran, 2 bad input."""
+    """Run the matrix and print it; 0 ran, 1 disagreements (--engine both), 2 bad input."""
     try:
-        text = _run(args)
+        text, code = _run(args)
     except _BadInput as e:
         print(f"kvscope lab: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    return EXIT_OK
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

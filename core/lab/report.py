@@ -193,6 +193,14 @@ def _state_text(r: CellResult) -> str:
     return f"{text} [{t.pos_min},{t.pos_max}]"
 
 
+def _kernel(r: CellResult) -> str:
+    """The read-out the cell's probes hold: the core's ``dense`` kernel, or a real engine's ``logits``."""
+    for o in r.others.values():
+        if o.probe_diff and "dense" not in o.probe_diff:
+            return next(iter(o.probe_diff))
+    return "dense"
+
+
 def cell_text(r: CellResult | None) -> str:
     """``return · target state [pos] · others ✓/✗ · dense probe`` (``⚠`` marks NaN/Inf left in free cells)."""
     if r is None:
@@ -205,7 +213,7 @@ def cell_text(r: CellResult | None) -> str:
     ret_s = str(ret).lower() if isinstance(ret, bool) else str(ret)
     intact = r.others_intact
     others = "–" if intact is None else ("✓" if intact else "✗")
-    text = f"{ret_s} · {_state_text(r)} · {others} · {diff_text(r.others_diff('dense'))}"
+    text = f"{ret_s} · {_state_text(r)} · {others} · {diff_text(r.others_diff(_kernel(r)))}"
     if r.stale_nonfinite:
         text += " ⚠"
     return text

@@ -270,6 +270,10 @@ class LabRunner:
         self._prepared[case.name] = prep
         return prep
 
+    def forget(self, name: str) -> None:
+        """Drop a prepared case (long runs of one-off cases keep memory flat)."""
+        self._prepared.pop(name, None)
+
     # -- one cell -------------------------------------------------------------------------------
     def run_cell(self, case: LabCase, policy: str, reader: str) -> CellResult:
         """One cell of the matrix, from a fresh copy of the live context."""
@@ -344,6 +348,16 @@ class LabRunner:
         return {s: OtherOutcome(s, component_bytes(ctx, s) == self._before[s], mem.seq_pos_min(s),
                                 mem.seq_pos_max(s), {})
                 for s in self._seqs if s != self.scenario.target}
+
+    def classify(self, ctx: MemoryContext, case: LabCase) -> tuple[TargetOutcome, dict[int, OtherOutcome]]:
+        """The target's and the other sequences' state in ``ctx`` as a cell of ``case`` reports them; ``ctx``
+        is any context holding this scenario's memory (e.g. a real engine's state read back into the core)."""
+        return self._target(ctx, self.prepare(case).expected), self._others(ctx)
+
+    @property
+    def clean_expected(self) -> dict[str, bytes] | None:
+        """Per component, what a clean restore of the scenario's input holds for the target (``recovered``)."""
+        return self._clean_expected
 
     def _recover(self, ctx: MemoryContext, policy: str, reader: str) -> bool | None:
         if self._clean_expected is None:

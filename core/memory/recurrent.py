@@ -176,9 +176,11 @@ class RecurrentMemory:
             self.pos[t] += shift
 
     def seq_pos_min(self, seq_id: int) -> int:
-        """Smallest position of ``seq_id`` (-1: none)."""
+        """Smallest position of ``seq_id`` (-1: none). As in llama.cpp, whose search starts from INT32_MAX and
+        reads it as "none", a sequence whose only positions are INT32_MAX also gives -1."""
         m = self.seq[:, seq_id]
-        return int(self.pos[m].min()) if m.any() else -1
+        p = int(self.pos[m].min()) if m.any() else -1
+        return -1 if p == (1 << 31) - 1 else p  # INT32_MAX
 
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position of ``seq_id`` (-1: none)."""

@@ -1,0 +1,500 @@
+"""The corrupt-and-restore lab in a real engine, and the comparison with the memory core (``--engine both``).
+
+:class:`EngineLabRunner` runs the lab's cases (the same catalog, the same prepared bytes) in
+llama.cpp (libllama in a child process, :class:`~kvscope.core.lab.engine_live.LlamaLive`) or a
+llama-server (:class:`~kvscope.core.lab.engine_live.ServerLive`), and reports each case in the
+lab's result schema (:class:`~kvscope.core.lab.report.CellResult`): llama.cpp's return value and
+log line, the target's and the other sequences' state afterwards (the engine's state read back into
+the core and classified like the core's own cells), the next-token logits of every sequence
+against the live baseline (``probe_diff["logits"]``), and recovery with the clean input. A crash
+of the engine is an outcome (``failed_check = "engine_aborted"``) and the next case starts in a new
+process.
+
+With llama-server, a failed restore is followed by the poisoned-slot check
+(:class:`PoisonCheck`): a completion whose prompt shares the restored prefix must neither abort the
+server nor differ from the same request on a fresh slot.
+
+With ``both`` every case also runs in the core (policy ``contained``, the failure policy of
+0c1e5709 and later, and the reader of the input's API) and :func:`disagreements` lists every
+difference: return value, target state (overall and per component), other sequences, the whole
+state afterwards byte for byte, recovery, and a crash the core does not predict. The core's
+``short_read_hazard`` cells (a file API reading past a truncated file: undefined) are not compared.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kvscope.core.engine.llamacpp import EngineError, EngineSetupError, Outcome
+from kvscope.core.engine.server import ServerDied, ServerError, ServerHTTPError
+from kvscope.core.lab.engine_live import (
+    EngineLabError,
+    LiveSpec,
+    LlamaLive,
+    ServerLive,
+    core_scenario,
+    spec_from_scenario,
+)
+from kvscope.core.lab.probe import component_bytes
+from kvscope.core.lab.report import (
+    HAZARD,
+    CellResult,
+    LabRun,
+    OtherOutcome,
+    RestoreOutcome,
+    TargetOutcome,
+)
+from kvscope.core.lab.runner import LabCase, LabRunner, one_thread
+from kvscope.core.lab.scenario import READER_BY_KIND, RestoreInput, Scenario, blank_like
+from kvscope.core.memory import ContextParams, MemoryContext
+from kvscope.core.model_profile import ModelProfile
+from kvscope.core.verify.engines import engine_message
+
+ENGINES = ("torch", "llama.cpp", "server", "both")
+ENGINE_ABORTED = "engine_aborted"  # failed_check of a case that killed the engine
+ENGINE_REFUSED = "engine_refused"  # failed_check of a case the engine refused (its message says why)
+POISON_PREDICT = 4  # tokens the poisoned-slot check generates
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class PoisonCheck:
+    """After a failed slot restore: the same request on the slot and on a fresh slot."""
+
+    prompt_tokens: int
+    aborted: str | None = None  # the server died serving the request
+    completion: list[int] | None = None
+    fresh_completion: list[int] | None = None
+    error: str | None = None
+    skipped: str | None = None  # why no request was made
+
+    @property
+    def same(self) -> bool | None:
+        if self.completion is None or self.fresh_completion is None:
+            return None
+        return self.completion == self.fresh_completion
+
+    @property
+    def poisoned(self) -> bool:
+        return self.aborted is not None or self.same is False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prompt_tokens": self.prompt_tokens, "aborted": self.aborted, "completion": self.completion,
+                "fresh_completion": self.fresh_completion, "same_completion": self.same, "poisoned": self.poisoned,
+                "error": self.error, "skipped": self.skipped}
+
+
+@dataclass
+class EngineCell:
+    """One case in the engine: the lab's cell plus what only an engine tells."""
+
+    result: CellResult
+    aborted: str | None = None
+    log: list[str] = field(default_factory=list)
+    poisoned: PoisonCheck | None = None
+
+
+@dataclass
+class Disagreement:
+    """One field where the core and the engine differ on one case."""
+
+    case: str
+    field: str  # return, aborted, target, target.<component>, others.<seq>, state_after, recovered, error
+    core: Any
+    engine: Any
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case": self.case, "field": self.field, "core": self.core, "engine": self.engine,
+                "detail": self.detail}
+
+
+@dataclass
+class EngineRun:
+    """A finished (or cancelled) lab run in an engine; ``torch`` and ``disagreements`` with ``both``."""
+
+    engine: dict[str, Any]
+    run: LabRun
+    cells: list[EngineCell]
+    torch: LabRun | None = None
+    disagreements: list[Disagreement] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _cancelled(cancel: Callable[[], bool] | threading.Event | None) -> bool:
+    if cancel is None:
+        return False
+    return cancel.is_set() if isinstance(cancel, threading.Event) else bool(cancel())
+
+
+def _returned(kind: str, o: Outcome) -> int | bool:
+    if kind == "session_file":
+        return bool(o.rc)
+    if kind == "seq_file":
+        return int(o.rc or 0)
+    return int(o.value or 0)
+
+
+class EngineLabRunner:
+    """The lab's cases of one scenario in a real engine (``llama.cpp``, ``server``) or both engines."""
+
+    def __init__(self, scenario: Scenario, engine: str = "llama.cpp", cases: Sequence[LabCase] | None = None, *,
+                 build: str | None = None, lib_path: str | None = None, server_url: str | None = None,
+                 slot_dir: str | None = None, server_bin: str | None = None, model: str | None = None,
+                 probes: bool = True, timeout_s: float = 120.0) -> None:
+        if engine not in ("llama.cpp", "server", "both"):
+            raise EngineLabError(f"unknown engine {engine!r} (llama.cpp, server, both)")
+        notes: list[str] = []
+        spec = spec_from_scenario(scenario, model)
+        kind = scenario.restore.kind
+        if engine == "server" and kind != "seq_file":
+            path = scenario.folder / f"seq{scenario.target}.clean.seqstate" if scenario.folder is not None else None
+            if path is None or not path.is_file():
+                raise EngineLabError(f"llama-server restores slot files (sequence files), not a {kind}")
+            from kvscope.core.lab.scenario import read_input
+
+            scenario = scenario.with_restore(read_input(path, scenario.profile))
+            kind = "seq_file"
+            notes.append(f"llama-server restores slot files: the input is {path.name}")
+        spec = replace(spec, kind=kind, n_token_capacity=scenario.n_token_capacity)
+        try:
+            if engine == "server":
+                live: LlamaLive | ServerLive = ServerLive(spec, build=build, binary=server_bin, url=server_url,
+                                                         slot_dir=slot_dir, timeout_s=timeout_s)
+            else:
+                live = LlamaLive(spec, build=build, lib_path=lib_path, timeout_s=timeout_s, baseline=probes)
+        except (EngineSetupError, ServerError) as e:
+            raise EngineLabError(str(e)) from None
+        self._setup(scenario, engine, cases, live, spec, probes, notes, match=True)
+
+    @classmethod
+    def from_live(cls, profile: ModelProfile, params: ContextParams, live: LlamaLive, kind: str,
+                  engine: str = "both", cases: Sequence[LabCase] | None = None,
+                  probes: bool = False) -> EngineLabRunner:
+        """A runner over an engine's live context (no scenario folder): the core's scenario is built from the
+        engine's live state and its clean input of ``kind`` (the differential fuzz shares one ``live`` between
+        the input kinds)."""
+        spec = replace(live.spec, kind=kind)
+        clean = RestoreInput(live.clean_input(kind), kind, f"llama.cpp clean {kind}")
+        with one_thread():
+            sc = core_scenario(profile, params, live.live_blob, clean, spec.target, live.writes or "2026-10",
+                               spec.name, spec.n_token_capacity)
+        self = cls.__new__(cls)
+        self._setup(sc, engine, cases, live, spec, probes, [], match=False)
+        return self
+
+    def _setup(self, scenario: Scenario, engine: str, cases: Sequence[LabCase] | None, live: LlamaLive | ServerLive,
+               spec: LiveSpec, probes: bool, notes: list[str], match: bool) -> None:
+        self.kind, self.probes, self.notes, self.live, self.spec = engine, probes, notes, live, spec
+        self.reader = READER_BY_KIND[spec.kind]
+        self.scenario = self._match(scenario) if match else scenario
+        self.runner = LabRunner(self.scenario, cases, ("contained",), (self.reader,), keep_after_state=True)
+        label = self.engine_info().get("build") or "own"
+        self.policy_label = f"{'llama-server' if engine == 'server' else 'llama.cpp'} {label}"
+        self._ban_list: list[list[Any]] | None = None
+
+    # -- set-up ---------------------------------------------------------------------------------------
+    def engine_info(self) -> dict[str, Any]:
+        live = self.live
+        if isinstance(live, LlamaLive):
+            i = live.info
+            return {"kind": "llama.cpp", "build": i.get("build"), "commit": i.get("commit"), "writes": live.writes,
+                    "lib_dir": i.get("lib_dir"), "binding": i.get("binding"), "restarts": live.restarts}
+        p = live._process
+        return {"kind": "server", "build": p.build.name if p is not None and p.build is not None else live.build,
+                "url": live.client.url, "binary": p.binary if p is not None else None, "restarts": live.restarts}
+
+    def _writes(self) -> str | None:
+        if isinstance(self.live, LlamaLive):
+            return self.live.writes
+        from kvscope.core.engine.builds import BuildError, by_name
+
+        b = self.engine_info().get("build")
+        try:
+            return by_name(str(b)).writes if b else None
+        except BuildError:
+            return None
+
+    def _match(self, sc: Scenario) -> Scenario:
+        """The core scenario for the engine's live context: the given one when the engine writes its layout and
+        its live state, else one rebuilt from the engine's own live state and clean input."""
+        writes = self._writes()
+        with one_thread():
+            own = bytes(sc.live.get_data())
+        live = self.live
+        if isinstance(live, ServerLive):
+            if writes is not None and writes != sc.layout.name:
+                raise EngineLabError(f"the llama-server build writes layout {writes}, the scenario's files are "
+                                     f"{sc.layout.name}: give the build that wrote them")
+            return sc
+        if writes in (None, sc.layout.name):
+            if live.live_blob != own:
+                self.notes.append("llama.cpp's live context is not byte-identical to the scenario's: the core "
+                                  "uses the engine's")
+                return self._rebuild(sc, writes or sc.layout.name)
+            return sc
+        self.notes.append(f"llama.cpp {self.engine_info().get('build')} writes layout {writes}, the scenario's files "
+                          f"are {sc.layout.name}: the live context and the clean input are the engine's own")
+        return self._rebuild(sc, writes)
+
+    def _rebuild(self, sc: Scenario, layout: str) -> Scenario:
+        assert isinstance(self.live, LlamaLive)
+        kind = self.spec.kind
+        clean = RestoreInput(self.live.clean_input(kind), kind, f"engine clean {kind}")
+        with one_thread():
+            return core_scenario(sc.profile, sc.params, self.live.live_blob, clean, sc.target, layout, sc.name,
+                                 sc.n_token_capacity)
+
+    @property
+    def cases(self) -> list[LabCase]:
+        return list(self.runner.cases)
+
+    # -- the core's view of an engine state -------------------------------------------------------------
+    def _view_whole(self, data: bytes) -> MemoryContext:
+        ctx = blank_like(self.scenario.live)
+        r = ctx.set_data(data, policy="contained")
+        if not r.ok:
+            raise EngineLabError(f"the memory core cannot read llama.cpp's state back: {r}")
+        return ctx
+
+    def _view_slots(self, slots: dict[int, bytes]) -> MemoryContext:
+        ctx = blank_like(self.scenario.live)
+        for s, data in sorted(slots.items()):
+            r = ctx.seq_load_file(None, s, data=data, policy="contained", reader="file")
+            if not r.ok:
+                raise EngineLabError(f"the memory core cannot read llama-server's slot {s} back: {r}")
+        return ctx
+
+    # -- running --------------------------------------------------------------------------------------
+    def run(self, progress: Progress | None = None,
+            cancel: Callable[[], bool] | threading.Event | None = None) -> EngineRun:
+        """Every case in the engine (and in the core with ``both``); ``progress(done, total, label)``."""
+        t0 = time.perf_counter()
+        cells: list[EngineCell] = []
+        core: list[CellResult] = []
+        cancelled = False
+        total = len(self.cases) * (2 if self.kind == "both" else 1)
+        with one_thread():
+            for case in self.cases:
+                if _cancelled(cancel):
+                    cancelled = True
+                    break
+                cells.append(self.run_case(case))
+                if progress is not None:
+                    progress(len(cells) + len(core), total, f"{case.name} · {self.policy_label}")
+                if self.kind == "both":
+                    core.append(self.runner.run_cell(case, "contained", self.reader))
+                    if progress is not None:
+                        progress(len(cells) + len(core), total, f"{case.name} · core")
+        seconds = time.perf_counter() - t0
+        summary = dict(self.scenario.summary(), engine=self.engine_info())
+        cases = [(c.name, self.runner.prepare(c).description) for c in self.cases]
+        run = LabRun(summary, cases, list(self.runner.skipped), (self.policy_label,), (self.reader,),
+                     [c.result for c in cells], cancelled, seconds)
+        out = EngineRun(self.engine_info(), run, cells, notes=list(self.notes) + list(self.live.notes))
+        if self.kind == "both":
+            out.torch = LabRun(self.scenario.summary(), cases, list(self.runner.skipped), ("contained",),
+                               (self.reader,), core, cancelled, seconds)
+            for a, b in zip(core, cells, strict=False):
+                out.disagreements += disagreements(a, b)
+        return out
+
+    def run_case(self, case: LabCase) -> EngineCell:
+        """One case in the engine, from the live context."""
+        prep = self.runner.prepare(case)
+        sc = self.scenario
+        res = CellResult(case.name, prep.description, self.policy_label, self.reader,
+                         RestoreOutcome(False, None, None, None, None), TargetOutcome(sc.target, "undetermined", None,
+                                                                                      None))
+        cell = EngineCell(res)
+        t0 = time.perf_counter()
+        try:
+            if isinstance(self.live, LlamaLive):
+                self._llama_case(case, prep.input, cell)
+            else:
+                self._server_case(case, prep.input, cell)
+        except (EngineLabError, EngineError, ServerError, ValueError) as e:
+            res.error = f"{type(e).__name__}: {e}"
+        finally:
+            res.seconds = time.perf_counter() - t0
+        return cell
+
+    def _seqs(self) -> list[int]:
+        return sorted({*self.spec.seqs, self.spec.target})
+
+    def _llama_case(self, case: LabCase, inp: RestoreInput, cell: EngineCell) -> None:
+        live = self.live
+        assert isinstance(live, LlamaLive)
+        res, sc = cell.result, self.scenario
+        live.reset()
+        o = live.restore(inp.kind, inp.data, sc.n_token_capacity or 0)
+        cell.log = list(o.log)
+        if o.aborted is not None:
+            cell.aborted = o.aborted
+            cell.log += list(o.stderr[-5:])
+            res.restore = RestoreOutcome(False, None, None, ENGINE_ABORTED, None, o.summary())
+            return
+        returned = _returned(inp.kind, o)
+        ok = bool(returned)
+        n_read = returned if isinstance(returned, int) and not isinstance(returned, bool) else None
+        res.restore = RestoreOutcome(ok, returned, n_read, None if ok else ENGINE_REFUSED, None,
+                                     "restored" if ok else engine_message(o.log, "returned failure, no log line"))
+        p = live.proc
+        after = p.state_get_data()
+        res.after_state = after
+        res.target, res.others = self.runner.classify(self._view_whole(after), case)
+        # positions from llama.cpp itself: a cell the state does not serialize (pos -1) still counts there
+        res.target.pos_min, res.target.pos_max = p.seq_pos_min(sc.target), p.seq_pos_max(sc.target)
+        for s, other in res.others.items():
+            other.pos_min, other.pos_max = p.seq_pos_min(s), p.seq_pos_max(s)
+        if case.then_seq_rm:
+            p.seq_rm(sc.target)
+        if self.probes:
+            diffs = live.probe(self._seqs())
+            res.target.probe_diff = {"logits": diffs.get(sc.target, float("inf"))}
+            for s, other in res.others.items():
+                other.probe_diff = {"logits": diffs.get(s, float("inf"))}
+        want = self.runner.clean_expected
+        if want is not None:
+            back = live.restore(sc.restore.kind, sc.restore.data, sc.n_token_capacity or 0)
+            if back.aborted is not None:
+                res.recovered = False
+            else:
+                view = self._view_whole(live.proc.state_get_data())
+                res.recovered = component_bytes(view, sc.target) == want
+
+    # -- llama-server -------------------------------------------------------------------------------
+    def _ban(self) -> list[list[Any]]:
+        if self._ban_list is None:
+            from kvscope.core.verify.engines import partial_utf8_tokens
+
+            self._ban_list = [[t, False] for t in partial_utf8_tokens(self.scenario.profile)]
+        return self._ban_list
+
+    def _server_case(self, case: LabCase, inp: RestoreInput, cell: EngineCell) -> None:
+        live = self.live
+        assert isinstance(live, ServerLive)
+        res, sc = cell.result, self.scenario
+        live.reset()
+        name = live.put(inp.data)
+        try:
+            doc = live.client.slot_restore(sc.target, name)
+            returned: int = int(doc.get("n_read") or 0)
+            res.restore = RestoreOutcome(True, returned, returned, None, None,
+                                         f"slot {sc.target} restored ({doc.get('n_restored')} tokens)")
+        except ServerDied as e:
+            cell.aborted, cell.log = e.aborted, list(e.log)
+            res.restore = RestoreOutcome(False, None, None, ENGINE_ABORTED, None, str(e))
+            cell.poisoned = PoisonCheck(len(self.spec.seqs.get(sc.target, [])) + 1,
+                                        skipped=f"the server died restoring the slot ({e.aborted}): no request made")
+            live.restart()
+            return
+        except ServerHTTPError as e:
+            res.restore = RestoreOutcome(False, 0, 0, ENGINE_REFUSED, None, e.message)
+        slots = {s: live.save(s) for s in self._seqs()}
+        res.target, res.others = self.runner.classify(self._view_slots(slots), case)
+        if not res.restore.ok:
+            cell.poisoned = self._poison_check()
+            if cell.poisoned.aborted is not None:
+                return
+        want = self.runner.clean_expected
+        if want is not None:
+            live.client.slot_restore(sc.target, live.put(sc.restore.data))
+            view = self._view_slots({sc.target: live.save(sc.target)})
+            res.recovered = component_bytes(view, sc.target) == want
+
+    def _poison_check(self) -> PoisonCheck:
+        live = self.live
+        assert isinstance(live, ServerLive)
+        t = self.spec.target
+        prompt = [*self.spec.seqs.get(t, []), self.spec.next_token]
+        chk = PoisonCheck(len(prompt))
+        body = {"n_predict": POISON_PREDICT, "temperature": 0.0, "return_tokens": True, "logit_bias": self._ban()}
+        try:
+            a = live.client.complete(prompt, id_slot=t, **body)
+            chk.completion = [int(x) for x in a.get("tokens") or []]
+            live.client.slot_erase(t)
+            b = live.client.complete(prompt, id_slot=t, **body)
+            chk.fresh_completion = [int(x) for x in b.get("tokens") or []]
+        except ServerDied as e:
+            chk.aborted = e.aborted
+            chk.error = str(e)
+            live.restart()
+        except ServerHTTPError as e:
+            chk.error = e.message
+        return chk
+
+    def close(self) -> None:
+        self.live.close()
+
+    def __enter__(self) -> EngineLabRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# core vs engine
+
+
+def _first_diff(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    for i in range(0, n, 4096):
+        if a[i:i + 4096] != b[i:i + 4096]:
+            return i + next(j for j in range(min(4096, n - i)) if a[i + j] != b[i + j])
+    return n
+
+
+def _components(t: TargetOutcome) -> dict[str, tuple[str, int, int, int]]:
+    return {r: (c.state, c.n_cells, c.pos_min, c.pos_max) for r, c in t.components.items()}
+
+
+def _others(o: dict[int, OtherOutcome]) -> dict[int, tuple[bool, int, int]]:
+    return {s: (x.intact, x.pos_min, x.pos_max) for s, x in o.items()}
+
+
+def disagreements(core: CellResult, engine: EngineCell) -> list[Disagreement]:
+    """Every field where the core's cell and the engine's differ (none for a core ``short_read_hazard``)."""
+    e = engine.result
+    name = core.corruption
+    out: list[Disagreement] = []
+    if core.restore.failed_check == HAZARD:
+        return out
+    if core.error or e.error:
+        if core.error != e.error:
+            out.append(Disagreement(name, "error", core.error, e.error))
+        return out
+    if engine.aborted is not None:
+        out.append(Disagreement(name, "aborted", core.restore.returned, engine.aborted,
+                                f"llama.cpp died ({e.restore.message}); the core returned "
+                                f"{core.restore.returned} ({core.restore.failed_check or 'ok'})"))
+        return out
+    if core.restore.returned != e.restore.returned:
+        out.append(Disagreement(name, "return", core.restore.returned, e.restore.returned,
+                                f"core: {core.restore.failed_check or 'ok'} {core.restore.message}; "
+                                f"llama.cpp: {e.restore.message}"))
+    ct, et = core.target, e.target
+    if (ct.state, ct.pos_min, ct.pos_max) != (et.state, et.pos_min, et.pos_max):
+        out.append(Disagreement(name, "target", [ct.state, ct.pos_min, ct.pos_max], [et.state, et.pos_min, et.pos_max]))
+    cc, ec = _components(ct), _components(et)
+    for role in sorted({*cc, *ec}):
+        if cc.get(role) != ec.get(role):
+            out.append(Disagreement(name, f"target.{role}", list(cc.get(role) or ()), list(ec.get(role) or ())))
+    co, eo = _others(core.others), _others(e.others)
+    for s in sorted({*co, *eo}):
+        if co.get(s) != eo.get(s):
+            out.append(Disagreement(name, f"others.{s}", list(co.get(s) or ()), list(eo.get(s) or ())))
+    a, b = core.after_state, e.after_state
+    if a is not None and b is not None and a != b:
+        out.append(Disagreement(name, "state_after", len(a), len(b),
+                                f"the states afterwards differ from byte {_first_diff(a, b)} ({len(a)} / {len(b)} "
+                                "bytes)"))
+    if core.recovered is not None and e.recovered is not None and core.recovered != e.recovered:
+        out.append(Disagreement(name, "recovered", core.recovered, e.recovered))
+    return out

@@ -1,0 +1,74 @@
+"""Renderings of a lab run in a real engine (:class:`~kvscope.core.lab.engine_lab.EngineRun`).
+
+JSON: the lab's schema (``scenario``, ``policies``, ``readers``, ``cases``, ``skipped``, ``results``
+with one entry per case) plus ``engine`` (kind, build), ``notes``, per result an ``engine`` object
+(``aborted``, the log tail) and, with llama-server, ``poisoned_slot``; with ``both``, ``torch_results``
+(the core's cells) and ``disagreements`` (empty when the two agree on every case). Markdown: the
+lab's table for each engine, the poisoned-slot checks, and the disagreements.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvscope.core.lab.engine_lab import EngineCell, EngineRun
+from kvscope.core.lab.report import cell_to_json, render_markdown, run_to_json
+
+
+def engine_cell_to_json(c: EngineCell) -> dict[str, Any]:
+    d = cell_to_json(c.result)
+    d["engine"] = {"aborted": c.aborted, "log": list(c.log[-8:])}
+    if c.poisoned is not None:
+        d["poisoned_slot"] = c.poisoned.to_json()
+    return d
+
+
+def engine_run_to_json(er: EngineRun) -> dict[str, Any]:
+    doc = run_to_json(er.run)
+    doc["results"] = [engine_cell_to_json(c) for c in er.cells]
+    doc["engine"] = dict(er.engine)
+    doc["notes"] = list(er.notes)
+    if er.torch is not None:
+        doc["torch_results"] = run_to_json(er.torch)["results"]
+        doc["disagreements"] = [d.to_json() for d in er.disagreements]
+    return doc
+
+
+def _poison_lines(er: EngineRun) -> list[str]:
+    rows = [(c.result.corruption, c.poisoned) for c in er.cells if c.poisoned is not None]
+    if not rows:
+        return []
+    lines = ["", "Poisoned-slot check after each failed restore (a request sharing the restored prefix, against the "
+             "same request on a fresh slot):", "", "| case | server | completion | fresh slot | verdict |",
+             "|---|---|---|---|---|"]
+    for name, p in rows:
+        if p.skipped:
+            lines.append(f"| `{name}` | – | – | – | {p.skipped} |")
+            continue
+        server = f"aborted: {p.aborted}" if p.aborted else ("error: " + p.error if p.error else "alive")
+        verdict = "**poisoned**" if p.poisoned else ("clean" if p.same else "–")
+        lines.append(f"| `{name}` | {server} | {p.completion} | {p.fresh_completion} | {verdict} |")
+    return lines
+
+
+def render_engine_markdown(er: EngineRun) -> str:
+    """The engine's table (and the core's, with ``both``), the poisoned-slot checks and the disagreements."""
+    eng = er.engine
+    head = [f"Engine: {eng.get('kind')} {eng.get('build') or ''}".rstrip() + ". Each cell's probe is the real "
+            "next-token logits of the other sequences against the live context (max |Δ|)."]
+    head += [f"Note: {n}" for n in er.notes]
+    parts = ["\n".join(head) + "\n", render_markdown(er.run)]
+    poison = _poison_lines(er)
+    if poison:
+        parts.append("\n".join(poison) + "\n")
+    if er.torch is not None:
+        parts.append("Memory core (policy `contained`, the same cases):\n\n" + render_markdown(er.torch))
+        if er.disagreements:
+            lines = [f"Disagreements ({len(er.disagreements)}):", ""]
+            lines += [f"- `{d.case}` {d.field}: core {d.core!r}, llama.cpp {d.engine!r}"
+                      + (f" ({d.detail})" if d.detail else "") for d in er.disagreements]
+        else:
+            lines = ["Disagreements: none (the core and llama.cpp agree on every case: return value, target and "
+                     "per-component state, other sequences, the whole state afterwards byte for byte)."]
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
