@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QPlainTextEdit, QSplitter, QStackedWidget, QVBoxLayout, QWidget
 
+from kvscope.app.base.lazy import LazyParts
 from kvscope.app.base.theme import SEQ_COLORS, Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.lab.jobs import ScenarioReady, TargetUnit, unit_table
@@ -39,13 +40,17 @@ LEGEND = ("cells of the target's stream before and after the restore: colour = s
           "position, grey = empty cell, last column = shared · bars: dense (blue) and skip-masked (green) kernels, "
           "max |Δ| against the clean baseline; hatched red = non-finite read-out, '=' identical")
 GAP = 1.0  # columns between the before and the after picture
+BUILD_MS = 160  # the plots are made this long after the pane (kvscope.app.base.lazy)
 
 
-class LabDetail(QWidget):
+class LabDetail(LazyParts, QWidget):
     """Text, the before → after cell maps and the probe bars of the selected matrix cell."""
+
+    lazy_parts = frozenset({"glw", "maps_plot", "probe_plot", "img"})
 
     def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.defer_build(BUILD_MS)  # the plots: see build_parts
         self.theme = theme
         self.ready: ScenarioReady | None = None
         self.result: CellResult | None = None
@@ -63,6 +68,39 @@ class LabDetail(QWidget):
         self.unit_combo = QComboBox()
         self.unit_combo.setToolTip("memory component (and KV stream) of the target sequence")
         self.maps_label = plain_label(" ", wrap=True)
+        self._bar_items: list[pg.GraphicsObject] = []
+        self.legend = plain_label(LEGEND, wrap=True)
+        self.plots = QWidget()
+        rl = QVBoxLayout(self.plots)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.setSpacing(2)
+        self.unit_row = QWidget()
+        top = QHBoxLayout(self.unit_row)
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(plain_label("cells of"))
+        top.addWidget(self.unit_combo, 1)
+        rl.addWidget(self.unit_row)
+        rl.addWidget(self.maps_label)
+        rl.addWidget(self.legend)
+        self.hint = plain_label(DETAIL_HINT, wrap=True)
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.stack = QStackedWidget()  # a hint instead of empty plots until a cell is selected
+        self.stack.addWidget(self.hint)
+        self.stack.addWidget(self.plots)
+        self.split = QSplitter(Qt.Orientation.Horizontal)
+        self.split.addWidget(self.text)
+        self.split.addWidget(self.stack)
+        self.split.setStretchFactor(1, 1)
+        self.split.setSizes([300, 900])
+        self.split.setChildrenCollapsible(False)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.split)
+        self.unit_combo.currentIndexChanged.connect(self._draw_maps)
+        theme.changed.connect(self.apply_theme)
+
+    def build_parts(self) -> None:
+        """The cell maps and probe bars (deferred: see :mod:`kvscope.app.base.lazy`)."""
         self.glw = pg.GraphicsLayoutWidget()
         self.maps_plot = self.glw.addPlot(row=0, col=0, axisItems={"left": IntegerAxis("left", centred=True)})
         self.probe_plot = self.glw.addPlot(row=0, col=1, axisItems={"left": ValueAxis("left")})
@@ -84,38 +122,10 @@ class LabDetail(QWidget):
         self.probe_plot.setLabel("bottom", "other sequence")
         self.probe_plot.getAxis("bottom").enableAutoSIPrefix(False)
         self.maps_plot.getAxis("bottom").enableAutoSIPrefix(False)
-        self._bar_items: list[pg.GraphicsObject] = []
-        self.legend = plain_label(LEGEND, wrap=True)
-        self.plots = QWidget()
-        rl = QVBoxLayout(self.plots)
-        rl.setContentsMargins(0, 0, 0, 0)
-        rl.setSpacing(2)
-        self.unit_row = QWidget()
-        top = QHBoxLayout(self.unit_row)
-        top.setContentsMargins(0, 0, 0, 0)
-        top.addWidget(plain_label("cells of"))
-        top.addWidget(self.unit_combo, 1)
-        rl.addWidget(self.unit_row)
-        rl.addWidget(self.glw, 1)
-        rl.addWidget(self.maps_label)
-        rl.addWidget(self.legend)
-        self.hint = plain_label(DETAIL_HINT, wrap=True)
-        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.stack = QStackedWidget()  # a hint instead of empty plots until a cell is selected
-        self.stack.addWidget(self.hint)
-        self.stack.addWidget(self.plots)
-        self.split = QSplitter(Qt.Orientation.Horizontal)
-        self.split.addWidget(self.text)
-        self.split.addWidget(self.stack)
-        self.split.setStretchFactor(1, 1)
-        self.split.setSizes([300, 900])
-        self.split.setChildrenCollapsible(False)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.addWidget(self.split)
-        self.unit_combo.currentIndexChanged.connect(self._draw_maps)
-        theme.changed.connect(self.apply_theme)
-        self.apply_theme(theme.dark)
+        layout = self.plots.layout()
+        assert isinstance(layout, QVBoxLayout)
+        layout.insertWidget(1, self.glw, 1)
+        self.apply_theme(self.theme.dark)
 
     # -- content -----------------------------------------------------------------------------------
     def set_ready(self, ready: ScenarioReady | None) -> None:
@@ -164,6 +174,7 @@ class LabDetail(QWidget):
     # -- drawing -----------------------------------------------------------------------------------
     def _draw_maps(self) -> None:
         """Before and after side by side: before in columns ``[0, n)``, after from ``n + GAP``."""
+        self.ensure_built()
         unit, ready = self.unit, self.ready
         before = unit_table(ready.before, unit) if ready is not None and unit is not None else None
         after = unit_table(self.after, unit) if unit is not None else None
@@ -218,6 +229,7 @@ class LabDetail(QWidget):
         return im
 
     def _draw_probes(self) -> None:
+        self.ensure_built()
         for it in self._bar_items:
             self.probe_plot.removeItem(it)
         self._bar_items = []
@@ -261,6 +273,8 @@ class LabDetail(QWidget):
         plot.setTitle(text, size=TITLE_SIZE, color=self.theme.plot_colors()[1])
 
     def apply_theme(self, dark: bool) -> None:
+        if not self.built:
+            return
         bg, fg = self.theme.plot_colors()
         self.glw.setBackground(bg)
         self._title(self.probe_plot, "probes of the other sequences")

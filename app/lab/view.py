@@ -149,8 +149,7 @@ class LabView(QWidget):
         doc.loaded.connect(self._on_doc_loaded)
         doc.failed.connect(self._on_doc_failed)
         theme.changed.connect(self.model.set_dark)
-        c.refresh_choices()
-        self._update_controls()
+        self._update_controls()  # the file choices are looked up when the tab is first shown
 
     # -- inputs --------------------------------------------------------------------------------------
     def open_files(self) -> list[tuple[str, str | None]]:
@@ -209,7 +208,8 @@ class LabView(QWidget):
     def _on_doc_loaded(self) -> None:
         self._load_error = None
         self.ready = None
-        self.controls.refresh_choices()
+        if self.isVisible():  # else when shown (it lists the live context's folder)
+            self.controls.refresh_choices()
         self._schedule_load()
 
     def _schedule_load(self) -> None:

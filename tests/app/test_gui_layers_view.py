@@ -15,7 +15,7 @@ pytest.importorskip("PySide6")
 from gui_helpers import LAB, STATE  # noqa: E402
 
 from kvscope.app.views.layers.lod import Window, display_order, overview, plan  # noqa: E402
-from kvscope.core.rotation import derotate  # noqa: E402
+from kvscope.core.rotation import rotate_blocks  # noqa: E402
 from kvscope.core.stats import layer_matrix  # noqa: E402
 
 BIG_CELLS = 131_072
@@ -120,7 +120,8 @@ def test_rotated_rows_are_shown_de_rotated(qtbot, open_doc) -> None:  # type: ig
     lv.select_record(rec)
     qtbot.waitUntil(lambda: lv.heatmap.base.matrix is not None and not lv.heatmap.busy, timeout=15000)
     assert "de-rotated (Hadamard, block 32, inferred)" in lv.title.text()
-    assert np.allclose(lv.matrix, derotate(raw, 32), atol=1e-5)  # de-rotated once, by kvscope.core.rotation
+    assert np.allclose(lv.matrix, rotate_blocks(raw, 32), atol=1e-5)  # de-rotated once (by the core)
+    assert np.allclose(lv.matrix, layer_matrix(w.doc.result, rec), atol=1e-6)
     assert not np.allclose(lv.matrix, raw, atol=1e-3)
     stream.n_rot_inferred = False
     lv.select_record(stream.k_layers[0])

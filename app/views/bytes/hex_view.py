@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPoint, Qt
+from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QPoint, Qt
 from PySide6.QtGui import (
     QContextMenuEvent,
     QGuiApplication,
@@ -110,6 +110,11 @@ class _HexTable(QTableView):
     def resizeEvent(self, e: QResizeEvent) -> None:
         super().resizeEvent(e)
         self.owner.fit_page()
+
+    def viewportEvent(self, e: QEvent) -> bool:
+        if e.type() == QEvent.Type.Resize:  # e.g. the horizontal scroll bar came or went: fewer or more rows
+            self.owner.fit_page()
+        return super().viewportEvent(e)
 
 
 class HexView(QWidget):
@@ -238,6 +243,8 @@ class HexView(QWidget):
     def ensure_visible(self, offset: int) -> None:
         row = offset // BYTES_PER_ROW
         rows = self.visible_rows()
+        if rows != self.scrollbar.pageStep():
+            self.fit_page()
         if not (self.model.base_row <= row < self.model.base_row + rows):
             self.scrollbar.setValue(max(0, row - rows // 3))
 

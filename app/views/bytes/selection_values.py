@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from kvscope.app.document.doc_index import DocumentIndex
 from kvscope.core import ggml_types as gt
-from kvscope.core.stats import dequantize_rows
+from kvscope.core.stats import dequantize_rows, derotates
 
 VALUE_LIMIT = 1 << 16  # values decoded at most (a bigger selection shows its first ones)
 
@@ -110,7 +110,9 @@ def decode_selection(index: DocumentIndex, data: Any, offset: int, length: int,
     raw = _read(data, a, b)
     with np.errstate(all="ignore"):
         vals = dequantize_rows(raw.reshape(1, -1), rec.type_id).reshape(-1)
-    note = ", ".join(x for x in (_note(offset, length, a, b, unit if per > 1 else 0), layout) if x)
+    rotated = f"as stored: Hadamard-rotated in blocks of {rec.rot_block} (the Layers view de-rotates)" \
+        if derotates(rec) else ""
+    note = ", ".join(x for x in (_note(offset, length, a, b, unit if per > 1 else 0), layout, rotated) if x)
     return Decoded(rec.type, a, b - a, vals, where, note)
 
 

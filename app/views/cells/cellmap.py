@@ -15,6 +15,7 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QVBoxLayout, QWidget
 
+from kvscope.app.base.lazy import LazyParts
 from kvscope.app.base.theme import SEQ_COLORS, Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.doc_index import Selection, TableRef
@@ -27,6 +28,7 @@ from kvscope.app.views.plot_axes import IntegerAxis, style_plot
 from kvscope.core.reader.records import CellTable
 
 POS_POINTS = 8192  # at most this many points in the position plot
+BUILD_MS = 40  # the plots are made this long after the view (kvscope.app.base.lazy)
 EMPTY_BRUSH = "#969696"
 
 
@@ -34,13 +36,15 @@ def plural(n: int, word: str) -> str:
     return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
-class CellMapView(QWidget):
+class CellMapView(LazyParts, QWidget):
     """Rows are cells, columns sequence ids (plus a 'shared' column); a line plot shows each row's position."""
 
     export_name = "cells"
+    lazy_parts = frozenset({"glw", "row_axis", "pos_axis", "plot", "pos_plot", "img", "pos_curves", "marks"})
 
     def __init__(self, doc: Document, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.defer_build(BUILD_MS)  # the plots: see build_parts
         self.doc, self.theme = doc, theme
         self.image: CellImage | None = None
         self.owner: SeqOwner | None = None  # whose state the id-less cells of the shown table hold
@@ -57,6 +61,33 @@ class CellMapView(QWidget):
         self.legend = plain_label("colour = sequence, lighter = earlier position · last column dark = cell shared by "
                                   "several sequences · grey row = empty cell · faded = outside the sliding window")
         self.legend.setWordWrap(True)
+        self.export_button = doc_export_button(self, doc)
+        top = QHBoxLayout()
+        top.addWidget(plain_label("cells of"))
+        top.addWidget(self.table_combo, 1)
+        top.addWidget(self.order_combo)
+        top.addWidget(self.swa_check)
+        top.addWidget(self.export_button)
+        self.picture = QWidget()
+        pl = QVBoxLayout(self.picture)
+        pl.setContentsMargins(0, 0, 0, 0)
+        pl.addWidget(self.summary)
+        pl.addWidget(self.hover)
+        pl.addWidget(self.legend)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 2)
+        lay.addLayout(top)
+        lay.addWidget(self.picture, 1)
+        self.table_combo.currentIndexChanged.connect(self._redraw)
+        self.order_combo.currentIndexChanged.connect(self._redraw)
+        self.swa_check.toggled.connect(self._redraw)
+        doc.loaded.connect(self._reload)
+        doc.bus.changed.connect(self._on_selection)
+        theme.changed.connect(self.apply_theme)
+        self._reload()
+
+    def build_parts(self) -> None:
+        """The plots (deferred: see :mod:`kvscope.app.base.lazy`)."""
         self.glw = pg.GraphicsLayoutWidget()
         self.row_axis = IntegerAxis("left", centred=True)
         self.pos_axis = IntegerAxis("bottom")
@@ -74,40 +105,20 @@ class CellMapView(QWidget):
         self.pos_plot.hideAxis("left")
         self.img = pg.ImageItem(axisOrder="row-major", autoDownsample=True)
         self.plot.addItem(self.img)
-        # one scatter per colour: per-point brushes cost pyqtgraph ~50 us a point on the GUI thread
-        self.pos_curves: list[pg.PlotDataItem] = []
+        # one curve per colour of short vertical strokes, one per row at its position, drawn as one path
+        # (a ScatterPlotItem costs ~50 us a point in Python on the GUI thread)
+        self.pos_curves: list[pg.PlotCurveItem] = []
         self.marks = [pg.InfiniteLine(angle=0, movable=False, pen=pg.mkPen("#3d8ee6", width=2)) for _ in range(2)]
         for p, m in zip((self.plot, self.pos_plot), self.marks, strict=True):
             p.addItem(m)
             m.hide()
-        self.export_button = doc_export_button(self, doc)
-        top = QHBoxLayout()
-        top.addWidget(plain_label("cells of"))
-        top.addWidget(self.table_combo, 1)
-        top.addWidget(self.order_combo)
-        top.addWidget(self.swa_check)
-        top.addWidget(self.export_button)
-        self.picture = QWidget()
-        pl = QVBoxLayout(self.picture)
-        pl.setContentsMargins(0, 0, 0, 0)
-        pl.addWidget(self.summary)
-        pl.addWidget(self.glw, 1)
-        pl.addWidget(self.hover)
-        pl.addWidget(self.legend)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(2, 2, 2, 2)
-        lay.addLayout(top)
-        lay.addWidget(self.picture, 1)
-        self.table_combo.currentIndexChanged.connect(self._redraw)
-        self.order_combo.currentIndexChanged.connect(self._redraw)
-        self.swa_check.toggled.connect(self._redraw)
+        self.picture.layout().insertWidget(1, self.glw, 1)
         self.glw.scene().sigMouseMoved.connect(self._on_move)
         self.glw.scene().sigMouseClicked.connect(self._on_click)
-        doc.loaded.connect(self._reload)
-        doc.bus.changed.connect(self._on_selection)
-        theme.changed.connect(self.apply_theme)
-        self.apply_theme(theme.dark)
-        self._reload()
+        self.apply_theme(self.theme.dark)
+        self._dirty = True
+        if self.isVisible():
+            self._redraw()
 
     # -- data --------------------------------------------------------------------------------------
     @property
@@ -143,6 +154,7 @@ class CellMapView(QWidget):
 
     def showEvent(self, e: QShowEvent) -> None:
         super().showEvent(e)
+        self.ensure_built()
         if self._dirty:
             self._redraw()
 
@@ -157,7 +169,7 @@ class CellMapView(QWidget):
         ok, why = self.swa_state(ref)
         self.swa_check.setEnabled(ok)
         self.swa_check.setToolTip(why)
-        if not self.isVisible():
+        if not self.isVisible() or not self.built:
             self._dirty = True
             return
         self._dirty = False
@@ -220,21 +232,30 @@ class CellMapView(QWidget):
                 + ("; " + "; ".join(parts) if parts else ""))
 
     def _set_positions(self, groups: list[tuple[str, np.ndarray, np.ndarray, int]]) -> None:
-        """One scatter item per colour (created on demand, emptied when unused)."""
+        """One curve per colour (created on demand, emptied when unused): a stroke across each row at its position,
+        at least a pixel and a half tall however many rows share a pixel."""
+        rows = self.image.order.size if self.image is not None else 0
+        half = max(0.42, 0.75 * rows / max(100.0, self.plot.vb.height()))
         while len(self.pos_curves) < len(groups):
-            self.pos_curves.append(self.pos_plot.plot([], [], pen=None, symbol="s", symbolPen=None))
+            curve = pg.PlotCurveItem([], [], connect="pairs")
+            self.pos_plot.addItem(curve)
+            self.pos_curves.append(curve)
         for curve, (color, xs, ys, size) in zip(self.pos_curves, groups, strict=False):
-            curve.setData(xs, ys, symbolBrush=pg.mkBrush(color), symbolSize=size)
+            pen = pg.mkPen(color, width=size)
+            pen.setCapStyle(Qt.PenCapStyle.FlatCap)
+            strokes = np.empty(2 * ys.size)
+            strokes[0::2], strokes[1::2] = ys - half, ys + half
+            curve.setData(np.repeat(xs, 2), strokes, pen=pen, connect="pairs")
         for curve in self.pos_curves[len(groups):]:
             curve.setData([], [])
 
     def apply_theme(self, dark: bool) -> None:
+        if not self.built:
+            return
         bg, fg = self.theme.plot_colors()
         self.glw.setBackground(bg)
         for p in (self.plot, self.pos_plot):
             style_plot(p, fg)
-        for curve in self.pos_curves:
-            curve.setSymbolPen(None)
         if self.image is not None:
             self._redraw()
 
@@ -318,6 +339,8 @@ class CellMapView(QWidget):
         self._mark(sel)
 
     def _mark(self, sel: Selection | None) -> None:
+        if not self.built:
+            return
         ref, im = self.ref, self.image
         if sel is None or im is None or ref is None or sel.table != ref.key or sel.cell is None \
                 or sel.cell >= im.row_of_cell.size:

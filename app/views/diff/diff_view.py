@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvscope.app.base.lazy import LazyParts
 from kvscope.app.base.theme import Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.document import Document, diff_available
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 Index = QModelIndex | QPersistentModelIndex
 COLUMNS = ("kind", "offset A", "offset B", "layer", "description")
+BUILD_MS = 120  # the plots are made this long after the view (kvscope.app.base.lazy)
 
 
 class DiffModel(RowTableModel["DiffItem"]):
@@ -67,14 +69,16 @@ class DiffModel(RowTableModel["DiffItem"]):
         return None
 
 
-class DiffView(QWidget):
+class DiffView(LazyParts, QWidget):
     """Open a second file against the current one; step through differences; plot per-layer numbers."""
 
     compareRequested = Signal()  # the window asks for a file and calls ``doc.compare_with``
     export_name = "diff"
+    lazy_parts = frozenset({"glw", "abs_plot", "cells_plot", "nan_plot", "legend"})
 
     def __init__(self, doc: Document, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.defer_build(BUILD_MS)  # the plots: see build_parts
         self.doc, self.theme = doc, theme
         self.model = DiffModel(self)
         self.table = QTableView()
@@ -99,6 +103,39 @@ class DiffView(QWidget):
         if not diff_available():
             self.open_button.setEnabled(False)
             self.open_button.setToolTip("needs kvscope.core.diff")
+        top = QHBoxLayout()
+        top.addWidget(self.open_button)
+        top.addWidget(self.prev_button)
+        top.addWidget(self.next_button)
+        top.addWidget(self.header, 1)
+        self.export_button = doc_export_button(self, doc)
+        top.addWidget(self.export_button)
+        upper = QWidget()
+        ul = QVBoxLayout(upper)
+        ul.setContentsMargins(0, 0, 0, 0)
+        ul.addLayout(top)
+        ul.addWidget(self.table, 1)
+        ul.addWidget(self.detail)
+        self.split = split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(upper)
+        split.addWidget(QWidget())  # the plots' place until they are built
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 2)
+        lay.addWidget(split)
+        self.open_button.clicked.connect(self.compareRequested)
+        self.prev_button.clicked.connect(lambda: self.step(-1))
+        self.next_button.clicked.connect(lambda: self.step(1))
+        self.table.selectionModel().currentRowChanged.connect(self._on_current)
+        self.table.clicked.connect(self._activate)
+        doc.diffReady.connect(self._reload)
+        doc.loaded.connect(self._reload)
+        theme.changed.connect(self.apply_theme)
+        self._reload()
+
+    def build_parts(self) -> None:
+        """The per-layer plots (deferred: see :mod:`kvscope.app.base.lazy`)."""
         self.glw = pg.GraphicsLayoutWidget()
         self.abs_plot = self.glw.addPlot(row=0, col=0, axisItems={"left": ValueAxis("left"),
                                                                    "bottom": IntegerAxis("bottom")})
@@ -115,37 +152,13 @@ class DiffView(QWidget):
             p.setLabel("bottom", "layer")
             p.setMenuEnabled(False)
             p.showGrid(x=True, y=True, alpha=0.25)
-        top = QHBoxLayout()
-        top.addWidget(self.open_button)
-        top.addWidget(self.prev_button)
-        top.addWidget(self.next_button)
-        top.addWidget(self.header, 1)
-        self.export_button = doc_export_button(self, doc)
-        top.addWidget(self.export_button)
-        upper = QWidget()
-        ul = QVBoxLayout(upper)
-        ul.setContentsMargins(0, 0, 0, 0)
-        ul.addLayout(top)
-        ul.addWidget(self.table, 1)
-        ul.addWidget(self.detail)
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(upper)
-        split.addWidget(self.glw)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(2, 2, 2, 2)
-        lay.addWidget(split)
-        self.open_button.clicked.connect(self.compareRequested)
-        self.prev_button.clicked.connect(lambda: self.step(-1))
-        self.next_button.clicked.connect(lambda: self.step(1))
-        self.table.selectionModel().currentRowChanged.connect(self._on_current)
-        self.table.clicked.connect(self._activate)
-        doc.diffReady.connect(self._reload)
-        doc.loaded.connect(self._reload)
-        theme.changed.connect(self.apply_theme)
-        self.apply_theme(theme.dark)
-        self._reload()
+        sizes = self.split.sizes()
+        placeholder = self.split.replaceWidget(1, self.glw)
+        if placeholder is not None:
+            placeholder.deleteLater()
+        self.split.setSizes(sizes)
+        self.apply_theme(self.theme.dark)
+        self._plot(self.diff)
 
     @property
     def plots(self) -> tuple[pg.PlotItem, pg.PlotItem, pg.PlotItem]:
@@ -175,6 +188,8 @@ class DiffView(QWidget):
         self._plot(d)
 
     def _plot(self, d: StateDiff | None) -> None:
+        if not self.built:
+            return
         for p in self.plots:
             p.clear()
         self.legend.clear()
@@ -219,6 +234,8 @@ class DiffView(QWidget):
         return [top((0,)), top((1,)), top((2, 3))]
 
     def apply_theme(self, _dark: bool) -> None:
+        if not self.built:
+            return
         bg, fg = self.theme.plot_colors()
         self.glw.setBackground(bg)
         for p in self.plots:

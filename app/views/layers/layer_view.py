@@ -17,6 +17,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QSlider, QSplitter, QVBoxLayout, QWidget
 
+from kvscope.app.base.lazy import LazyParts
 from kvscope.app.base.theme import Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.doc_index import Selection
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from kvscope.core.reader.tree import Node
 
 ROLE_ORDER = ("k", "v", "r", "s", "p")
+BUILD_MS = 80  # the plots are made this long after the view (kvscope.app.base.lazy)
 
 
 @dataclass(frozen=True)
@@ -67,14 +69,16 @@ def rotation_note(rec: LayerRecord, stream: KvStream | None, n_cols: int) -> str
     return ""
 
 
-class LayerView(QWidget):
+class LayerView(LazyParts, QWidget):
     """Heatmap of the selected record and per-layer stats."""
 
     export_name = "layers"
+    lazy_parts = frozenset({"heatmap", "stats"})
     extra_csv = {"Statistics CSV": ("-stats", "stats_csv_table")}
 
     def __init__(self, doc: Document, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.defer_build(BUILD_MS)  # the plots: see build_parts
         self.doc, self.theme = doc, theme
         self.units: list[Unit] = []
         self.record: LayerRecord | None = None
@@ -95,12 +99,7 @@ class LayerView(QWidget):
         self.title.setWordWrap(True)
         self.info = plain_label(" ")
         self.info.setWordWrap(True)
-        self.heatmap = Heatmap(doc, theme)
-        self.heatmap.max_rows, self.heatmap.max_cols = screen_caps()
-        self.heatmap.drawn.connect(self._on_drawn)
-        self.heatmap.failed.connect(self._on_failed)
-        self.stats = StatsPlot(theme)
-        self.stats.layerClicked.connect(self._on_stats_click)
+        self._caps = screen_caps()
         self.export_button = doc_export_button(self, doc)
         top = QHBoxLayout()
         top.addWidget(self.unit_combo, 1)
@@ -115,11 +114,10 @@ class LayerView(QWidget):
         ul.setContentsMargins(0, 0, 0, 0)
         ul.setSpacing(2)
         ul.addWidget(self.title)
-        ul.addWidget(self.heatmap, 1)
         ul.addWidget(self.info)
         self.split = QSplitter(Qt.Orientation.Vertical)
         self.split.addWidget(self.upper)
-        self.split.addWidget(self.stats)
+        self.split.addWidget(QWidget())  # the statistics plot's place until it is built
         self.split.setStretchFactor(0, 3)
         self.split.setStretchFactor(1, 2)
         self.split.setSizes([520, 330])
@@ -136,6 +134,27 @@ class LayerView(QWidget):
         doc.statsReady.connect(self._update_stats)
         doc.bus.changed.connect(self._on_selection)
         self._reload()
+
+    def build_parts(self) -> None:
+        """The heatmap and the statistics plot (deferred: see :mod:`kvscope.app.base.lazy`)."""
+        self.heatmap = Heatmap(self.doc, self.theme)
+        self.heatmap.max_rows, self.heatmap.max_cols = self._caps
+        self.heatmap.drawn.connect(self._on_drawn)
+        self.heatmap.failed.connect(self._on_failed)
+        self.stats = StatsPlot(self.theme)
+        self.stats.layerClicked.connect(self._on_stats_click)
+        layout = self.upper.layout()
+        assert isinstance(layout, QVBoxLayout)
+        layout.insertWidget(1, self.heatmap, 1)
+        sizes = self.split.sizes()
+        old = self.split.replaceWidget(1, self.stats)
+        if old is not None:
+            old.deleteLater()
+        self.split.setSizes(sizes)
+        self._update_stats()
+        if self.record is not None:
+            self.stats.mark(float(self.record.il if self.record.il is not None else self.record.index))
+            self._redraw()
 
     # compatibility with callers that size the overview (reports)
     @property
@@ -290,12 +309,13 @@ class LayerView(QWidget):
         if self.unit_combo.currentIndex() != ui:
             self.unit_combo.setCurrentIndex(ui)
         self.record = None
-        self.heatmap.clear()
+        if self.built:
+            self.heatmap.clear()
+            self.stats.mark(float(f.layer) if f.layer is not None else None)
         where = sel.node.path if sel.node is not None else f.path
         self.layer_label.setText(f"layer {f.layer}" if f.layer is not None else "")
         self.title.setText(f"{where}: no values to show (the record was not read)")
         self.info.setText(f"{f.severity} {f.code} at {f.offset:,}: {f.message}")
-        self.stats.mark(float(f.layer) if f.layer is not None else None)
 
     # -- heatmap ----------------------------------------------------------------------------------
     def head_dim(self, rec: LayerRecord) -> tuple[int, str]:
@@ -324,19 +344,23 @@ class LayerView(QWidget):
         hd, why = self.head_dim(rec)
         self.heads_check.setEnabled(hd > 0)
         self.heads_check.setToolTip(f"separate heads of {hd} channels" if hd else why)
-        self.stats.mark(float(rec.il if rec.il is not None else rec.index))
+        if self.built:
+            self.stats.mark(float(rec.il if rec.il is not None else rec.index))
         self._redraw()
 
     def _redraw(self) -> None:
         rec = self.record
         if rec is None:
             return
+        if not self.built:  # drawn when the heatmap is built
+            self.title.setText(f"{ROLE_LABEL.get(rec.role, rec.role)} layer {'?' if rec.il is None else rec.il}")
+            return
         task = self.heatmap.show_record(rec, self.rows_combo.currentIndex() == 1, self._split(rec))
         self.title.setText(self.heading(rec))
         self.info.setText(f"{self._describe(rec)} · " + ("decoding…" if task is not None else "no values to show"))
 
     def _on_heads(self, _on: bool) -> None:
-        if self.record is not None:
+        if self.record is not None and self.built:
             self.heatmap.set_head_dim(self._split(self.record))
 
     def heading(self, rec: LayerRecord) -> str:
@@ -380,6 +404,8 @@ class LayerView(QWidget):
 
     # -- stats ------------------------------------------------------------------------------------
     def _update_stats(self) -> None:
+        if not self.built:
+            return
         u = self.unit
         note = ""
         if self.doc.stats is None:

@@ -7,9 +7,9 @@ pixels); zooming in reads a finer window of just the part in view, down to every
 Heatmap coordinates are real units throughout: display row ``r`` covers ``[r, r + 1)`` on the y axis,
 channel ``c`` covers ``[c, c + 1)`` on the x axis, whatever the stride.
 
-Records stored Hadamard-rotated (``LayerRecord.rotated``) are de-rotated with
-:func:`kvscope.core.rotation.derotate` before channels are picked (a rotation block mixes whole runs of
-``rot_block`` channels, so the rows are read whole first).
+Records stored Hadamard-rotated (``LayerRecord.rotated``) come back de-rotated from
+:func:`kvscope.core.stats.record_rows` (whole rows are de-rotated before channels are picked);
+:func:`rotation_block` says when, for the heatmap's caption.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult
-from kvscope.core.stats import Bytes, record_rows, record_shape, source_of
+from kvscope.core.stats import Bytes, derotates, record_rows, record_shape, source_of
 
 F32A = npt.NDArray[np.float32]
 I64A = npt.NDArray[np.int64]
@@ -115,11 +115,8 @@ def display_order(table: CellTable | None, n_rows: int, by_position: bool) -> I6
 
 
 def rotation_block(rec: LayerRecord, n_cols: int) -> int:
-    """The Hadamard block to undo for ``rec`` (0: the rows are stored as they are)."""
-    b = rec.rot_block
-    if not rec.rotated or b <= 0 or rec.transposed or n_cols % b:
-        return 0
-    return b
+    """The Hadamard block ``record_rows`` undoes for ``rec`` (0: the values are the stored ones)."""
+    return rec.rot_block if derotates(rec) and n_cols and n_cols % rec.rot_block == 0 else 0
 
 
 def record_size(res: ParseResult, rec: LayerRecord, data: Bytes = None) -> tuple[int, int]:
@@ -130,7 +127,7 @@ def record_size(res: ParseResult, rec: LayerRecord, data: Bytes = None) -> tuple
 
 def read_window(res: ParseResult, rec: LayerRecord, win: Window, order: I64A | None = None,
                 data: Bytes = None) -> F32A:
-    """The float32 samples of ``win`` (de-rotated when the record is stored rotated).
+    """The float32 samples of ``win`` (de-rotated by ``record_rows`` when the record is stored rotated).
 
     Only the sampled rows are read. Raises ValueError for a type gguf-py cannot decode.
     """
@@ -142,14 +139,8 @@ def read_window(res: ParseResult, rec: LayerRecord, win: Window, order: I64A | N
         if order is not None:
             rows = order[win.row0 : min(win.row1, n) : win.row_step]
         cols = slice(win.col0, min(win.col1, dim), win.col_step)
-        block = rotation_block(rec, dim)
         try:
-            if block:
-                from kvscope.core.rotation import derotate
-
-                values = derotate(record_rows(src, rec, rows, slice(None)), block)[:, cols]
-            else:
-                values = record_rows(src, rec, rows, cols)
+            values = record_rows(src, rec, rows, cols)  # de-rotated by the core when stored rotated
         except NotImplementedError as e:
             raise ValueError(f"cannot decode {rec.type}: {e}") from None
     return np.ascontiguousarray(values, dtype=np.float32)
