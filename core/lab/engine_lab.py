@@ -414,12 +414,12 @@ class EngineLabRunner:
         t = self.spec.target
         prompt = [*self.spec.seqs.get(t, []), self.spec.next_token]
         chk = PoisonCheck(len(prompt))
-        body = {"n_predict": POISON_PREDICT, "temperature": 0.0, "return_tokens": True, "logit_bias": self._ban()}
+        body: dict[str, Any] = {"temperature": 0.0, "return_tokens": True, "logit_bias": self._ban()}
         try:
-            a = live.client.complete(prompt, id_slot=t, **body)
+            a = live.client.complete(prompt, POISON_PREDICT, t, **body)
             chk.completion = [int(x) for x in a.get("tokens") or []]
             live.client.slot_erase(t)
-            b = live.client.complete(prompt, id_slot=t, **body)
+            b = live.client.complete(prompt, POISON_PREDICT, t, **body)
             chk.fresh_completion = [int(x) for x in b.get("tokens") or []]
         except ServerDied as e:
             chk.aborted = e.aborted

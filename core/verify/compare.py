@@ -34,7 +34,7 @@ from kvscope.core import ggml_types as gt
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult, Section
 from kvscope.core.reader.source import ByteSource
 from kvscope.core.rotation import rotate_blocks
-from kvscope.core.stats import record_rows, record_shape
+from kvscope.core.stats import derotates, record_rows, record_shape
 
 F32A = npt.NDArray[np.float32]
 I64A = npt.NDArray[np.int64]
@@ -206,8 +206,8 @@ def _describe_key(key: tuple[Any, ...], mode: str, index: int | None = None) -> 
 
 
 def _rows(src: ByteSource, rec: LayerRecord, idx: I64A) -> F32A:
-    vals = record_rows(src, rec, idx)
-    return rotate_blocks(vals, rec.rot_block) if _rotated(rec, vals) else vals
+    """Dequantized, de-rotated rows (``record_rows`` de-rotates rows stored rotated)."""
+    return record_rows(src, rec, idx)
 
 
 def _present(src: ByteSource, rec: LayerRecord) -> int:
@@ -273,7 +273,7 @@ def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerReco
         fidx, gidx = fi_o[sl][k], gi_o[sl][k]
         if not fidx.size:
             continue
-        raw_a, raw_b = record_rows(fs, fr, fidx), record_rows(gs, gr, gidx)
+        raw_a, raw_b = record_rows(fs, fr, fidx, derotate=False), record_rows(gs, gr, gidx, derotate=False)
         exact = exact and bool(np.array_equal(raw_a, raw_b, equal_nan=True))
         a = rotate_blocks(raw_a, fr.rot_block) if _rotated(fr, raw_a) else raw_a
         b = rotate_blocks(raw_b, gr.rot_block) if _rotated(gr, raw_b) else raw_b
@@ -312,7 +312,7 @@ def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerReco
 
 
 def _rotated(rec: LayerRecord, vals: F32A) -> bool:
-    return bool(rec.rotated) and rec.rot_block > 0 and vals.shape[1] % rec.rot_block == 0
+    return derotates(rec) and vals.shape[1] % rec.rot_block == 0
 
 
 def _width(r: LayerRecord) -> int | None:

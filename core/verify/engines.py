@@ -20,13 +20,14 @@ import os
 import shutil
 import time
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from kvscope.core.engine.llamacpp import CtxParams, EngineError, LlamaProcess, Outcome, short_line
+from kvscope.core.engine.llamacpp import ABIWarning, CtxParams, EngineError, LlamaProcess, Outcome, short_line
 from kvscope.core.engine.server import ServerClient, ServerDied, ServerError, ServerHTTPError, ServerProcess
 from kvscope.core.model_profile import ModelProfile
 from kvscope.core.reader.records import ParseResult
@@ -61,6 +62,14 @@ class Logits:
     values: npt.NDArray[np.float32] | None = None  # logits[n_vocab]
     top: dict[int, float] | None = None  # token -> log-probability
     basis: str = "logits"
+
+
+def partial_utf8_tokens(profile: ModelProfile) -> list[int]:
+    """Tokens whose text is not whole UTF-8 on its own (a byte of a multi-byte character). llama-server
+    withholds the text and the probabilities of a sampled token that ends inside a character, so its
+    requests that need them ban these from being sampled (``logit_bias``; the probabilities it reports are
+    the raw logits')."""
+    return [i for i in range(profile.n_vocab) if "\ufffd" in profile.detokenize([i])]
 
 
 class EngineUnavailable(Exception):
@@ -125,10 +134,15 @@ class LlamaCppEngine(VerifyEngine):
         self.model, self.ctx, self.build, self.lib_path, self.timeout_s = model, ctx, build, lib_path, timeout_s
         self._proc: LlamaProcess | None = None
         self._info: dict[str, Any] = {}
+        self.warnings: list[str] = []
         self._proc = self._start()
 
     def _start(self) -> LlamaProcess:
-        p = LlamaProcess(self.model, self.ctx, build=self.build, lib_path=self.lib_path, timeout_s=self.timeout_s)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always", ABIWarning)
+            p = LlamaProcess(self.model, self.ctx, build=self.build, lib_path=self.lib_path,
+                             timeout_s=self.timeout_s)
+        self.warnings = [str(w.message) for w in seen if issubclass(w.category, ABIWarning)]
         self._info = p.info()
         return p
 
@@ -303,9 +317,7 @@ class ServerEngine(VerifyEngine):
         """Tokens that are not whole UTF-8 on their own, banned from being *sampled*: a server withholds the
         probabilities of a token that ends inside a character (the reported ones are the raw logits')."""
         if self._banned is None:
-            prof = self.profile
-            self._banned = [] if prof is None else [
-                [i, False] for i in range(prof.n_vocab) if "\ufffd" in prof.detokenize([i])]
+            self._banned = [[i, False] for i in partial_utf8_tokens(self.profile)] if self.profile else []
         return self._banned
 
     def next_logits(self, seq: int, tokens_before: list[int], token: int) -> tuple[Logits | None, str]:

@@ -169,9 +169,12 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
         res.verdict = "incompatible"
         reasons.append(f"{res.engine.get('kind')} {res.engine.get('build') or ''}".strip()
                        + f" cannot load layout {res.layout}: {r.message if r else ''}")
-        can = [f"{c['generation']}" + (f" ({c['build']})" if c.get("build") else "") for c in res.compatibility
-               if c.get("loads")]
-        reasons.append("builds that load it: " + (", ".join(can) if can else "none kvscope knows"))
+        can = [f"{c['generation']}" + (f" (llama.cpp {c['build']})" if c.get("build") else " (no pinned build)")
+               for c in res.compatibility if c.get("loads")]
+        reasons.append("layouts that load it: " + (", ".join(can) if can else "none kvscope knows"))
+        mine = next((c for c in res.compatibility if c.get("generation") == res.engine.get("writes")), None)
+        if mine is not None and mine.get("migratable"):
+            reasons.append(f"`kvscope rewrite --layout {mine['generation']}` migrates it exactly for this build")
         return
     if cmp_ is None:
         res.verdict = "ok" if restored and not reader_errors else "damaged"

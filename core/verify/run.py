@@ -183,6 +183,7 @@ class Verifier:
         engine = self._engine = self._start(ctx, build, prof)
         try:
             out.engine = {**engine.describe(), "reason": reason}
+            out.notes += list(getattr(engine, "warnings", []))
             if self.server_bin:
                 out.engine["reason"] = f"the llama-server binary {self.server_bin} (given with --server-bin)"
             out.seconds["start"] = time.perf_counter() - t0

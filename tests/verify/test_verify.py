@@ -249,3 +249,39 @@ def test_torch_engine_restores_only(tmp_path: Path) -> None:
     bad = verify(MODELS.parent / "lab/llamacpp-2026-10-01/llama/drop_k_layer_1.seqdata.bin", model_path("llama"),
                  engine="torch")
     assert bad.verdict == "damaged" and bad.restore is not None and not bad.restore.ok
+
+
+def test_own_library_and_the_migration_hint(builds: dict[str, InstalledBuild], tmp_path: Path) -> None:
+    lib = tmp_path / "mylib"
+    lib.mkdir()
+    for f in builds["b11434"].lib_dir.iterdir():
+        (lib / f.name).symlink_to(f.resolve())
+    r = verify(MODELS / "llama-f16-fa0-unified0-seq1.seqstate", model_path("llama"), lib_path=str(lib))
+    assert r.engine["build"] is None and r.engine["abi"]["verified"] is False
+    assert any("cannot be verified" in n for n in r.notes)
+    assert r.verdict == "incompatible"  # the message names the version llama.cpp refused
+    assert any("layouts that load it: 2026-10 (llama.cpp 0c1e5709)" in x for x in r.reasons)
+    pinned = verify(MODELS / "llama-f16-fa0-unified0-seq1.seqstate", model_path("llama"), build="b11434")
+    assert any("kvscope rewrite --layout 2026-10-v4" in x for x in pinned.reasons)
+
+
+def test_rotated_rows_compare_with_unrotated_ones_after_derotation(builds: dict[str, InstalledBuild],
+                                                                    tmp_path: Path) -> None:
+    """A rotated q8_0 file against a prefill with rotation disabled: only de-rotated values can match."""
+    from engine.gguf_variants import llama_head64
+
+    model = llama_head64(model_path("llama"), tmp_path / "llama-head64.gguf")
+    q8 = CtxParams(type_k="q8_0", type_v="q8_0", flash_attn=True)
+    rotated = write_states("b11434", tmp_path / "rot", ctx=q8, model=model)["seq_file"]
+    plain = write_states("b11434", tmp_path / "plain", ctx=CtxParams(type_k="q8_0", type_v="q8_0", flash_attn=True,
+                                                                     env=(("LLAMA_ATTN_ROT_DISABLE", "1"),)),
+                         model=model)["seq_file"]
+    own = verify(plain, model)  # the file says n_rot 0: verify runs the child with rotation off, as it was saved
+    _ok(own)
+    assert own.context["ctx"]["env"] == {"LLAMA_ATTN_ROT_DISABLE": "1"}
+    cross = verify(rotated, model, overrides={"env.LLAMA_ATTN_ROT_DISABLE": "1"})
+    assert cross.restore is not None and not cross.restore.ok and "rotation" in cross.restore.message
+    assert cross.comparison is not None
+    recs = cross.comparison.records
+    assert all(c.status == "match" for c in recs), [(c.role, c.il, c.status, c.rms_rel) for c in recs]
+    assert not any(c.exact for c in recs)  # q8_0 blocks of rotated and plain rows are not the same bytes
