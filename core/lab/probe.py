@@ -130,9 +130,11 @@ def probe_sequences(ctx: MemoryContext, profile: ModelProfile | None, seqs: Iter
             if isinstance(part.mem, KvCache):
                 _kv_readout(i, part.mem, profile, seq, p_next, rows, out)
                 layers = [ly.il for ly in part.mem.layers]
-            else:
+            elif isinstance(part.mem, RecurrentMemory):
                 _recurrent_readout(part.mem, seq, out)
                 layers = list(part.mem.layers)
+            else:
+                continue  # DeepSeek-V4's compressed blocks: no attention readout
             start = sum(int(t.numel()) for t in out[KERNELS[0]][:n0])
             for il, t in zip(layers, out[KERNELS[0]][n0:], strict=True):
                 segments.append((part.role, il, start, start + int(t.numel())))
@@ -175,7 +177,7 @@ def stale_cells(ctx: MemoryContext, seq: int) -> dict[str, tuple[int, int]]:
                     stale |= nz
                     bad |= _nonfinite(m, ly.il, strm, nz, is_k)
             out[part.role] = (int(stale.sum()), int(bad.sum()))
-        else:
+        elif isinstance(m, RecurrentMemory):
             free_r = torch.from_numpy(~m.seq.any(axis=1))
             stale = torch.zeros_like(free_r)
             bad = torch.zeros_like(free_r)
@@ -219,6 +221,8 @@ def component_bytes(ctx: MemoryContext, seq: int) -> dict[str, bytes]:
     """Per component role, the section ``seq_get_data(seq)`` holds for it (flags 0)."""
     out: dict[str, bytes] = {}
     for part in ctx.memory.parts_for(ctx.layout, 0):
+        if not isinstance(part.mem, (KvCache, RecurrentMemory)):
+            continue  # DeepSeek-V4's blocks only exist inside its own section order
         count = CountingSink()
         _render(ctx, part.mem, seq, count)
         sink = BufferSink(count.n_bytes)
@@ -232,6 +236,11 @@ def seq_cells(ctx: MemoryContext, seq: int) -> dict[str, tuple[int, int, int]]:
     out: dict[str, tuple[int, int, int]] = {}
     for part in ctx.memory.parts:
         m = part.mem
-        n = int(m.stream_of(seq).seq[:, seq].sum()) if isinstance(m, KvCache) else int(m.seq[:, seq].sum())
+        if isinstance(m, KvCache):
+            n = int(m.stream_of(seq).seq[:, seq].sum())
+        elif isinstance(m, RecurrentMemory):
+            n = int(m.seq[:, seq].sum())
+        else:
+            continue  # DeepSeek-V4's blocks hold rows, not cells
         out[part.role] = (n, m.seq_pos_min(seq), m.seq_pos_max(seq))
     return out

@@ -58,8 +58,9 @@ class MemoryContext:
     def create(cls, model: ModelProfile | MemorySpec, params: ContextParams | None = None,
                layout: str | Layout | None = None, device: torch.device | str | None = None) -> MemoryContext:
         """A fresh, empty context for ``model`` with llama.cpp's sizing rules."""
-        spec = model if isinstance(model, MemorySpec) else MemorySpec.from_profile(model)
-        return cls(LlamaMemory(spec, params or ContextParams(), device), layout)
+        lay = layout if isinstance(layout, Layout) else Layout.named(layout)
+        spec = model if isinstance(model, MemorySpec) else MemorySpec.from_profile(model, lay.kv_rot)
+        return cls(LlamaMemory(spec, params or ContextParams(), device), lay)
 
     def _layout(self, layout: str | Layout | None) -> Layout:
         if layout is None:

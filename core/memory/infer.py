@@ -2,36 +2,42 @@
 
 :func:`infer_context` takes a :class:`~kvscope.core.reader.records.ParseResult` (and, when given,
 the model's profile) and builds a :class:`MemoryContext` with the file's streams, sequence ids,
-capacity, V transposition and types. With a model the memory class and layer mapping are the
-model's; without one they follow the sections (layers numbered by position, the sliding window
-unknown) and :attr:`Inferred.notes` says what was assumed. :func:`load` reads the file into the
-context with the API that wrote it.
+capacity, V transposition, types and rotation. With a model the memory class, layer mapping and
+sub-cache geometry are the model's (as the build of the file's layout creates them); without one
+they follow the sections (:mod:`infer_spec`) and :attr:`Inferred.notes` says what was assumed.
+Rotation: a v11/v4 file records ``n_rot_k, n_rot_v`` per KV section, and the context takes them
+(``LLAMA_ATTN_ROT_DISABLE`` when they are what a build with it set computes, else pinned per
+cache); older files do not, so the model's rule for a default build decides (or what the reader
+inferred from the cache types, without a model). :func:`load` reads the file into the context
+with the API that wrote it, :func:`write` writes it again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.memory.context import Data, MemoryContext
+from kvscope.core.memory.infer_spec import (
+    UNKNOWN_SWA,
+    StructureError,
+    data_streams,
+    file_facts,
+    structural_spec,
+)
 from kvscope.core.memory.kv_state import swa_masked
 from kvscope.core.memory.layout import FLAG_PARTIAL_ONLY, Layout
 from kvscope.core.memory.params import ContextParams, ggml_pad
 from kvscope.core.memory.result import ReadResult
-from kvscope.core.memory.spec import SWA_STANDARD, AttnLayer, MemorySpec
+from kvscope.core.memory.rot_rule import cache_rotation
+from kvscope.core.memory.spec import MemorySpec, SpecError
 from kvscope.core.model_profile import ModelProfile
-from kvscope.core.reader.records import KvStream, ParseResult, Section
+from kvscope.core.reader.records import ParseResult
 
-UNKNOWN_SWA = 1 << 30  # "no cell is outside the window": the window of a model not given
-_CLASS_BY_ROLES = {
-    ("kv",): "kv",
-    ("kv_base", "kv_swa"): "iswa",
-    ("recurrent",): "recurrent",
-    ("kv_attn", "recurrent"): "hybrid",
-    ("kv_base", "kv_swa", "recurrent"): "hybrid_iswa",
-}
+__all__ = ["UNKNOWN_SWA", "InferError", "Inferred", "infer_context", "load", "write"]
+_SWA_ROLES = ("kv_swa", "kv_raw_swa")
 
 
 class InferError(ValueError):
@@ -53,28 +59,10 @@ class Inferred:
     model_given: bool
     notes: list[str] = field(default_factory=list)
     tokens: list[int] | None = None  # token words, once loaded
-
-
-def _data_streams(sec: Section) -> list[KvStream]:
-    return [st for st in sec.streams if st.k_layers]
-
-
-def _kv_layers(sec: Section, first_il: int) -> tuple[tuple[AttnLayer, ...], int | None, int | None, bool | None]:
-    """Layer widths, K / V types and V transposition of a KV section (from its first data stream)."""
-    streams = _data_streams(sec)
-    if not streams:
-        return (), None, None, None
-    st = streams[0]
-    layers = []
-    for j, k in enumerate(st.k_layers):
-        n_k = gt.elements_in_row(k.type_id, k.row_bytes) or 0
-        n_v = 0
-        if j < len(st.v_layers):
-            v = st.v_layers[j]
-            n_v = v.n_embd_v_gqa if v.transposed else gt.elements_in_row(v.type_id, v.row_bytes) or 0
-        layers.append(AttnLayer(first_il + j, n_k, n_v))
-    type_v = st.v_layers[0].type_id if st.v_layers else None
-    return tuple(layers), st.k_layers[0].type_id, type_v, bool(st.v_trans)
+    # the rotation block sizes of every KV cache are known: recorded (v11/v4), from the model's rule,
+    # or what the reader inferred from the cache types; False: a v4 target would need --model
+    rot_known: bool = True
+    profile: ModelProfile | None = None
 
 
 def _seq_ids(res: ParseResult) -> set[int]:
@@ -103,90 +91,14 @@ def _source_seq(res: ParseResult, layout: Layout) -> int | None:
     return None
 
 
-def _structural_spec(res: ParseResult, notes: list[str]) -> tuple[MemorySpec, dict[str, int | bool | None]]:
-    roles = tuple(sec.role for sec in res.sections)
-    mc = _CLASS_BY_ROLES.get(roles)
-    if mc is None:
-        raise InferError(f"sections {list(roles)} are not a memory class the core knows")
-    kv_secs = [s for s in res.sections if s.kind == "kv"]
-    attn: list[AttnLayer] = []
-    swa_layers: set[int] = set()
-    facts: dict[str, int | bool | None] = {"type_k": None, "type_v": None, "v_trans": None}
-    for sec in kv_secs:
-        layers, tk, tv, vt = _kv_layers(sec, len(attn))
-        if not layers:
-            layers = (AttnLayer(len(attn), 32, 32),)
-            notes.append(f"{sec.role}: no cells, so its layer widths are not recorded (assumed one 32-wide layer)")
-        if sec.role == "kv_swa":
-            swa_layers.update(a.il for a in layers)
-        attn += layers
-        for k, v in (("type_k", tk), ("type_v", tv), ("v_trans", vt)):
-            if facts[k] is None:
-                facts[k] = v
-    rec = next((s for s in res.sections if s.kind == "recurrent"), None)
-    n_layer = max(1, len(attn))
-    recurrent: tuple[int, ...] = ()
-    n_embd_r = n_embd_s = 0
-    if rec is not None:
-        n_layer = rec.n_layer_written or len(rec.r_layers)
-        nr = len(rec.r_layers)
-        first = len(attn) if len(attn) + nr <= n_layer else 0
-        recurrent = tuple(range(first, first + nr))
-        if rec.r_layers:
-            n_embd_r = gt.elements_in_row(rec.r_layers[0].type_id, rec.r_layers[0].row_bytes) or 0
-            facts["type_r"] = rec.r_layers[0].type_id
-        if rec.s_layers:
-            n_embd_s = gt.elements_in_row(rec.s_layers[0].type_id, rec.s_layers[0].row_bytes) or 0
-            facts["type_s"] = rec.s_layers[0].type_id
-    if mc in ("hybrid", "hybrid_iswa", "iswa"):
-        notes.append("without --model the layers of each part are numbered by position (the model's layer "
-                     "mapping is not in the file)")
-    n_swa = 0
-    if swa_layers:
-        n_swa = UNKNOWN_SWA
-        notes.append("without --model the sliding window is unknown: no cell is treated as outside it")
-    ext = int(res.layout.features.get("cell_ext_bytes", 0) or 0)
-    if ext == 12:
-        notes.append("without --model a 12-byte cell ext is taken for M-RoPE (it may be PLE)")
-    spec = MemorySpec(
-        arch=str(res.header.get("arch") or "unknown"),
-        n_layer=max(n_layer, len(attn), 1),
-        memory_class=mc,
-        attn=tuple(attn),
-        swa_layers=frozenset(swa_layers),
-        n_swa=n_swa,
-        swa_type=SWA_STANDARD if n_swa else 0,
-        recurrent_layers=recurrent,
-        n_embd_r=n_embd_r,
-        n_embd_s=n_embd_s,
-        n_pos_per_embd=4 if ext else 1,
-    )
-    return spec, facts
-
-
-def _profile_facts(res: ParseResult) -> dict[str, int | bool | None]:
-    facts: dict[str, int | bool | None] = {"type_k": None, "type_v": None, "v_trans": None}
-    for sec in res.sections:
-        if sec.kind == "kv":
-            _, tk, tv, vt = _kv_layers(sec, 0)
-            for k, v in (("type_k", tk), ("type_v", tv), ("v_trans", vt)):
-                if facts[k] is None:
-                    facts[k] = v
-        elif sec.r_layers:
-            facts["type_r"] = sec.r_layers[0].type_id
-            if sec.s_layers:
-                facts["type_s"] = sec.s_layers[0].type_id
-    return facts
-
-
 def _unmasked_layout(res: ParseResult, spec: MemorySpec, layout: Layout, notes: list[str]) -> Layout:
     """A per-sequence file holding SWA cells outside the window was not written by a masking build:
     among the layouts with the same bytes, take the newest that does not mask."""
-    if res.kind not in ("seq_file", "seq_blob") or not layout.swa_perseq_masked or not spec.is_iswa:
+    if res.kind not in ("seq_file", "seq_blob") or not layout.swa_perseq_masked or not spec.n_swa:
         return layout
     outside = False
     for sec in res.sections:
-        for st in sec.streams if sec.role == "kv_swa" else []:
+        for st in sec.streams if sec.role in _SWA_ROLES else []:
             t = st.cells
             if t is not None and t.count:
                 outside |= bool(swa_masked(spec.n_swa, spec.swa_type, t.pos, int(t.pos.max())).any())
@@ -201,11 +113,95 @@ def _unmasked_layout(res: ParseResult, spec: MemorySpec, layout: Layout, notes: 
     return layout
 
 
+def _file_rotation(res: ParseResult) -> dict[str, tuple[int, int]]:
+    """``(n_rot_k, n_rot_v)`` per KV section as the file records them (v11/v4), or as the reader
+    inferred them; a section is left out when a stream of it has no known values."""
+    out: dict[str, tuple[int, int]] = {}
+    for sec in res.sections:
+        if sec.kind != "kv":
+            continue
+        vals = {(st.n_rot_k, st.n_rot_v) for st in sec.streams if st.data_offset is not None}
+        if len(vals) == 1:
+            k, v = next(iter(vals))
+            if k is not None and v is not None:
+                out[sec.role] = (k, v)
+    return out
+
+
+def _rotation(res: ParseResult, spec: MemorySpec, params: ContextParams, layout: Layout, model_given: bool,
+              rot_disabled: bool | None, notes: list[str]) -> tuple[MemorySpec, ContextParams, bool]:
+    """The rotation the context must have: (spec with pinned caches, params, every cache's rotation known)."""
+    caches = spec.kv_caches()
+    tk, tv = params.type_id_k, params.type_id_v
+    seen = _file_rotation(res)
+    with_data = {s.role for s in res.sections if s.kind == "kv" and any(st.data_offset is not None for st in s.streams)}
+    if not layout.kv_rot:
+        # not in the bytes: the model's rule for the build (rot_disabled: what the user says it ran with)
+        disabled = bool(rot_disabled)
+        if model_given:
+            return spec, replace(params, rot_disabled=disabled), True
+        if rot_disabled:
+            return spec.with_rotation({c.role: (0, 0) for c in caches}), replace(params, rot_disabled=True), True
+        pins = {c.role: seen[c.role] for c in caches if c.role in seen}
+        known = all(c.role in seen for c in caches if c.role in with_data)
+        return spec.with_rotation(pins), params, known
+
+    def fits(disabled: bool) -> bool:
+        return all(cache_rotation(c, tk, tv, disabled) == seen[c.role] for c in caches if c.role in seen)
+
+    choices = [rot_disabled] if rot_disabled is not None else [False, True]
+    found = next((d for d in choices if fits(d)), None)
+    disabled = bool(rot_disabled) if found is None else found
+    if found is None:
+        if model_given:
+            notes.append("the file's rotation fields are not what the model's caches compute (with or without "
+                         "LLAMA_ATTN_ROT_DISABLE): the context takes the file's values")
+    elif disabled and not fits(False):
+        notes.append("the rotation fields are what a build run with LLAMA_ATTN_ROT_DISABLE=1 writes")
+    pins = {c.role: seen[c.role] for c in caches
+            if c.role in seen and cache_rotation(c, tk, tv, disabled) != seen[c.role]}
+    return spec.with_rotation(pins) if pins else spec, replace(params, rot_disabled=disabled), True
+
+
+def _compressed_sizes(res: ParseResult, spec: MemorySpec, kv_size: int, per_seq: bool) -> tuple[int, ...] | None:
+    """Rows per stream of DeepSeek-V4's K caches: what the blocks show (a per-sequence block holds
+    ``min(size, (pos_max + 1) / ratio)`` rows, so only a capped count fixes the size)."""
+    if spec.dsv4 is None:
+        return None
+    by_role = {s.role: s for s in res.sections}
+    swa = by_role.get("kv_raw_swa")
+    pos = [int(st.cells.pos.max()) for st in (swa.streams if swa else []) if st.cells is not None and st.cells.count]
+    pos_max = max(pos, default=-1)
+    out = []
+    for blk in spec.dsv4.kcaches:
+        rule = ggml_pad(max(1, -(-kv_size // blk.ratio)), 256)
+        sec = by_role.get(blk.role)
+        if sec is None:
+            out.append(rule)
+            continue
+        n_rows = int(sec.fields.get("n_rows", 0))
+        if not per_seq:
+            out.append(max(1, n_rows))
+        elif n_rows < (pos_max + 1) // blk.ratio:
+            out.append(max(1, n_rows))  # capped: the cache holds exactly this many rows
+        else:
+            out.append(max(rule, ggml_pad(max(1, n_rows), 256)))
+    return tuple(out)
+
+
+def _dsv4_partial(res: ParseResult) -> bool:
+    """A DeepSeek-V4 state records PARTIAL_ONLY in its mode word."""
+    head = next((s for s in res.sections if s.kind == "dsv4_header"), None)
+    return head is not None and head.fields.get("mode") == 1
+
+
 def infer_context(res: ParseResult, profile: ModelProfile | None = None, device: torch.device | str | None = None,
-                  seq_id: int | None = None) -> Inferred:
+                  seq_id: int | None = None, rot_disabled: bool | None = None) -> Inferred:
     """A context whose memory can hold the state ``res`` describes; raises :class:`InferError`.
 
     ``seq_id`` names the source sequence of a per-sequence file that does not record it.
+    ``rot_disabled`` says how the writing build ran (``LLAMA_ATTN_ROT_DISABLE``); None infers it
+    (a v11/v4 file records it; older files are taken from a default build).
     """
     if res.kind == "unknown":
         raise InferError("not a llama.cpp state file")
@@ -214,11 +210,11 @@ def infer_context(res: ParseResult, profile: ModelProfile | None = None, device:
         raise InferError(f"the file is damaged: {first.message} (offset {first.offset})")
     layout = Layout.named(res.layout.name)
     notes: list[str] = []
-    if profile is not None:
-        spec = MemorySpec.from_profile(profile)
-        facts = _profile_facts(res)
-    else:
-        spec, facts = _structural_spec(res, notes)
+    try:
+        spec = MemorySpec.from_profile(profile, layout.kv_rot) if profile is not None else structural_spec(res, notes)
+    except (StructureError, SpecError) as e:
+        raise InferError(str(e)) from None
+    facts = file_facts(res)
     layout = _unmasked_layout(res, spec, layout, notes)
     kv_secs = [s for s in res.sections if s.kind == "kv"]
     n_stream = max([s.n_stream or 1 for s in kv_secs], default=1)
@@ -232,32 +228,40 @@ def infer_context(res: ParseResult, profile: ModelProfile | None = None, device:
     n_seq_max = max([n_stream, max(ids, default=-1) + 1, (seq or 0) + 1, rec.cell_count if rec else 0, 1])
     if n_stream > 1:
         n_seq_max = n_stream
-    cells = max([st.cell_count for s in kv_secs if s.role != "kv_swa" for st in s.streams], default=0)
-    cells_swa = max([st.cell_count for s in kv_secs if s.role == "kv_swa" for st in s.streams], default=0)
+    cells = max([st.cell_count for s in kv_secs if s.role not in _SWA_ROLES for st in s.streams], default=0)
+    cells_swa = max([st.cell_count for s in kv_secs if s.role in _SWA_ROLES for st in s.streams], default=0)
     v_trans = facts["v_trans"]
     if v_trans is None and kv_secs:
         notes.append("no KV record in the file: V transposition assumed off (flash attention)")
-    headers_known = not layout.n_stream or all(_data_streams(s) for s in kv_secs)
-    params = ContextParams(
-        n_ctx=ggml_pad(max(1, cells), 256) * (1 if n_stream == 1 else n_stream),
-        n_seq_max=n_seq_max,
-        kv_unified=n_stream == 1,
-        flash_attn=not v_trans,
-        type_k=gt.type_name(int(facts["type_k"])) if facts["type_k"] is not None else "f16",
-        type_v=gt.type_name(int(facts["type_v"])) if facts["type_v"] is not None else "f16",
-        type_r=gt.type_name(int(facts.get("type_r") or 0)),
-        type_s=gt.type_name(int(facts.get("type_s") or 0)),
-        n_batch=max([2048, *[i + 1 for i in (res.outputs or {}).get("output_ids", [])]]),
-        kv_size=ggml_pad(max(1, cells), 256),
-        kv_size_swa=ggml_pad(max(1, cells_swa), 256),
-    )
-    ctx = MemoryContext.create(spec, params, layout, device)
+    headers_known = not layout.n_stream or all(data_streams(s) or any(st.data_offset is not None for st in s.streams)
+                                               for s in kv_secs)
+    kv_size = ggml_pad(max(1, cells), 256)
+    per_seq = res.kind in ("seq_file", "seq_blob")
+    try:
+        params = ContextParams(
+            n_ctx=kv_size * (1 if n_stream == 1 else n_stream),
+            n_seq_max=n_seq_max,
+            kv_unified=n_stream == 1,
+            flash_attn=not v_trans,
+            type_k=gt.type_name(int(facts["type_k"])) if facts["type_k"] is not None else "f16",
+            type_v=gt.type_name(int(facts["type_v"])) if facts["type_v"] is not None else "f16",
+            type_r=gt.type_name(int(facts.get("type_r") or 0)),
+            type_s=gt.type_name(int(facts.get("type_s") or 0)),
+            n_batch=max([2048, *[i + 1 for i in (res.outputs or {}).get("output_ids", [])]]),
+            kv_size=kv_size,
+            kv_size_swa=ggml_pad(max(1, cells_swa), 256),
+            kv_size_compressed=_compressed_sizes(res, spec, kv_size, per_seq),
+        )
+        spec, params, rot_known = _rotation(res, spec, params, layout, profile is not None, rot_disabled, notes)
+        ctx = MemoryContext.create(spec, params, layout, device)
+    except (SpecError, ValueError) as e:
+        raise InferError(f"the memory core cannot hold this state: {e}") from None
     if res.header.get("arch"):
         ctx.arch = str(res.header["arch"])
-    flags = FLAG_PARTIAL_ONLY if res.partial else 0
+    flags = FLAG_PARTIAL_ONLY if res.partial or _dsv4_partial(res) else 0
     ext = int(res.layout.features.get("cell_ext_bytes", 0) or 0)
     return Inferred(ctx, res.kind, layout, seq if seq is not None else 0, seq is not None, flags, ext,
-                    headers_known, profile is not None, notes)
+                    headers_known, profile is not None, notes, rot_known=rot_known, profile=profile)
 
 
 def load(inf: Inferred, data: Data) -> ReadResult:

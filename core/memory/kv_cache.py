@@ -46,7 +46,7 @@ class KvCache:
     def __init__(self, layers: tuple[AttnLayer, ...], type_k: int, type_v: int, v_trans: bool, size: int,
                  n_seq_max: int, unified: bool, n_swa: int = 0, swa_type: int = SWA_NONE,
                  store: TensorStore | None = None, n_pos_per_embd: int = 1, tensors: list[KvLayer] | None = None,
-                 name: str = "kv") -> None:
+                 name: str = "kv", n_rot_k: int = 0, n_rot_v: int = 0, has_ext: bool | None = None) -> None:
         if size <= 0:
             raise CacheError(f"cache size {size} must be positive")
         if not 1 <= n_seq_max <= LLAMA_MAX_SEQ:
@@ -65,8 +65,10 @@ class KvCache:
         self.n_swa, self.swa_type = n_swa, swa_type
         self.n_pos_per_embd = n_pos_per_embd
         # Hadamard rotation block sizes written (v11/v4) and checked on restore; 0 = not rotated
-        self.n_rot_k = 0
-        self.n_rot_v = 0
+        self.n_rot_k = n_rot_k
+        self.n_rot_v = n_rot_v
+        # whether its cells carry llama_kv_cell_ext (None: the model's rule, as the layout applies it)
+        self.has_ext = has_ext
         self.cells = [KvCells(size, n_seq_max) for _ in range(self.n_stream)]
         self.layers = tensors if tensors is not None else [self._alloc(a, size) for a in layers]
         self._validate(layers, size)

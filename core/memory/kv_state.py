@@ -3,8 +3,10 @@
 Write: ``[n_stream]`` then per stream ``cell_count``, the cell records and the K / V records of
 the selected cells (a per-sequence write skips SWA-masked cells where the layout does). Read: the
 checks in llama.cpp's order -- stream count, cell-count bound, ``seq_rm``, cell records,
-``find_slot``, layer count, cell bound, transposition, then per layer type and row size with the
-rows handed over layer by layer -- with the policy consulted at the bound and cleanup points.
+``find_slot``, layer count, cell bound, transposition, rotation (v11/v4), then per layer type and
+row size with the rows handed over layer by layer -- with the policy consulted at the bound and
+cleanup points. ``read_kv(..., mirror=...)`` is ``state_read_sinfo(..., sinfos_in)``: the cache takes
+another cache's slot layout instead of searching for cells (``llama_memory_hybrid_idx``'s indexer).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy.typing as npt
 from kvscope.core import ggml_types as gt
 from kvscope.core.memory.cells import I64, KvCells, SlotInfo, Ubatch, index_runs
 from kvscope.core.memory.kv_cache import KvCache
+from kvscope.core.memory.layout import Layout
 from kvscope.core.memory.policy import ubatch_reserve_bytes
 from kvscope.core.memory.result import RestoreFailure
 from kvscope.core.memory.spec import SWA_CHUNKED, SWA_NONE, SWA_STANDARD
@@ -81,9 +84,17 @@ def meta_words(c: KvCells, idx: I64, seq_id: int, perseq_nseq: int, ext_w: int) 
     return out
 
 
+def ext_bytes_of(cache: KvCache, layout: Layout, model_ext: int) -> int:
+    """Cell ext bytes per record of ``cache``: its own rule where it has one, else the model's."""
+    if cache.has_ext is None:
+        return model_ext
+    return layout.gen.cell_ext if cache.has_ext else 0
+
+
 def write_kv(cache: KvCache, w: WriteCtx, seq_id: int) -> None:
     """One KV section: every stream, the cells ``seq_id`` (-1: all) selects."""
     lay, sink = w.layout, w.sink
+    ext_w = ext_bytes_of(cache, lay, w.ext_bytes) // 4
     if lay.n_stream:
         sink.u32(cache.n_stream)
     for s in range(cache.n_stream):
@@ -91,7 +102,7 @@ def write_kv(cache: KvCache, w: WriteCtx, seq_id: int) -> None:
         sink.u32(int(idx.size))
         if idx.size == 0 and not lay.empty_section_data:
             continue
-        sink.write(meta_words(cache.cells[s], idx, seq_id, lay.perseq_kv_nseq, w.ext_bytes // 4))
+        sink.write(meta_words(cache.cells[s], idx, seq_id, lay.perseq_kv_nseq, ext_w))
         _write_data(cache, w, s, idx)
 
 
@@ -128,10 +139,16 @@ def _write_data(cache: KvCache, w: WriteCtx, s: int, idx: I64) -> None:
 # read
 
 
-def read_kv(cache: KvCache, r: ReadCtx, seq_id: int) -> list[SlotInfo]:
-    """Restore a KV section into ``seq_id`` (-1: whole cache); returns the slots used per stream."""
+def read_kv(cache: KvCache, r: ReadCtx, seq_id: int, mirror: list[SlotInfo] | None = None) -> list[SlotInfo]:
+    """Restore a KV section into ``seq_id`` (-1: whole cache); returns the slots used, per stream of
+    the state (``sinfos_out``). ``mirror``: adopt these slots (another cache's, per stream) instead
+    of searching for cells (``sinfos_in``)."""
     io, lay = r.io, r.layout
     sinfos = [SlotInfo() for _ in range(cache.n_stream)]
+    if mirror is not None and len(mirror) != cache.n_stream:
+        raise RestoreFailure("mirror_streams", io.pos, "failed to restore kv cache: mirrored slot layout has the "
+                             f"wrong stream count ({len(mirror)} for {cache.n_stream})", thrown=True,
+                             section=cache.name)
     if lay.n_stream:
         off = io.pos
         n = io.u32("n_stream")
@@ -148,11 +165,14 @@ def read_kv(cache: KvCache, r: ReadCtx, seq_id: int) -> list[SlotInfo]:
         off_cc = io.pos
         cell_count = io.u32("cell_count")
         if cell_count == 0 and lay.n_stream:
+            if mirror is not None and not mirror[s].empty():
+                raise RestoreFailure("mirror_cells", off_cc, "failed to restore kv cache: mirrored cache holds cells "
+                                     f"this one does not (stream {s})", thrown=True, section=cache.name, stream=s)
             continue
         strm = s if seq_id == -1 else cache.seq_to_stream(seq_id)
         sinfo = SlotInfo()
         try:
-            _read_meta(cache, r, strm, cell_count, off_cc, seq_id, sinfo)
+            _read_meta(cache, r, strm, cell_count, off_cc, seq_id, sinfo, None if mirror is None else mirror[s])
         except RestoreFailure as f:
             f.section, f.stream = f.section or cache.name, s
             if not f.thrown:
@@ -164,7 +184,7 @@ def read_kv(cache: KvCache, r: ReadCtx, seq_id: int) -> list[SlotInfo]:
             f.section, f.stream = f.section or cache.name, s
             r.policy.kv_failure(cache, seq_id, strm, sinfo, r)
             raise
-        sinfos[strm] = sinfo
+        sinfos[s] = sinfo
     return sinfos
 
 
@@ -193,11 +213,18 @@ def _records(r: ReadCtx, count: int, ext_w: int, want_nseq: int, what: str) -> n
     return words
 
 
+def _mirror_size(mirror: SlotInfo, cell_count: int, off_cc: int) -> None:
+    held = 0 if mirror.empty() else int(mirror.idxs[0].size)
+    if mirror.empty() or len(mirror.strm) != 1 or held != cell_count:
+        raise RestoreFailure("mirror_count", off_cc, f"mirrored slot layout holds {held} cells, this cache "
+                             f"restores {cell_count}")
+
+
 def _read_meta(cache: KvCache, r: ReadCtx, strm: int, cell_count: int, off_cc: int, seq_id: int,
-               sinfo: SlotInfo) -> None:
+               sinfo: SlotInfo, mirror: SlotInfo | None = None) -> None:
     io, lay = r.io, r.layout
     c = cache.cells[strm]
-    ext_w = r.ext_bytes // 4
+    ext_w = ext_bytes_of(cache, lay, r.ext_bytes) // 4
     if seq_id != -1:
         if r.policy.bound_before_alloc and cell_count > c.size:
             raise RestoreFailure("cell_count_bound", off_cc, f"cell_count {cell_count} > {c.size} cells: "
@@ -215,11 +242,21 @@ def _read_meta(cache: KvCache, r: ReadCtx, strm: int, cell_count: int, off_cc: i
         words = _records(r, cell_count, ext_w, k, "cell records")
         pos = words[:, 0]
         ub = Ubatch(pos.tolist(), [[seq_id]] * cell_count)
-        found = cache.find_slot(ub, cont=lay.contiguous_restore)
-        if found.empty():
-            raise RestoreFailure("find_slot", off_cc + 4, f"failed to find {cell_count} available cells in kv cache"
-                                 + (" (contiguous)" if lay.contiguous_restore else ""))
-        sinfo.strm, sinfo.idxs = found.strm, found.idxs
+        if mirror is not None:
+            _mirror_size(mirror, cell_count, off_cc)
+            found = SlotInfo([strm], [mirror.idxs[0].copy()])
+            # adopted before the checks, so a failure zeroes these cells (cells past the end are left out)
+            sinfo.strm, sinfo.idxs = [strm], [found.idxs[0][found.idxs[0] < c.size]]
+            busy = found.idxs[0][(found.idxs[0] >= c.size) | (c.pos[np.minimum(found.idxs[0], c.size - 1)] >= 0)]
+            if busy.size:
+                raise RestoreFailure("mirror_busy", off_cc + 4, f"cell {int(busy[0])} of the mirrored slot layout "
+                                     "is not free")
+        else:
+            found = cache.find_slot(ub, cont=lay.contiguous_restore)
+            if found.empty():
+                raise RestoreFailure("find_slot", off_cc + 4, f"failed to find {cell_count} available cells in kv "
+                                     "cache" + (" (contiguous)" if lay.contiguous_restore else ""))
+            sinfo.strm, sinfo.idxs = found.strm, found.idxs
         cache.apply_ubatch(found, ub)
         if ext_w:
             idx = found.idxs[0]
@@ -230,13 +267,16 @@ def _read_meta(cache: KvCache, r: ReadCtx, strm: int, cell_count: int, off_cc: i
     if cell_count > c.size:
         raise RestoreFailure("cell_count_bound", off_cc, f"cell_count {cell_count} > {c.size} cells: "
                              "not enough cells in kv cache")
+    if mirror is not None:
+        _mirror_size(mirror, cell_count, off_cc)
     if r.policy.clear_whole_per_stream:
         cache.clear(True)
         r.act(f"{cache.name}: clear(data) in stream {strm}")
     for i in range(cell_count):
         rec_off = io.pos
-        c.pos[i] = io.i32("pos")
+        pos_i = io.i32("pos")
         n = io.u32("n_seq_id")
+        c.pos[i] = pos_i  # pos_set() after both reads: a record cut short leaves the cell empty
         if ext_w:
             c.ext[i, :ext_w] = io.i32_array(ext_w, "cell ext")
         for _ in range(n):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvscope.core.memory.spec import MemorySpec
+from kvscope.core.memory.spec import NEW_CLASSES, MemorySpec
 from kvscope.core.reader.layouts import GENERATION_BY_NAME, GENERATIONS, Generation, generation_named
 
 CURRENT = GENERATIONS[-1].name
@@ -120,6 +120,11 @@ class Layout:
 
     def check_spec(self, spec: MemorySpec, n_stream: int) -> None:
         """Raise :class:`LayoutError` when a memory of ``spec`` cannot be written in this layout."""
+        if spec.memory_class in NEW_CLASSES and self.gen.cell_ext < 12:
+            raise LayoutError(f"layout {self.name} has no verified {spec.memory_class} memory (kvscope knows its bytes "
+                              "from the 2026-10 builds on)")
+        if spec.ple_layers and spec.n_embd_p and self.gen.cell_ext < 12:
+            raise LayoutError(f"layout {self.name} has no PLE rows in its recurrent sections (2026-10 and later)")
         if not self.gen.n_stream:
             if spec.memory_class not in ("kv", "recurrent"):
                 raise LayoutError(f"layout {self.name} has no {spec.memory_class} memory "

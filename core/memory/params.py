@@ -4,7 +4,9 @@ The sizing rules are llama.cpp's (0c1e5709, ``llama_context::llama_context`` and
 ``llama_kv_cache_iswa``): ``n_ctx`` is padded to 256; a unified cache has one stream of
 ``n_ctx`` cells, otherwise ``n_seq_max`` streams of ``pad(n_ctx / n_seq_max, 256)`` cells each;
 the SWA cache of an iSWA memory holds ``pad(min(size, n_swa * (unified ? n_seq_max : 1) +
-n_ubatch), 256)`` cells unless ``swa_full``; a recurrent memory has ``max(1, n_seq_max)`` cells.
+n_ubatch), 256)`` cells unless ``swa_full``; a recurrent memory has ``max(1, n_seq_max)`` cells; DeepSeek-V4's
+compressed caches hold ``pad(max(1, ceil(n_ctx_seq / ratio)), 256)`` rows per stream.
+``rot_disabled`` is the environment variable ``LLAMA_ATTN_ROT_DISABLE`` the caches read.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class ContextParams:
     type_s: str = "f32"
     kv_size: int | None = None  # cells per stream, overriding the padding rules (inferred contexts)
     kv_size_swa: int | None = None  # SWA cache cells per stream, overriding the rules
+    rot_disabled: bool = False  # LLAMA_ATTN_ROT_DISABLE=1: no Hadamard rotation of quantized K/V
+    kv_size_compressed: tuple[int, ...] | None = None  # DeepSeek-V4 K-cache rows per stream (csa, hca, lid)
 
     def __post_init__(self) -> None:
         if not 1 <= self.n_seq_max <= LLAMA_MAX_SEQ:
@@ -65,6 +69,9 @@ class ContextParams:
             v = getattr(self, name)
             if v is not None and v <= 0:
                 raise ParamsError(f"{name} {v} must be positive")
+        if self.kv_size_compressed is not None and (len(self.kv_size_compressed) != 3
+                                                    or any(v <= 0 for v in self.kv_size_compressed)):
+            raise ParamsError(f"kv_size_compressed {self.kv_size_compressed} must be three positive row counts")
 
     # -- derived ----------------------------------------------------------------------------
     @property
@@ -118,14 +125,21 @@ class ContextParams:
             raise ParamsError("n_ctx_seq == 0")
         return n
 
-    def swa_size(self, n_swa: int) -> int:
-        """Cells per stream of the SWA cache of an iSWA memory."""
+    def swa_size(self, n_swa: int, unified: bool | None = None) -> int:
+        """Cells per stream of the SWA cache of an iSWA memory (``unified``: the cache's, default the context's)."""
         if self.kv_size_swa is not None:
             return self.kv_size_swa
         base = self.n_ctx_seq
         if self.swa_full:
             return base
-        return ggml_pad(min(base, n_swa * (self.n_seq_max if self.kv_unified else 1) + self.n_ubatch), PAD)
+        uni = self.kv_unified if unified is None else unified
+        return ggml_pad(min(base, n_swa * (self.n_seq_max if uni else 1) + self.n_ubatch), PAD)
+
+    def compressed_size(self, index: int, ratio: int) -> int:
+        """Rows per stream of DeepSeek-V4 compressed cache ``index`` (0 csa, 1 hca, 2 lid) of ``ratio``."""
+        if self.kv_size_compressed is not None:
+            return self.kv_size_compressed[index]
+        return ggml_pad(max(1, -(-self.n_ctx_seq // ratio)), PAD)
 
     @property
     def recurrent_size(self) -> int:

@@ -4,13 +4,17 @@ The read path is written once and consults a policy where llama.cpp's builds dif
 
 * ``contained`` (0c1e5709, PR #27530): ``cell_count`` bounded before anything is removed or
   allocated; a failed per-sequence KV restore removes the sequence and zeroes the K/V rows of the
-  cells it was given; a failed recurrent restore zeroes its rows; a hybrid memory also clears the
-  attention part when the recurrent part fails; deferred buffer writes are discarded.
+  cells it was given; a failed recurrent restore zeroes its rows; a composite undoes the parts it
+  already restored as its class does in llama.cpp (``state_clear(seq)``: remove the sequence and
+  zero the cells it held alone): a hybrid memory clears the attention part when the recurrent part
+  fails, a DSA memory its MLA part when the indexer fails, a hybrid-idx memory drops the sequence
+  from all three caches on any failure; deferred buffer writes are discarded.
 * ``legacy`` (before the fix, S26-S35 and structurally older): only ``seq_rm`` / ``clear``;
   no bound before ``ubatch_reserve(cell_count)`` (the allocation is reported, never performed,
   and counts as ``bad_alloc`` above ``alloc_limit``); the whole-context restore clears the cache
-  once per stream (keeping only the last); no hybrid undo; a buffer reader applies its deferred
-  writes even after a failure.
+  once per stream (keeping only the last); no hybrid or DSA undo (those came with the fix); the
+  hybrid-idx drop (a class of the fixed builds) only removes the sequence, zeroing nothing; a
+  buffer reader applies its deferred writes even after a failure.
 * ``transactional``: a failed restore leaves the memory exactly as before (metadata snapshot plus
   an undo journal of every byte range written or zeroed).
 """
@@ -18,6 +22,8 @@ The read path is written once and consults a policy where llama.cpp's builds dif
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from kvscope.core.memory.cells import SlotInfo
 from kvscope.core.memory.io import StateReader
@@ -74,16 +80,27 @@ class FailurePolicy:
 
     def hybrid_failure(self, attn: KvCache, seq_id: int, sinfos: list[SlotInfo], r: ReadCtx) -> None:
         """``llama_memory_hybrid``: a failed recurrent part also clears the attention part."""
+        state_clear(attn, seq_id, r, "hybrid undo")
+
+    def dsa_failure(self, mla: KvCache, seq_id: int, r: ReadCtx) -> None:
+        """``llama_kv_cache_dsa``: a failed indexer part also clears the MLA part."""
+        state_clear(mla, seq_id, r, "DSA undo")
+
+    def drop_failure(self, attn: KvCache | None, recr: RecurrentMemory, idx: KvCache | None, seq_id: int,
+                     r: ReadCtx) -> None:
+        """``llama_memory_hybrid_idx::state_drop``: the sequence leaves all three caches."""
         if seq_id == -1:
-            attn.clear(True)
-            r.act(f"{attn.name}: clear(data) (hybrid undo)")
+            for part in (attn, recr, idx):
+                if part is not None:
+                    part.clear(True)
+                    r.act(f"{part.name}: clear(data) (hybrid-idx drop)")
             return
-        attn.seq_rm(seq_id)
-        r.act(f"{attn.name}: seq_rm({seq_id}) (hybrid undo)")
-        for strm, si in enumerate(sinfos):
-            if not si.empty() and si.idxs[0].size:
-                attn.zero_cells(strm, si.idxs[0])
-                r.act(f"{attn.name}: zero {si.idxs[0].size} cells of stream {strm} (hybrid undo)")
+        if attn is not None:
+            state_clear(attn, seq_id, r, "hybrid-idx drop")
+        recr.seq_rm(seq_id)
+        r.act(f"{recr.name}: seq_rm({seq_id}) (hybrid-idx drop)")
+        if idx is not None:
+            state_clear(idx, seq_id, r, "hybrid-idx drop")
 
     def io_failure(self, io: StateReader, mem: LlamaMemory, r: ReadCtx) -> None:
         """After the failure reached the context: drop deferred writes (``io.discard()``)."""
@@ -126,6 +143,23 @@ class LegacyPolicy(FailurePolicy):
         """Nothing: the attention part keeps what it restored."""
         r.act(f"{attn.name}: kept (no hybrid undo before PR #27530)")
 
+    def dsa_failure(self, mla: KvCache, seq_id: int, r: ReadCtx) -> None:
+        """Nothing: the MLA part keeps what it restored."""
+        r.act(f"{mla.name}: kept (no DSA undo before PR #27530)")
+
+    def drop_failure(self, attn: KvCache | None, recr: RecurrentMemory, idx: KvCache | None, seq_id: int,
+                     r: ReadCtx) -> None:
+        """Remove the sequence (or clear) everywhere, zeroing no rows."""
+        for part in (attn, recr, idx):
+            if part is None:
+                continue
+            if seq_id == -1:
+                part.clear(True)
+                r.act(f"{part.name}: clear(data) (hybrid-idx drop)")
+            else:
+                part.seq_rm(seq_id)
+                r.act(f"{part.name}: seq_rm({seq_id}) (hybrid-idx drop)")
+
     def io_failure(self, io: StateReader, mem: LlamaMemory, r: ReadCtx) -> None:
         """No ``discard()``: a buffer reader applies its deferred writes anyway."""
         if io.kind == "buffer":
@@ -158,6 +192,23 @@ class TransactionalPolicy(FailurePolicy):
         """Drop the journal and the snapshot."""
         mem.store.commit()
         self._snap = None
+
+
+def state_clear(cache: KvCache, seq_id: int, r: ReadCtx, why: str) -> None:
+    """``llama_kv_cache::state_clear(seq_id)``: remove the sequence and zero the cells it held alone
+    (whole: ``clear(true)``); how a composite undoes a sub-cache it already restored."""
+    if seq_id == -1:
+        cache.clear(True)
+        r.act(f"{cache.name}: clear(data) ({why})")
+        return
+    strm = cache.seq_to_stream(seq_id)
+    c = cache.cells[strm]
+    alone = np.flatnonzero(c.seq[:, seq_id] & (c.seq.sum(axis=1) == 1)).astype(np.int64)
+    cache.seq_rm(seq_id)
+    r.act(f"{cache.name}: seq_rm({seq_id}) ({why})")
+    if alone.size:
+        cache.zero_cells(strm, alone)
+        r.act(f"{cache.name}: zero {alone.size} cells of stream {strm} ({why})")
 
 
 def make_policy(policy: str | FailurePolicy) -> FailurePolicy:

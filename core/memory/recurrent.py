@@ -1,7 +1,8 @@
 """``llama_memory_recurrent``: one cell per sequence with r (conv / shift) and s (ssm / wkv) rows.
 
 ``size = max(1, n_seq_max)`` cells; ``tail[seq]`` is the cell holding a sequence's state and
-``src`` the row a cell's state comes from. Layers without recurrent state hold no tensors. The
+``src`` the row a cell's state comes from. Layers without recurrent state hold no tensors; PLE
+layers (Qwen4exp) hold a third row, ``p`` (the PLE conv history, of the r type). The
 operations follow llama.cpp 0c1e5709 without rollback snapshots (``n_rs_seq = 0``). llama.cpp
 moves state rows lazily in the next graph (``s_copy``); :meth:`RecurrentMemory.apply` does that
 move at once (a new sequence starts from a zeroed state), so every used cell owns its own rows.
@@ -32,16 +33,21 @@ class RecurrentMemory:
 
     def __init__(self, layers: tuple[int, ...], n_layer: int, n_embd_r: int, n_embd_s: int, type_r: int,
                  type_s: int, size: int, n_seq_max: int, store: TensorStore | None = None,
-                 tensors: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None, name: str = "recurrent") -> None:
+                 tensors: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None, name: str = "recurrent",
+                 ple_layers: tuple[int, ...] = (), n_embd_p: int = 0) -> None:
         if size < max(1, n_seq_max):
             raise RecurrentError(f"a recurrent memory needs one cell per sequence ({size} < {n_seq_max})")
         if any(not 0 <= il < n_layer for il in layers):
             raise RecurrentError(f"recurrent layers {layers} are not all in [0, {n_layer})")
+        if n_embd_p and any(il not in layers for il in ple_layers):
+            raise RecurrentError(f"PLE layers {ple_layers} are not all recurrent layers {layers}")
         self.name = name
         self.store = store or TensorStore()
         self.layers = tuple(layers)
         self.n_layer = n_layer
         self.n_embd_r, self.n_embd_s = n_embd_r, n_embd_s
+        self.n_embd_p = n_embd_p
+        self.ple_layers = tuple(il for il in layers if il in set(ple_layers)) if n_embd_p else ()
         self.type_r, self.type_s = type_r, type_s
         self.n_seq_max = n_seq_max
         self.pos: I32 = np.full(size, -1, np.int32)
@@ -51,6 +57,7 @@ class RecurrentMemory:
         self.head = 0
         self.r: dict[int, torch.Tensor] = {}
         self.s: dict[int, torch.Tensor] = {}
+        self.p: dict[int, torch.Tensor] = {il: self.store.alloc(size, self.p_row) for il in self.ple_layers}
         for il in self.layers:
             if tensors is not None:
                 self.r[il], self.s[il] = tensors[il]
@@ -83,9 +90,14 @@ class RecurrentMemory:
         """Bytes of one s row."""
         return gt.row_size(self.type_s, self.n_embd_s)
 
+    @property
+    def p_row(self) -> int:
+        """Bytes of one PLE row (``ggml_row_size(type_r, ple_conv_state())``)."""
+        return gt.row_size(self.type_r, self.n_embd_p)
+
     def tensors(self) -> list[torch.Tensor]:
-        """Every r and s tensor."""
-        return [t for il in self.layers for t in (self.r[il], self.s[il])]
+        """Every r, s and p tensor."""
+        return [t for il in self.layers for t in (self.r[il], self.s[il])] + [self.p[il] for il in self.ple_layers]
 
     def used(self) -> int:
         """Number of cells held by a sequence."""
@@ -295,6 +307,8 @@ class RecurrentMemory:
         for il in self.layers:
             self.store.zero(self.r[il].view(-1), head * self.r_row, count * self.r_row)
             self.store.zero(self.s[il].view(-1), head * self.s_row, count * self.s_row)
+        for il in self.ple_layers:
+            self.store.zero(self.p[il].view(-1), head * self.p_row, count * self.p_row)
 
     # -- snapshots ----------------------------------------------------------------------------------
     def snapshot(self) -> RecSnap:

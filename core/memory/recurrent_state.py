@@ -2,7 +2,8 @@
 
 The section is the same in every layout: ``cell_count``, the cell records (per-sequence:
 ``n_seq_id = 0`` and no ids), ``s_trans = 0``, ``n_layer`` = the model's layer count, then the r
-records of the layers that have state, then their s records. Unlike the KV cache an empty
+records of the layers that have state (on a PLE layer each followed by ``u64 p_row`` and the PLE
+rows, with no type field), then their s records. Unlike the KV cache an empty
 section still carries its data header, and a per-sequence restore of zero cells empties the
 destination sequence.
 """
@@ -45,6 +46,10 @@ def write_recurrent(mem: RecurrentMemory, w: WriteCtx, seq_id: int) -> None:
             sink.u64(row)
             if runs and row:
                 sink.write_rows(host_array(tensors[il]), runs)
+            if tensors is mem.r and il in mem.p:
+                sink.u64(mem.p_row)
+                if runs and mem.p_row:
+                    sink.write_rows(host_array(mem.p[il]), runs)
 
 
 def read_recurrent(mem: RecurrentMemory, r: ReadCtx, seq_id: int) -> None:
@@ -102,8 +107,9 @@ def _read_meta(mem: RecurrentMemory, r: ReadCtx, count: int, off_cc: int, seq_id
         r.act(f"{mem.name}: clear(data)")
         for i in range(count):
             off = io.pos
-            mem.pos[i] = io.i32("pos")
+            pos = io.i32("pos")
             n = io.u32("n_seq_id")
+            mem.pos[i] = pos  # set after both reads, as llama.cpp does
             for _ in range(n):
                 sid = io.i32("seq_id")
                 if not 0 <= sid < mem.n_seq_max:
@@ -144,3 +150,12 @@ def _read_data(mem: RecurrentMemory, r: ReadCtx, count: int, off_cc: int, head: 
             if count:
                 io.read_tensor(mem.store, tensors[il].view(-1), head * row, count * row,
                                what=f"{what} rows of layer {il}")
+            if what == "r" and il in mem.p:
+                p_off = io.pos
+                got = io.u64("p row size")
+                if got != mem.p_row:
+                    raise RestoreFailure("p_row_size", p_off, f"mismatched ple row size ({mem.p_row} != {got}, "
+                                         f"layer {il})", layer=il)
+                if count:
+                    io.read_tensor(mem.store, mem.p[il].view(-1), head * mem.p_row, count * mem.p_row,
+                                   what=f"PLE rows of layer {il}")

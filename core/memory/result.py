@@ -6,8 +6,13 @@ Check names are stable strings (tests and the lab key on them): ``truncated``, `
 ``logits_size``, ``embd_size``, ``n_stream``, ``cell_count_bound``, ``alloc``, ``n_seq_id``,
 ``seq_id_range``, ``duplicate_tail``, ``find_slot``, ``n_layer``, ``cell_bound``, ``v_trans``,
 ``s_trans``, ``k_type``, ``k_row_size``, ``v_type``, ``v_row_size``, ``v_el_size``, ``v_n_embd``,
-``r_type``, ``r_row_size``, ``s_type``, ``s_row_size``, and ``trailing`` (a session file not read
-to its end: llama.cpp returns false *after* restoring).
+``r_type``, ``r_row_size``, ``s_type``, ``s_row_size``, ``n_rot_k``, ``n_rot_v``, ``p_row_size``
+(the PLE rows), the checks of a cache that adopts another one's slot layout (``mirror_streams``,
+``mirror_cells``, ``mirror_count``, ``mirror_busy``), DeepSeek-V4's (``dsv4_magic``, ``dsv4_version``,
+``dsv4_mode``, ``dsv4_flags``, ``dsv4_kcache_version``, ``dsv4_kcache_size``, ``dsv4_stream_count``,
+``dsv4_seq_stream``, ``dsv4_layer_count``, ``dsv4_layer_id``, ``dsv4_tensor_meta``, ``dsv4_tensor_rows``,
+``dsv4_comp_version``, ``dsv4_comp_meta``), and ``trailing`` (a session file not read to its end:
+llama.cpp returns false *after* restoring).
 """
 
 from __future__ import annotations
@@ -20,7 +25,11 @@ CHECKS: frozenset[str] = frozenset({
     "logits_size", "embd_size", "n_stream", "cell_count_bound", "alloc", "n_seq_id", "seq_id_range",
     "duplicate_tail", "find_slot", "n_layer", "cell_bound", "v_trans", "s_trans", "k_type",
     "k_row_size", "v_type", "v_row_size", "v_el_size", "v_n_embd", "r_type", "r_row_size", "s_type",
-    "s_row_size", "trailing",
+    "s_row_size", "trailing", "n_rot_k", "n_rot_v", "p_row_size",
+    "mirror_streams", "mirror_cells", "mirror_count", "mirror_busy",
+    "dsv4_magic", "dsv4_version", "dsv4_mode", "dsv4_flags", "dsv4_kcache_version", "dsv4_kcache_size",
+    "dsv4_stream_count", "dsv4_seq_stream", "dsv4_layer_count", "dsv4_layer_id", "dsv4_tensor_meta",
+    "dsv4_tensor_rows", "dsv4_comp_version", "dsv4_comp_meta",
 })
 
 
