@@ -154,23 +154,6 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_OK if d.identical else EXIT_FINDINGS
 
 
-def cmd_scan(args: argparse.Namespace) -> int:
-    from kvscope.core.scan import scan_main
-
-    if not os.path.isdir(args.dir):
-        raise CliError(f"{args.dir}: not a directory")
-    if args.model is not None:
-        _load_profile(args.model)  # fail early with a clear message, not once per file
-    if args.jobs is not None and args.jobs < 1:
-        raise CliError("--jobs must be at least 1")
-
-    def write(line: str) -> None:
-        sys.stdout.write(line)
-        sys.stdout.flush()
-
-    return scan_main(args.dir, args.model, args.jobs, args.json, write)
-
-
 Registrar = Callable[[Any], None]  # adds a subcommand to argparse's subparsers object
 
 
@@ -202,12 +185,9 @@ def build_parser(extra: dict[str, Registrar] | None = None) -> argparse.Argument
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_diff)
 
-    p = sub.add_parser("scan", help="scan every state file under a directory (e.g. a --slot-save-path)")
-    p.add_argument("dir")
-    p.add_argument("--model", metavar="GGUF")
-    p.add_argument("--jobs", type=int, metavar="N", help="parallel processes (default: all cores)")
-    p.add_argument("--json", action="store_true", help="one JSON object per line, then a summary object")
-    p.set_defaults(func=cmd_scan)
+    from kvscope.core.fleet.cli import register as register_fleet  # stdlib-only import: scan, migrate
+
+    register_fleet(sub)
 
     from kvscope.core.rewrite_cli import register as register_rewrite  # stdlib-only import: no torch here
 
@@ -235,7 +215,7 @@ def build_parser(extra: dict[str, Registrar] | None = None) -> argparse.Argument
 
 def _plugin_commands(wanted: str | None) -> dict[str, Registrar]:
     """Commands registered by other kvscope layers (entry-point group ``kvscope.commands``)."""
-    if wanted in ("inspect", "diff", "scan", "rewrite", "lab", "llama-build"):
+    if wanted in ("inspect", "diff", "scan", "migrate", "rewrite", "lab", "llama-build"):
         return {}
     from importlib.metadata import entry_points
 

@@ -49,7 +49,9 @@ def test_scan_cli_lines_summary_exit(capsys: pytest.CaptureFixture[str], tmp_pat
     out = capsys.readouterr().out.splitlines()
     files = sorted(os.listdir(lab))
     assert rc == 1  # the lab holds damaged inputs
-    assert len(out) == len(files) + 1 and out[-1].startswith("summary: ")
+    assert out[len(files)].startswith("summary: ") and out[len(files) + 1] == "worst files:"
+    assert len(out) == len(files) + 2 + 10  # the ten worst files follow the summary, worst first
+    assert all(": damaged: " in line for line in out[len(files) + 2:])  # 11 damaged files: the worst are those
     assert any(line.startswith("ERROR") and "truncated_half.seqdata.bin" in line for line in out)
     assert any(line.startswith("skipped") and "context.json" in line for line in out)
     rc = main(["scan", str(lab), "--json", "--jobs", "1"])

@@ -1,0 +1,292 @@
+"""``kvscope scan`` and ``kvscope migrate``: a fleet's slot store, on this machine or a Dask cluster.
+
+``scan SOURCE`` prints one line (``--json``: one JSON object) per file as results complete, then
+the summary (counts by status, kind, layout, verdict and target compatibility; the worst files).
+``--target GEN`` adds whether each file loads in that layout generation and, if not, whether it
+can be migrated exactly. ``migrate SOURCE --layout GEN --out DEST`` writes every file that loads
+or can be migrated exactly into DEST (:mod:`kvscope.core.fleet.migrate`).
+
+Exit codes (both): 0 nothing to act on; 1 a file is damaged, unreadable, or (scan with
+``--target``, and migrate) will not load in the target and could not be migrated; 2 bad input
+or usage (one line on stderr, no traceback). Importing this module costs only the standard
+library; the engines, the reader and fsspec load when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Any
+
+EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+LISTED_PROBLEMS = 50  # problem files repeated at the end of a migration
+
+
+class UsageError(Exception):
+    """Printed as ``kvscope: MESSAGE``, exit status 2."""
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=["local", "dask"], default="local",
+                   help="local: worker processes on this machine (default); dask: a dask.distributed cluster")
+    p.add_argument("--scheduler", metavar="ADDR", help="with --engine dask: the scheduler (tcp://host:8786); "
+                   "default: a local cluster started for the run")
+    p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: all cores; with --scheduler: "
+                   "the cluster's own)")
+    p.add_argument("--batch", type=int, metavar="N", help="with --engine dask: files per task (default 16)")
+    p.add_argument("--model", metavar="GGUF", help="the model that wrote the states (workers read it at this path)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line, then a summary object")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``scan`` and ``migrate`` to an argparse subparsers object."""
+    p = subparsers.add_parser("scan", help="scan every state file under a folder or fsspec URL (e.g. a "
+                              "--slot-save-path), locally or on a Dask cluster")
+    p.add_argument("source", metavar="SOURCE", help="a folder, file://..., or any fsspec URL (s3://bucket/slots)")
+    p.add_argument("--target", metavar="GEN", help="also tell whether each file loads in this layout generation "
+                   "(e.g. 2026-10-v4, v4, b11434) and, if not, whether it migrates exactly")
+    _engine_args(p)
+    p.set_defaults(func=cmd_scan)
+
+    p = subparsers.add_parser("migrate", help="write every state file of SOURCE into DEST in another layout "
+                              "generation (exact conversions only; restartable)")
+    p.add_argument("source", metavar="SOURCE", help="a folder, file://..., or any fsspec URL")
+    p.add_argument("--layout", required=True, metavar="GEN", help="the target layout generation (e.g. 2026-10-v4)")
+    p.add_argument("--out", required=True, metavar="DEST", help="a local folder (created; never inside SOURCE)")
+    p.add_argument("--rotation", choices=["auto", "on", "off"], default="auto",
+                   help="how the source build rotated K/V (v3 -> v4), as for kvscope rewrite")
+    p.add_argument("--drop-trailing", action="store_true", help="accept losing bytes that follow a state")
+    _engine_args(p)
+    p.set_defaults(func=cmd_migrate)
+
+
+# -- shared ------------------------------------------------------------------------------------------
+def _fail(message: str) -> int:
+    from kvscope.core.textsafe import safe_text
+
+    print(f"kvscope: {safe_text(message)}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _generation(name: str) -> str:
+    from kvscope.core.reader.layouts import GENERATION_BY_NAME, generation_named
+
+    gen = generation_named(name)
+    if gen is None:
+        raise UsageError(f"unknown layout {name!r}; known: {', '.join(GENERATION_BY_NAME)}")
+    return gen.name
+
+
+def _check_common(args: argparse.Namespace) -> None:
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    if args.batch is not None and args.batch < 1:
+        raise UsageError("--batch must be at least 1")
+    if args.scheduler is not None and args.engine != "dask":
+        raise UsageError("--scheduler needs --engine dask")
+    if args.model is not None:
+        from kvscope.core.model_profile import ModelProfileError, load_model_profile
+
+        try:
+            load_model_profile(args.model)  # fail early with one message, not once per file
+        except (ModelProfileError, OSError) as e:
+            raise UsageError(f"cannot use model {args.model}: {e}") from None
+
+
+@contextmanager
+def _session(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
+    """``(source, engine)`` for a command; SourceError and EngineError become UsageError."""
+    from kvscope.core.fleet.engines import EngineError, make_engine
+    from kvscope.core.fleet.source import SourceError, open_source
+
+    try:
+        source = open_source(args.source)
+        engine = make_engine(args.engine, args.jobs, args.scheduler, args.batch)
+        engine.__enter__()
+    except (SourceError, EngineError) as e:
+        raise UsageError(str(e)) from None
+    try:
+        yield source, engine
+    except EngineError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        engine.__exit__(None, None, None)
+
+
+def _writer() -> Callable[[str], None]:
+    def write(line: str) -> None:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+    return write
+
+
+def _progress(source: Any, verb: str) -> Any:
+    from kvscope.core.fleet.progress import Progress
+
+    return Progress(sys.stderr, source.count, verb)
+
+
+# -- scan -------------------------------------------------------------------------------------------------
+def scan_error(entry: Any, reason: str) -> dict[str, Any]:
+    """The result for a file whose scan could not run (its worker died)."""
+    return {"path": entry.ref, "status": "error", "reason": reason}
+
+
+def run_scan(source: Any, engine: Any, model: str | None, target: str | None, as_json: bool,
+             write: Callable[[str], None], progress: Any = None) -> dict[str, Any]:
+    """Stream one line per file through ``write``, then the summary; returns the summary."""
+    from kvscope.core.fleet.scanfile import scan_entry
+    from kvscope.core.fleet.summary import Summary, format_line, format_summary
+
+    summary = Summary(target)
+    started = time.monotonic()
+    tty = sys.stdout.isatty()
+    fn = partial(scan_entry, model=model, target=target)
+    for r in engine.map(fn, source.walk(), scan_error):
+        summary.add(r)
+        if progress is not None and tty:
+            progress.clear()
+        write((json.dumps(r) if as_json else format_line(r, source.relative(r["path"]))) + "\n")
+        if progress is not None:
+            progress.step()
+    if progress is not None:
+        progress.clear()
+    s = summary.to_json()
+    elapsed = time.monotonic() - started
+    s["engine"] = engine.name
+    s["elapsed_s"] = round(elapsed, 3)
+    s["files_per_s"] = round(s["files"] / elapsed, 1) if elapsed > 0 else None
+    s["workers_lost"] = max(s["workers_lost"], int(getattr(engine, "workers_lost", 0)))
+    write((json.dumps({"summary": s}) if as_json else format_summary(s, source.relative)) + "\n")
+    return s
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    from kvscope.core.fleet.summary import exit_code
+
+    try:
+        _check_common(args)
+        target = _generation(args.target) if args.target is not None else None
+        with _session(args) as (source, engine):
+            s = run_scan(source, engine, args.model, target, args.json, _writer(), _progress(source, "scan"))
+    except UsageError as e:
+        return _fail(str(e))
+    return exit_code(s)
+
+
+# -- migrate ----------------------------------------------------------------------------------------------
+def migrate_error(item: Any, reason: str) -> dict[str, Any]:
+    return {"path": item.entry.ref, "rel": item.entry.rel, "action": "error", "reason": reason}
+
+
+def _migrate_line(r: dict[str, Any]) -> str:
+    from kvscope.core.textsafe import safe_text
+
+    rel = safe_text(r["rel"])
+    a = r["action"]
+    if a == "migrated":
+        return f"{a:10s} {rel}: {r.get('layout_from')} -> {r['target']} ({r.get('method')})"
+    if a == "copied":
+        return f"{a:10s} {rel}: {r.get('layout_from')} already loads in {r['target']}"
+    return f"{a:10s} {rel}: {safe_text(str(r.get('reason', '')))}"
+
+
+def _check_dest(source: Any, dest: str) -> str:
+    from kvscope.core.fleet.source import is_url
+
+    if is_url(dest) and not dest.startswith("file://"):
+        raise UsageError(f"--out {dest}: must be a local folder (on a cluster: one every worker mounts)")
+    dest = dest[len("file://"):] if dest.startswith("file://") else dest
+    if os.path.exists(dest) and not os.path.isdir(dest):
+        raise UsageError(f"--out {dest}: not a directory")
+    if source.local:
+        a, b = os.path.realpath(source.root), os.path.realpath(dest)
+        if a == b or b.startswith(a.rstrip("/") + "/") or a.startswith(b.rstrip("/") + "/"):
+            raise UsageError(f"--out {dest}: must not be SOURCE, inside it, or hold it")
+    try:
+        os.makedirs(dest, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {dest}: {e.strerror or e}") from None
+    return os.path.abspath(dest)
+
+
+def run_migrate(source: Any, engine: Any, opts: Any, as_json: bool, write: Callable[[str], None],
+                progress: Any = None) -> dict[str, Any]:
+    """Migrate every entry; one line per file, then the summary (returned)."""
+    from kvscope.core.fleet.migrate import PROBLEM_ACTIONS, Manifest, items, migrate_entry
+
+    manifest = Manifest(opts.dest).load()
+    actions: Counter[str] = Counter()
+    layouts: Counter[str] = Counter()
+    problems: list[dict[str, Any]] = []
+    n_problems = 0
+    tty = sys.stdout.isatty()
+    started = time.monotonic()
+    try:
+        for r in engine.map(partial(migrate_entry, opts=opts), items(source.walk(), manifest), migrate_error):
+            manifest.record(r)
+            actions[r["action"]] += 1
+            if r.get("layout_from"):
+                layouts[r["layout_from"]] += 1
+            if r["action"] in PROBLEM_ACTIONS:
+                n_problems += 1
+                if len(problems) < LISTED_PROBLEMS:
+                    problems.append({"rel": r["rel"], "action": r["action"], "reason": r.get("reason", "")})
+            if progress is not None and tty:
+                progress.clear()
+            write((json.dumps(r) if as_json else _migrate_line(r)) + "\n")
+            if progress is not None:
+                progress.step()
+    finally:
+        manifest.close()
+        if progress is not None:
+            progress.clear()
+    elapsed = time.monotonic() - started
+    s = {"files": sum(actions.values()), "actions": dict(actions), "layouts_from": dict(layouts),
+         "target": opts.layout, "dest": opts.dest, "problems": n_problems, "problem_files": problems,
+         "engine": engine.name, "elapsed_s": round(elapsed, 3),
+         "workers_lost": int(getattr(engine, "workers_lost", 0))}
+    write((json.dumps({"summary": s}) if as_json else _migrate_summary(s)) + "\n")
+    return s
+
+
+def _migrate_summary(s: dict[str, Any]) -> str:
+    from kvscope.core.textsafe import safe_text
+
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(s["actions"].items()))
+    lines = [f"summary: {s['files']} files, {counts or 'none'} | into {safe_text(s['dest'])} as {s['target']}"]
+    if s["problems"]:
+        more = s["problems"] - len(s["problem_files"])
+        lines.append(f"not migrated ({s['problems']}):")
+        lines += [f"  {safe_text(p['rel'])}: {p['action']}: {safe_text(p['reason'])}" for p in s["problem_files"]]
+        if more:
+            lines.append(f"  ... and {more} more (see the lines above)")
+    return "\n".join(lines)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from kvscope.core.fleet.migrate import MigrateOptions
+
+    try:
+        _check_common(args)
+        layout = _generation(args.layout)
+        from kvscope.core.fleet.source import SourceError, open_source
+
+        try:
+            dest = _check_dest(open_source(args.source), args.out)
+        except SourceError as e:
+            raise UsageError(str(e)) from None
+        opts = MigrateOptions(dest, layout, args.model, args.rotation, args.drop_trailing)
+        with _session(args) as (source, engine):
+            s = run_migrate(source, engine, opts, args.json, _writer(), _progress(source, "migrate"))
+    except UsageError as e:
+        return _fail(str(e))
+    return EXIT_FINDINGS if s["problems"] else EXIT_OK

@@ -1,0 +1,262 @@
+"""The ``dask`` engine: the same per-file function on a ``dask.distributed`` cluster.
+
+With ``scheduler`` (``tcp://host:8786``) it uses that cluster, whose workers must have kvscope
+installed and must reach the files (the same paths, or URLs such as ``s3://``). Without, it
+starts a ``LocalCluster`` of ``jobs`` single-threaded worker processes for the run and stops it
+afterwards; that cluster fails a task at the first death of its worker
+(``allowed_failures=0``) and gives each worker one task at a time (``worker-saturation`` 1.0),
+so a death is charged to the task that was running.
+
+Items go out in tasks of ``batch`` files (one scheduler round trip per batch, not per file)
+with at most a few tasks per worker thread in flight (``as_completed`` refilled as tasks
+finish), and results stream back as tasks complete. A task whose worker died
+(``KilledWorker``, or a ``CommError`` fetching its result) costs at most its file: a batch is
+sent again one file per task, so the file that kills its worker is isolated, and a lone file
+whose worker died gets ``on_error(item, "worker died: SIGKILL (dask worker ...)")`` (the
+signal is known on kvscope's own cluster, from its nannies). So a file that kills every worker
+that reads it costs itself only, and a worker killed from outside costs nothing but a re-run.
+On another cluster its scheduler's ``distributed.scheduler.allowed-failures`` (default 3)
+first retries a task on other workers; a lone file is reported after that many deaths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import re
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from types import TracebackType
+from typing import Any, TypeVar
+
+from kvscope.core.fleet.engines import EngineError, Result, default_jobs, run_batch
+from kvscope.core.fleet.localpool import death_reason
+
+T = TypeVar("T")
+DEFAULT_BATCH = 16
+TASKS_PER_THREAD = 3
+CONNECT_TIMEOUT = 30.0
+PROBE_TIMEOUT = 120.0
+SIGNAL_WAIT = 1.0  # seconds to wait for a nanny's word on how its worker died
+_DEATH = re.compile(r"Worker process (\d+) (?:was killed by signal (\d+)|exited with status (\d+))")
+
+
+def probe() -> str:
+    """Run on a worker before the scan: kvscope is importable there (returns its version)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kvscope")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class _NannyDeaths(logging.Handler):
+    """Exit codes of worker processes, from the nannies of kvscope's own cluster (pid -> exit code)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.codes: dict[int, int] = {}
+        self.changed = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        m = _DEATH.search(record.getMessage())
+        if m is None:
+            return
+        code = -int(m.group(2)) if m.group(2) else int(m.group(3))
+        with self.changed:
+            self.codes[int(m.group(1))] = code
+            self.changed.notify_all()
+
+    def wait_for(self, pid: int | None, timeout: float) -> int | None:
+        if pid is None:
+            return None
+        with self.changed:
+            self.changed.wait_for(lambda: pid in self.codes, timeout)
+            return self.codes.get(pid)
+
+
+@dataclass
+class _Task:
+    items: list[Any]
+
+
+def _dask() -> tuple[Any, Any]:
+    try:
+        import dask
+        import distributed
+    except ImportError as e:
+        raise EngineError("the dask engine needs dask.distributed: pip install 'kvscope[fleet]'") from e
+    return dask, distributed
+
+
+class DaskPool:
+    """See the module docstring."""
+
+    name = "dask"
+
+    def __init__(self, scheduler: str | None = None, jobs: int | None = None, batch: int | None = None) -> None:
+        self.scheduler = scheduler
+        self.jobs = jobs
+        self.batch = max(1, batch or DEFAULT_BATCH)
+        self._lost: set[str] = set()
+        self.client: Any = None
+        self._cluster: Any = None
+        self._deaths: _NannyDeaths | None = None
+        self._nanny_logger_state: tuple[int, bool] | None = None
+        self._seq = itertools.count()
+
+    @property
+    def workers_lost(self) -> int:
+        """Workers that died during the run (by address)."""
+        return len(self._lost)
+
+    # -- the cluster --------------------------------------------------------------------------
+    def __enter__(self) -> DaskPool:
+        self.start()
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def start(self) -> None:
+        dask, distributed = _dask()
+        try:
+            if self.scheduler is not None:
+                self.client = distributed.Client(self.scheduler, timeout=CONNECT_TIMEOUT, set_as_default=False)
+            else:
+                self._watch_nannies()
+                with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
+                    self._cluster = distributed.LocalCluster(
+                        n_workers=self.jobs or default_jobs(), threads_per_worker=1, processes=True,
+                        dashboard_address=None, silence_logs=logging.CRITICAL, host="127.0.0.1",
+                        scheduler_kwargs={"allowed_failures": 0},
+                    )
+                self.client = distributed.Client(self._cluster, set_as_default=False)
+        except (OSError, TimeoutError) as e:
+            self.close()
+            where = self.scheduler or "a local cluster"
+            raise EngineError(f"cannot reach the dask scheduler at {where}: {e}") from None
+        try:
+            self.client.submit(probe, pure=False).result(timeout=PROBE_TIMEOUT)
+        except Exception as e:
+            self.close()
+            raise EngineError(f"the dask workers cannot run kvscope ({type(e).__name__}: {e}); install kvscope "
+                              "with the fleet extra on every worker") from None
+
+    def _watch_nannies(self) -> None:
+        log = logging.getLogger("distributed.nanny")
+        self._deaths = _NannyDeaths()
+        self._nanny_logger_state = (log.level, log.propagate)
+        log.addHandler(self._deaths)
+
+    def _unwatch_nannies(self) -> None:
+        log = logging.getLogger("distributed.nanny")
+        if self._deaths is not None:
+            log.removeHandler(self._deaths)
+        if self._nanny_logger_state is not None:
+            log.setLevel(self._nanny_logger_state[0])
+            log.propagate = self._nanny_logger_state[1]
+        self._deaths = None
+        self._nanny_logger_state = None
+
+    def _hear_nannies(self) -> None:
+        """Let the nannies' INFO lines reach our handler only (LocalCluster silenced the loggers)."""
+        log = logging.getLogger("distributed.nanny")
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.client is not None:
+                self.client.close()
+        with contextlib.suppress(Exception):
+            if self._cluster is not None:
+                self._cluster.close()
+        self.client = self._cluster = None
+        self._unwatch_nannies()
+
+    def nthreads(self) -> int:
+        info = self.client.scheduler_info()
+        return max(1, sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values()))
+
+    # -- running --------------------------------------------------------------------------------
+    def map(self, fn: Callable[[T], Result], items: Iterable[T], on_error: Callable[[T, str], Result]
+            ) -> Iterator[Result]:
+        _, distributed = _dask()
+        if self.client is None:
+            self.start()
+        if self._deaths is not None:
+            self._hear_nannies()
+        source = iter(items)
+        retry: deque[_Task] = deque()
+        window = TASKS_PER_THREAD * self.nthreads()
+        done = distributed.as_completed(loop=self.client.loop)
+        tasks: dict[str, _Task] = {}
+
+        def submit() -> bool:
+            task = retry.popleft() if retry else _Task(list(itertools.islice(source, self.batch)))
+            if not task.items:
+                return False
+            key = f"kvscope-{fn.func.__name__ if isinstance(fn, partial) else 'task'}-{next(self._seq)}"
+            fut = self.client.submit(run_batch, fn, task.items, key=key, pure=False, retries=0)
+            tasks[fut.key] = task
+            done.add(fut)
+            return True
+
+        while len(tasks) < window and submit():
+            pass
+        while tasks:
+            fut = next(done)
+            task = tasks.pop(fut.key)
+            yield from self._finished(fut, task, on_error, retry, distributed)
+            fut.release()
+            del fut
+            while len(tasks) < window and submit():
+                pass
+
+    def _finished(self, fut: Any, task: _Task, on_error: Callable[[Any, str], Result], retry: deque[_Task],
+                  distributed: Any) -> Iterator[Result]:
+        if fut.status == "finished":
+            try:
+                yield from fut.result()
+                return
+            except distributed.comm.CommError as e:  # the worker holding the result died
+                yield from self._died(task, None, f"result lost: {e}", on_error, retry)
+                return
+        exc = fut.exception() if fut.status == "error" else None
+        if isinstance(exc, distributed.KilledWorker):
+            ws = exc.last_worker
+            self._lost.add(str(ws.address))
+            yield from self._died(task, ws, "", on_error, retry)
+            return
+        if isinstance(exc, distributed.comm.CommError):
+            yield from self._died(task, None, str(exc), on_error, retry)
+            return
+        if fut.status == "cancelled":
+            raise EngineError("the dask scheduler cancelled the scan (lost connection, or the cluster was closed)")
+        reason = f"{type(exc).__name__}: {exc}" if exc is not None else f"task {fut.status}"
+        for item in task.items:
+            yield on_error(item, reason)
+
+    def _died(self, task: _Task, ws: Any, detail: str, on_error: Callable[[Any, str], Result],
+              retry: deque[_Task]) -> Iterator[Result]:
+        """A task lost with its worker: a batch is split into one task per file, a lone file is charged."""
+        if len(task.items) > 1:
+            retry.extend(_Task([item]) for item in task.items)
+            return
+        yield on_error(task.items[0], self._reason(ws, detail))
+
+    def _reason(self, ws: Any, detail: str) -> str:
+        if ws is None:
+            return f"worker died: {detail or 'lost its dask worker'}"
+        code = self._deaths.wait_for(getattr(ws, "pid", None), SIGNAL_WAIT) if self._deaths is not None else None
+        where = f"dask worker {ws.address}, pid {getattr(ws, 'pid', '?')}"
+        if code is None:
+            return f"worker died: {where}"
+        return f"{death_reason(code)} ({where})"
+

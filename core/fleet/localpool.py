@@ -1,0 +1,201 @@
+"""Worker processes on this machine that survive each other's death: the ``local`` engine.
+
+Each worker is a process with its own pipe. The client sends it a few items at a time and it
+answers one message per item, in order, so the client always knows which item each worker is
+on: the first one it has not answered. When a worker dies (any signal: SIGKILL from the
+out-of-memory killer, SIGBUS, SIGSEGV; or an exit), that item gets ``on_error(item, "worker
+died: SIGKILL")``, the items queued behind it go back to the queue, a new worker takes its
+place and the run goes on. Nothing else is lost; ``concurrent.futures``' process pool instead
+breaks as a whole (``BrokenProcessPool``) and fails every pending item.
+
+Workers are forked from a fork server that has imported the per-file code once
+(``forkserver`` start method), so a replacement starts in milliseconds and the client may have
+threads. Workers ignore SIGINT (the client handles Ctrl-C and stops them); the client
+terminates every worker when the run ends or is abandoned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import signal
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, TypeVar
+
+from kvscope.core.fleet.engines import Result
+
+T = TypeVar("T")
+BATCH = 8  # items per message to a worker
+LOW_WATER = 4  # send more when a worker holds fewer unanswered items than this
+PRELOAD = ["kvscope.core.fleet.scanfile", "kvscope.core.reader.parse", "kvscope.core.verdict"]
+_END = None
+
+
+def _worker_main(conn: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is _END:
+            return
+        fn, batch = msg
+        for item in batch:
+            try:
+                res = fn(item)
+            except Exception as e:  # fn never raises; a bug still costs only this item
+                res = {"__error__": f"{type(e).__name__}: {e}"}
+            conn.send(res)
+
+
+def death_reason(exitcode: int | None) -> str:
+    """``worker died: SIGKILL`` for a process killed by a signal, ``worker died: exit status 3`` else."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " (killed: out of memory, or by a user)" if -exitcode == signal.SIGKILL else ""
+        return f"worker died: {name}{hint}"
+    return f"worker died: exit status {exitcode}"
+
+
+@dataclass
+class _Worker:
+    proc: Any
+    conn: Any
+    held: deque[Any] = field(default_factory=deque)  # items sent, not answered, in order
+
+
+class LocalPool:
+    """``jobs`` worker processes (see the module docstring)."""
+
+    name = "local"
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = max(1, jobs)
+        self.workers_lost = 0
+        self._ctx: Any = None
+        self._workers: list[_Worker] = []
+
+    def __enter__(self) -> LocalPool:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def _context(self) -> Any:
+        if self._ctx is None:
+            methods = multiprocessing.get_all_start_methods()
+            self._ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+            if "forkserver" in methods:
+                self._ctx.set_forkserver_preload(PRELOAD)
+        return self._ctx
+
+    def _start(self) -> _Worker:
+        ctx = self._context()
+        ours, theirs = ctx.Pipe(duplex=True)
+        proc = ctx.Process(target=_worker_main, args=(theirs,), daemon=True, name="kvscope-worker")
+        proc.start()
+        theirs.close()
+        return _Worker(proc, ours)
+
+    def close(self) -> None:
+        """Stop every worker (politely, then SIGKILL after a second)."""
+        workers, self._workers = self._workers, []
+        for w in workers:
+            with contextlib.suppress(OSError, ValueError):
+                w.conn.send(_END)
+        for w in workers:
+            w.proc.join(1.0)
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join()
+            w.conn.close()
+
+    def map(self, fn: Callable[[T], Result], items: Iterable[T], on_error: Callable[[T, str], Result]
+            ) -> Iterator[Result]:
+        source = iter(items)
+        retry: deque[T] = deque()  # items of a dead worker that it had not started
+        exhausted = False
+        if not self._workers:
+            self._workers = [self._start() for _ in range(self.jobs)]
+
+        def take() -> T | None:
+            nonlocal exhausted
+            if retry:
+                return retry.popleft()
+            if exhausted:
+                return None
+            try:
+                return next(source)
+            except StopIteration:
+                exhausted = True
+                return None
+
+        while True:
+            for w in self._workers:
+                if len(w.held) >= LOW_WATER:
+                    continue
+                batch: list[T] = []
+                while len(batch) < BATCH:
+                    item = take()
+                    if item is None:
+                        break
+                    batch.append(item)
+                if not batch:
+                    continue
+                try:
+                    w.conn.send((fn, batch))
+                except OSError:  # it died idle: nothing of it was lost
+                    retry.extendleft(reversed(batch))
+                    self._replace(w)
+                    continue
+                w.held.extend(batch)
+            busy = [w for w in self._workers if w.held]
+            if not busy:
+                if retry:  # every send failed (workers that died idle were replaced): send again
+                    continue
+                return
+            ready = multiprocessing.connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy])
+            for w in busy:
+                if w.conn in ready or w.proc.sentinel in ready:
+                    yield from self._collect(w, on_error, retry)
+
+    def _replace(self, w: _Worker) -> None:
+        w.conn.close()
+        if w.proc.is_alive():
+            w.proc.kill()
+        w.proc.join()
+        self._workers[self._workers.index(w)] = self._start()
+
+    def _collect(self, w: _Worker, on_error: Callable[[T, str], Result], retry: deque[T]) -> Iterator[Result]:
+        """Every answer ``w`` has sent; if it died, the error for its current item and a replacement."""
+        dead = False
+        while w.held:
+            try:
+                if not w.conn.poll():
+                    dead = not w.proc.is_alive()
+                    break
+                res = w.conn.recv()
+            except (EOFError, OSError):
+                dead = True
+                break
+            item = w.held.popleft()
+            yield on_error(item, str(res["__error__"])) if "__error__" in res else res
+        if not dead:
+            return
+        w.proc.join(5.0)
+        reason = death_reason(w.proc.exitcode)
+        self.workers_lost += 1
+        lost = w.held.popleft() if w.held else None
+        retry.extendleft(reversed(w.held))  # not started: they run on the others, in order
+        w.held.clear()
+        self._replace(w)
+        if lost is not None:
+            yield on_error(lost, reason)

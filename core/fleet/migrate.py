@@ -1,0 +1,254 @@
+"""``kvscope migrate``: every state file of SOURCE into DEST in another layout generation, restartably.
+
+:func:`migrate_entry` is the per-file function the engines run. For one file it:
+
+- skips it when the manifest says it was done before: the source's size and mtime match the
+  record, and so do the sha256 of the source and of the output in DEST (``already``);
+- copies it, byte for byte, when a build of the target generation already loads it as it is
+  (``copied``), so DEST is a whole slot store for the new build;
+- rewrites it with :func:`kvscope.core.rewrite.rewrite_file` when that can be exact
+  (``migrated``: framing-only changes such as 2026-10 -> 2026-10-v4 are streamed without torch,
+  others go through the memory core);
+- otherwise writes nothing and says why: ``cannot`` (the target layout cannot say everything the
+  file holds, or the model is needed to tell), ``damaged``, ``skipped`` (not a state file),
+  ``unreadable`` or ``error``.
+
+Outputs keep their path relative to SOURCE and appear atomically (:mod:`kvscope.core.fsutil`);
+SOURCE is only ever opened read-only. A file that changes while it is migrated is reported, and
+its output removed. The client appends one JSON line per file written to the manifest
+``DEST/.kvscope-migrate.jsonl`` (:data:`~kvscope.core.fleet.source.MANIFEST_NAME`): relative
+path, layout, source size, mtime, sha256, output size and sha256. DEST must be a local folder
+(on a cluster: one every worker mounts at the same path).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+from kvscope.core.fleet.source import MANIFEST_NAME, Entry, local_copy
+from kvscope.core.fsutil import atomic_writer, temporary_folder
+
+CHUNK = 8 << 20
+COPY_TAG = "migrate-"
+ACTIONS = ("migrated", "copied", "already", "cannot", "damaged", "skipped", "unreadable", "error")
+DONE_ACTIONS = ("migrated", "copied", "already")  # the file is in DEST, loading in the target
+PROBLEM_ACTIONS = ("cannot", "damaged", "unreadable", "error")  # a state file that did not get there
+
+
+@dataclass(frozen=True)
+class MigrateItem:
+    """One file to migrate, with its manifest record from an earlier run (if any)."""
+
+    entry: Entry
+    prior: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class MigrateOptions:
+    """What every file of one run is migrated with (picklable: it travels to the workers)."""
+
+    dest: str
+    layout: str  # a generation name (canonical)
+    model: str | None = None
+    rotation: str = "auto"
+    drop_trailing: bool = False
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _identity(path: str, entry: Entry) -> tuple[int, int]:
+    """(size, mtime in ns) of the source: the file's own, or the listing's for a remote one."""
+    if not entry.local:
+        return entry.size, round(entry.mtime * 1e9) if entry.mtime is not None else -1
+    st = os.stat(path)
+    return int(st.st_size), int(st.st_mtime_ns)
+
+
+def output_path(dest: str, rel: str) -> str:
+    """Where ``rel`` goes under ``dest`` (``rel`` comes from a walk: no ``..`` parts)."""
+    parts = [p for p in rel.split("/") if p not in ("", ".", "..")]
+    return os.path.join(dest, *parts)
+
+
+def migrate_entry(item: MigrateItem, opts: MigrateOptions) -> dict[str, Any]:
+    """Migrate one file (see the module docstring); never raises."""
+    entry = item.entry
+    out: dict[str, Any] = {"path": entry.ref, "rel": entry.rel, "target": opts.layout}
+    try:
+        with local_copy(entry) as path:
+            try:
+                ident = _identity(path, entry)
+            except OSError as e:
+                return out | {"action": "unreadable", "reason": e.strerror or str(e)}
+            return out | _migrate(path, ident, item, opts)
+    except OSError as e:  # writing DEST, or fetching a remote source
+        return out | {"action": "error", "reason": f"{e.filename or entry.ref}: {e.strerror or e}"}
+    except Exception as e:  # a reader or rewrite bug: report, never stop the run
+        return out | {"action": "error", "reason": f"{type(e).__name__}: {e}"}
+
+
+def _already(path: str, size: int, mtime_ns: int, prior: dict[str, Any] | None, opts: MigrateOptions,
+             dst: str) -> bool:
+    if not prior or prior.get("layout") != opts.layout:
+        return False
+    if (prior.get("source_size"), prior.get("source_mtime_ns")) != (size, mtime_ns):
+        return False
+    try:
+        if os.path.getsize(dst) != prior.get("output_size"):
+            return False
+        return sha256_file(path) == prior.get("source_sha256") and sha256_file(dst) == prior.get("output_sha256")
+    except OSError:
+        return False
+
+
+def _migrate(path: str, ident: tuple[int, int], item: MigrateItem, opts: MigrateOptions) -> dict[str, Any]:
+    from kvscope.core.fleet.scanfile import _profile, target_check
+    from kvscope.core.reader.parse import read_source
+    from kvscope.core.reader.source import ByteSource, FileChangedError
+    from kvscope.core.verdict import verdict
+
+    dst = output_path(opts.dest, item.entry.rel)
+    size, mtime_ns = ident
+    if _already(path, size, mtime_ns, item.prior, opts, dst):
+        return {"action": "already", "reason": "migrated by an earlier run (same hashes)",
+                **{k: item.prior[k] for k in _RECORD_KEYS if item.prior and k in item.prior}}
+    profile = _profile(opts.model) if opts.model else None
+    try:
+        with ByteSource.open(path) as src:
+            res = read_source(src, profile=profile)
+            if res.kind == "unknown":
+                return {"action": "skipped", "reason": res.findings[0].message if res.findings else "not a state file"}
+            v = verdict(res, profile)
+            tgt = target_check(res, profile, src, opts.layout, v.reason)
+            src.check()
+    except OSError as e:
+        return {"action": "unreadable", "reason": e.strerror or str(e)}
+    except (ValueError, FileChangedError) as e:  # not a regular file; changed while it was read
+        return {"action": "unreadable", "reason": str(e)}
+    facts = {"layout_from": res.layout.name, "kind": res.kind}
+    if res.n_errors:
+        return facts | {"action": "damaged", "reason": v.reason}
+    if tgt["status"] == "loads":
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        return facts | _finish(path, dst, item.entry, ident, opts, "copied", _copy(path, dst), "copy")
+    if tgt["status"] == "not migratable":
+        return facts | {"action": "cannot", "reason": tgt["reason"]}
+    if tgt["loads"] is None:
+        return facts | {"action": "cannot", "reason": f"whether a {opts.layout} build loads it: {tgt['reason']}"}
+    from kvscope.core.rewrite import RewriteOutcome, rewrite_file
+
+    with temporary_folder(opts.dest, "migrate") as tmp:  # no folder appears in DEST for a file not written
+        staged = os.path.join(tmp, os.path.basename(dst))
+        try:
+            outcome = rewrite_file(path, staged, opts.layout, profile, rotation=opts.rotation,
+                                   drop_trailing=opts.drop_trailing)
+        except ImportError as e:
+            outcome = RewriteOutcome(1, f"this conversion needs the memory core and torch "
+                                     f"(pip install 'kvscope[memory]'): {e}")
+        if outcome.code == 0:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.replace(staged, dst)
+        shutil.rmtree(tmp, ignore_errors=True)
+    if outcome.code == 1:
+        why = "missing: " + "; ".join(outcome.missing) if outcome.missing else outcome.message
+        return facts | {"action": "cannot", "reason": why, "missing": list(outcome.missing)}
+    if outcome.code != 0:
+        return facts | {"action": "damaged" if "damaged" in outcome.message else "error", "reason": outcome.message}
+    return facts | _finish(path, dst, item.entry, ident, opts, "migrated", sha256_file(dst), outcome.method)
+
+
+_RECORD_KEYS = ("layout", "source_size", "source_mtime_ns", "source_sha256", "output_size", "output_sha256")
+
+
+def _copy(src: str, dst: str) -> str:
+    """Copy ``src`` to ``dst`` atomically; the sha256 of the bytes copied."""
+    h = hashlib.sha256()
+    with open(src, "rb") as fh, atomic_writer(dst, COPY_TAG) as out:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+            out.write(chunk)
+    return h.hexdigest()
+
+
+def _finish(path: str, dst: str, entry: Entry, ident: tuple[int, int], opts: MigrateOptions, action: str,
+            out_sha: str, method: str) -> dict[str, Any]:
+    """The record of a file written to DEST, unless the source changed meanwhile (then the output goes)."""
+    src_sha = out_sha if action == "copied" else sha256_file(path)
+    if _identity(path, entry) != ident:
+        os.unlink(dst)
+        return {"action": "unreadable", "reason": "the file changed while it was read"}
+    return {"action": action, "method": method, "layout": opts.layout, "source_size": ident[0],
+            "source_mtime_ns": ident[1], "source_sha256": src_sha, "output_size": os.path.getsize(dst),
+            "output_sha256": out_sha}
+
+
+# -- the manifest (client side) --------------------------------------------------------------------
+class Manifest:
+    """``DEST/.kvscope-migrate.jsonl``: what earlier runs wrote (rel -> record) and this run's appends."""
+
+    def __init__(self, dest: str) -> None:
+        self.path = os.path.join(dest, MANIFEST_NAME)
+        self.records: dict[str, dict[str, Any]] = {}
+        self._fh: IO[str] | None = None
+        self._unsynced = 0
+
+    def load(self) -> Manifest:
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                for line in fh:
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue  # a line cut by a crash
+                    if isinstance(rec, dict) and isinstance(rec.get("rel"), str):
+                        self.records[rec["rel"]] = {k: rec[k] for k in _RECORD_KEYS if k in rec}
+        except FileNotFoundError:
+            pass
+        return self
+
+    def prior(self, rel: str) -> dict[str, Any] | None:
+        return self.records.get(rel)
+
+    def record(self, result: dict[str, Any]) -> None:
+        """Append the record of a file written by this run (``migrated`` or ``copied``)."""
+        if result.get("action") not in ("migrated", "copied"):
+            return
+        if self._fh is None:
+            self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (open for the run)
+        rec = {"rel": result["rel"], "path": result["path"], "action": result["action"],
+               **{k: result[k] for k in _RECORD_KEYS}}
+        self._fh.write(json.dumps(rec) + "\n")
+        self._fh.flush()
+        self._unsynced += 1
+        if self._unsynced >= 256:
+            self.sync()
+
+    def sync(self) -> None:
+        if self._fh is not None and self._unsynced:
+            os.fsync(self._fh.fileno())
+            self._unsynced = 0
+
+    def close(self) -> None:
+        self.sync()
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def items(entries: Iterator[Entry], manifest: Manifest) -> Iterator[MigrateItem]:
+    """The walk's entries with their manifest records."""
+    for e in entries:
+        yield MigrateItem(e, manifest.prior(e.rel))
+

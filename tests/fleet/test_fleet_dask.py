@@ -1,0 +1,94 @@
+"""``kvscope scan --engine dask`` on a real ``dask.distributed`` LocalCluster with worker processes.
+
+The results must equal the local engine's line for line (order aside), and a worker process
+killed for real while it reads a file costs at most that file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from distributed import Client, LocalCluster
+from fleet_tree import Killer, build_tree, write_slow_state
+
+from kvscope.core.cli import main
+
+
+def _scan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
+    rc = main(["scan", *args, "--json"])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err, captured.err
+    docs = [json.loads(line) for line in captured.out.splitlines()]
+    return rc, docs[:-1], docs[-1]["summary"]
+
+
+def _key(r: dict[str, Any]) -> str:
+    return json.dumps(r, sort_keys=True)
+
+
+def _tree(tmp_path: Path, slow: bool = False) -> Path:
+    root = tmp_path / "root"
+    build_tree(root, tmp_path / "outside")
+    if slow:
+        write_slow_state(root / "slots" / "a" / "big-slow.bin")
+    return root
+
+
+def test_dask_results_equal_local_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = str(_tree(tmp_path))
+    rc_l, local, s_l = _scan(capsys, root, "--target", "v4", "--jobs", "2")
+    rc_d, dask, s_d = _scan(capsys, root, "--target", "v4", "--engine", "dask", "--jobs", "2", "--batch", "3")
+    assert sorted(map(_key, dask)) == sorted(map(_key, local))
+    assert len(local) == s_l["files"] == s_d["files"] > 15
+    assert s_d["engine"] == "dask" and s_l["engine"] == "local"
+    same = ("status", "kinds", "layouts", "verdicts", "findings", "codes", "target", "files_with_errors")
+    assert {k: s_d[k] for k in same} == {k: s_l[k] for k in same}
+    assert rc_d == rc_l == 1
+
+
+def test_dask_worker_killed_twice_costs_one_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The first death splits the slow file's batch (re-run one file per task); the second charges it."""
+    root = _tree(tmp_path, slow=True)
+    slow = root / "slots" / "a" / "big-slow.bin"
+    _, local, _ = _scan(capsys, str(root), "--jobs", "2")
+    killer = Killer(slow, signal.SIGKILL, times=2)
+    killer.start()
+    try:
+        rc, dask, summary = _scan(capsys, str(root), "--engine", "dask", "--jobs", "2")
+    finally:
+        killer.stop()
+        killer.join()
+    assert len(killer.victims) == 2, "the slow file was not seen open twice"
+    dead = [r for r in dask if r["status"] == "error"]
+    assert [r["path"] for r in dead] == [str(slow)]
+    assert dead[0]["reason"].startswith("worker died: SIGKILL") and "dask worker tcp://" in dead[0]["reason"]
+    others = [r for r in dask if r["path"] != str(slow)]
+    assert sorted(map(_key, others)) == sorted(_key(r) for r in local if r["path"] != str(slow))
+    assert summary["files"] == len(local) and summary["status"]["error"] == 1 and summary["workers_lost"] == 2
+    assert rc == 1
+
+
+def test_external_scheduler_retries_a_killed_worker(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On the user's own cluster its scheduler re-runs a task whose worker died: no file is lost."""
+    root = _tree(tmp_path, slow=True)
+    _, local, _ = _scan(capsys, str(root), "--jobs", "2")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.CRITICAL, host="127.0.0.1") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        killer = Killer(root / "slots" / "a" / "big-slow.bin", signal.SIGKILL)
+        killer.start()
+        try:
+            rc, dask, summary = _scan(capsys, str(root), "--engine", "dask", "--scheduler", cluster.scheduler_address)
+        finally:
+            killer.stop()
+            killer.join()
+        assert killer.victim is not None
+        assert sorted(map(_key, dask)) == sorted(map(_key, local))
+        assert summary["engine"] == "dask"
+        assert client.submit(sum, [1, 2], pure=False).result() == 3  # kvscope left the cluster running
+    assert rc == 1
