@@ -105,10 +105,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             compat = compatibility(res, profile, data=src)
             src.check()
     src.close()
+    from kvscope.core.verdict import verdict
+
+    judged = verdict(res, profile)
     if args.json:
         from kvscope.core.jsonout import write_json
 
         out = result_to_json(res, profile, tree=args.tree, lazy=True)
+        out["verdict"] = judged.to_json()
         if compat is not None:
             out["compatibility"] = [c.to_json() for c in compat]
         if stats is not None:
@@ -118,6 +122,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         text = result_to_text(res, profile, markdown=args.markdown)
+        head, _, rest = text.partition("\n")
+        from kvscope.core.textsafe import safe_text
+
+        text = f"{head}\n\n{'**verdict**' if args.markdown else 'verdict:'} {safe_text(judged.line())}\n{rest}"
         if compat:
             from kvscope.core.compat import compat_text
 
