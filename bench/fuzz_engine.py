@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build", default="b11434", help="0c1e5709 or b11434")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--sources", help="comma-separated source keys (default: all)")
+    ap.add_argument("--models", type=Path, help="a folder of generated models to fuzz too (default: "
+                    "tests/data/gen-models when it exists; python -m kvscope.core.modelgen --out DIR writes one)")
     ap.add_argument("--replay", type=int, metavar="I", help="re-run case I and print it")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/out/engine-fuzz")
     ap.add_argument("--keep", type=int, default=3, help="inputs kept per disagreement signature")
@@ -74,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     arenas: list[Arena] = []
     skipped: dict[str, str] = {}
     kinds_skipped: dict[str, dict[str, str]] = {}
-    for src in sources():
+    for src in sources(args.models):
         if wanted is not None and src.key not in wanted:
             continue
-        a = arena(src.key, args.build)
+        a = arena(src.key, args.build, args.models)
         if isinstance(a, str):
             skipped[src.key] = a
             continue

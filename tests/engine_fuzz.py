@@ -75,17 +75,19 @@ def _ctx(unified: bool = False, flash: bool = False) -> CtxParams:
                      flash_attn=flash, n_threads=2)
 
 
-def sources() -> list[Source]:
-    """Every source, tiny models first, then the generated models of every memory class."""
+def sources(gen_models: Path | None = None) -> list[Source]:
+    """Every source, tiny models first, then the generated models of every memory class (``gen_models``:
+    another folder of them, e.g. ``python -m kvscope.core.modelgen --out DIR``)."""
     out = [Source(k, MODELS / f"tiny-{k}.gguf", _ctx()) for k in TINY]
     out.append(Source("llama-unified-fa", MODELS / "tiny-llama.gguf", _ctx(True, True)))
-    if GEN_MODELS.is_dir():
-        out += [Source(f"gen-{p.stem}", p, _ctx()) for p in sorted(GEN_MODELS.glob("*.gguf"))]
+    folder = gen_models or GEN_MODELS
+    if folder.is_dir():
+        out += [Source(f"gen-{p.stem}", p, _ctx()) for p in sorted(folder.glob("*.gguf"))]
     return out
 
 
-def source_named(key: str) -> Source:
-    for s in sources():
+def source_named(key: str, gen_models: Path | None = None) -> Source:
+    for s in sources(gen_models):
         if s.key == key:
             return s
     raise KeyError(f"no fuzz source {key!r}")
@@ -194,10 +196,10 @@ class Arena:
 
 
 @cache
-def arena(key: str, build: str) -> Arena | str:
+def arena(key: str, build: str, gen_models: Path | None = None) -> Arena | str:
     """The arena of a source in a build (kept for the session), or why there is none."""
     try:
-        return Arena(source_named(key), build)
+        return Arena(source_named(key, gen_models), build)
     except Unsupported as e:
         return str(e)
 

@@ -194,6 +194,8 @@ def _describe_key(key: tuple[Any, ...], mode: str, index: int | None = None) -> 
         d["index"] = index
     if mode == "per_seq":
         d["pos"] = key[0]
+    elif mode == "rows":
+        d["row"] = key[0]
     elif mode == "recurrent":
         d["seqs"] = list(key[0])
     else:
@@ -428,14 +430,51 @@ class _Comparer:
 
     def _section(self, idx: int, fsec: Section, gsec: Section) -> None:
         funits, gunits = _units(fsec), _units(gsec)
-        mode = "recurrent" if gsec.kind == "recurrent" else "per_seq" if self.per_seq else "whole"
+        mode = ("recurrent" if gsec.kind == "recurrent" else "rows" if gsec.kind.startswith("dsv4") else
+                "per_seq" if self.per_seq else "whole")
         for stream in sorted({*funits, *gunits}, key=lambda s: -1 if s is None else s):
             fu = funits.get(stream, _Unit(None, []))
             gu = gunits.get(stream, _Unit(None, []))
             self._stream(idx, gsec.role, stream, fu, gu, mode)
 
+    def _rows_unit(self, idx: int, role: str, fu: _Unit, gu: _Unit) -> None:
+        """DeepSeek-V4 blocks: no cell table; rows pair by index (block i of the file with block i of the engine)."""
+        frecs = [r for r in fu.records if _nonempty(r)]
+        grecs = [r for r in gu.records if _nonempty(r)]
+        if self.limit is not None:
+            if frecs or grecs:
+                self.out.notes.append(f"{role}: compressed blocks fold in the media chunks: not compared")
+            return
+        by_key = {(r.role, r.il): r for r in frecs}
+        for gr in grecs:
+            fr = by_key.pop((gr.role, gr.il), None)
+            chk = RecordCheck(role, idx, None, gr.role, gr.il, "missing", gr.type)
+            if fr is None:
+                chk.note = f"the file holds no {gr.role} block record for layer {gr.il}"
+            else:
+                chk.file_index = frecs.index(fr)
+                n = min(_present(self.fs, fr), gr.n_rows)
+                rows = np.arange(n, dtype=np.int64)
+                if not n:
+                    chk.status, chk.note = "differs", "no rows in common"
+                else:
+                    _compare_pair(self.fs, fr, self.gs, gr, rows, rows, self.tol, chk, [(i,) for i in range(n)],
+                                  "rows", self.cancel)
+                if fr.n_rows != gr.n_rows:
+                    chk.status = "differs" if chk.status == "match" else chk.status
+                    chk.note = (chk.note + "; " if chk.note else "") + (
+                        f"the file holds {fr.n_rows} rows, the engine {gr.n_rows}")
+            self.out.records.append(chk)
+            self._tick(f"{role} {gr.role}{gr.il}")
+        for fr in by_key.values():
+            self.out.records.append(RecordCheck(role, idx, None, fr.role, fr.il, "extra", fr.type,
+                                                file_index=frecs.index(fr), note="the engine writes no such block"))
+
     def _stream(self, idx: int, role: str, stream: int | None, fu: _Unit, gu: _Unit, mode: str) -> None:
         limit = self.limit
+        if mode == "rows":
+            self._rows_unit(idx, role, fu, gu)
+            return
         if mode == "recurrent" and limit is not None:  # a recurrent state folds in every token, media included
             if fu.records or gu.records:
                 self.out.notes.append(f"{role}: the recurrent state folds in the media chunks: not compared")

@@ -25,14 +25,26 @@ from hypothesis import strategies as st
 from llama_builds import BUILD_NAMES
 
 from kvscope.core.engine.builds import InstalledBuild
+from kvscope.core.model_profile import ModelProfileError, load_model_profile
 
-CASES_PER_BUILD = 90
+CASES_PER_BUILD = 100
 CORE_CLASSES = {"kv", "iswa", "recurrent", "hybrid"}  # the tiny fixtures' classes: never skipped
 
 
 def _arenas(build: str, record: Any) -> list[Arena]:
+    """One source per memory class (the tiny fixtures first, then tests/data/gen-models), plus the unified
+    flash-attention llama context."""
     out, skipped = [], {}
+    classes: set[str] = set()
     for src in sources():
+        try:
+            mc = load_model_profile(src.model).memory_class
+        except ModelProfileError as e:
+            skipped[src.key] = f"kvscope cannot read the model: {e}"
+            continue
+        if mc in classes and src.key != "llama-unified-fa":
+            continue
+        classes.add(mc)
         a = arena(src.key, build)
         if isinstance(a, str):
             skipped[src.key] = a

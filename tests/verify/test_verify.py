@@ -285,3 +285,36 @@ def test_rotated_rows_compare_with_unrotated_ones_after_derotation(builds: dict[
     recs = cross.comparison.records
     assert all(c.status == "match" for c in recs), [(c.role, c.il, c.status, c.rms_rel) for c in recs]
     assert not any(c.exact for c in recs)  # q8_0 blocks of rotated and plain rows are not the same bytes
+
+
+@pytest.fixture(scope="module")
+def gen_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """kvscope.core.modelgen's deterministic random-weight models, one per memory class llama.cpp has."""
+    from kvscope.core.modelgen import load_recipe, model_keys, write_model
+
+    out = tmp_path_factory.mktemp("gen-models")
+    for key in model_keys():
+        write_model(load_recipe(key), out / f"{key}.gguf")
+    return out
+
+
+def _modelgen_keys() -> list[str]:
+    from kvscope.core.modelgen import model_keys
+
+    return model_keys()
+
+
+@pytest.mark.parametrize("key", _modelgen_keys())
+def test_every_memory_class_verifies_ok(key: str, gen_models: Path, builds: dict[str, InstalledBuild],
+                                        tmp_path: Path) -> None:
+    from kvscope.core.model_profile import load_model_profile
+
+    model = gen_models / f"{key}.gguf"
+    prof = load_model_profile(model)
+    toks = [1] + [(7 * i + 3) % prof.n_vocab for i in range(1, 40)]
+    paths = write_states("b11434", tmp_path, key=key, tokens=toks, model=model)
+    r = verify(paths["seq_file"], model)
+    _ok(r)
+    if prof.memory_class == "dsv4":  # compressed blocks pair row by row
+        blocks = [c for c in r.comparison.records if c.section.startswith(("kcache", "comp"))]  # type: ignore[union-attr]
+        assert blocks and all(c.stream is None and c.n_cells > 0 for c in blocks)
