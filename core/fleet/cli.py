@@ -26,6 +26,7 @@ from functools import partial
 from typing import Any
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+ENGINES = ("local", "dask")
 LISTED_PROBLEMS = 50  # problem files repeated at the end of a migration
 
 
@@ -34,7 +35,7 @@ class UsageError(Exception):
 
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", choices=["local", "dask"], default="local",
+    p.add_argument("--engine", choices=ENGINES, default="local",
                    help="local: worker processes on this machine (default); dask: a dask.distributed cluster")
     p.add_argument("--scheduler", metavar="ADDR", help="with --engine dask: the scheduler (tcp://host:8786); "
                    "default: a local cluster started for the run")
@@ -65,6 +66,24 @@ def register(subparsers: Any) -> None:
     p.add_argument("--drop-trailing", action="store_true", help="accept losing bytes that follow a state")
     _engine_args(p)
     p.set_defaults(func=cmd_migrate)
+
+
+def make_engine(name: str, jobs: int | None = None, scheduler: str | None = None, batch: int | None = None) -> Any:
+    """The engine called ``name`` (``local`` or ``dask``); :class:`EngineError` for an unknown one."""
+    from kvscope.core.fleet.engines import EngineError, default_jobs
+
+    if name == "local":
+        if scheduler is not None:
+            raise EngineError("--scheduler needs --engine dask")
+        from kvscope.core.fleet.localpool import LocalPool
+
+        return LocalPool(jobs or default_jobs())
+    if name == "dask":
+        from kvscope.core.fleet.daskpool import DaskPool
+
+        return DaskPool(scheduler=scheduler, jobs=jobs, batch=batch)
+    raise EngineError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
+
 
 
 # -- shared ------------------------------------------------------------------------------------------
@@ -103,7 +122,7 @@ def _check_common(args: argparse.Namespace) -> None:
 @contextmanager
 def _session(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
     """``(source, engine)`` for a command; SourceError and EngineError become UsageError."""
-    from kvscope.core.fleet.engines import EngineError, make_engine
+    from kvscope.core.fleet.engines import EngineError
     from kvscope.core.fleet.source import SourceError, open_source
 
     try:

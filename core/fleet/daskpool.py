@@ -14,9 +14,10 @@ finish), and results stream back as tasks complete. A task whose worker died
 sent again one file per task, so the file that kills its worker is isolated, and a lone file
 whose worker died gets ``on_error(item, "worker died: SIGKILL (dask worker ...)")`` (the
 signal is known on kvscope's own cluster, from its nannies). So a file that kills every worker
-that reads it costs itself only, and a worker killed from outside costs nothing but a re-run.
-On another cluster its scheduler's ``distributed.scheduler.allowed-failures`` (default 3)
-first retries a task on other workers; a lone file is reported after that many deaths.
+that reads it costs itself only, and a worker killed from outside costs at most the one file it
+was reading alone (a batch's files are simply re-run). On another cluster its scheduler's
+``distributed.scheduler.allowed-failures`` (default 3) first retries a task on other workers; a
+lone file is reported after that many deaths.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The engine interface: run one pure per-file function over a stream of items, results as they complete.
 
 An engine (:class:`~kvscope.core.fleet.localpool.LocalPool`, worker processes on this machine, or
-:class:`~kvscope.core.fleet.daskpool.DaskPool`, a ``dask.distributed`` cluster) is used as a
-context manager; :meth:`Engine.map` takes a picklable function ``fn(item) -> dict`` that never
-raises, an iterable of picklable items, and ``on_error(item, reason) -> dict``, the result to
-report for an item whose function could not run (its worker died, the cluster raised). It
-yields exactly one result per item, in completion order, and keeps only a bounded number of
-items in flight, so the client's memory does not grow with the number of files.
+:class:`~kvscope.core.fleet.daskpool.DaskPool`, a ``dask.distributed`` cluster; the command line
+picks one with :func:`kvscope.core.fleet.cli.make_engine`) is used as a context manager;
+:meth:`Engine.map` takes a picklable function ``fn(item) -> dict`` that never raises, an
+iterable of picklable items, and ``on_error(item, reason) -> dict``, the result to report for
+an item whose function could not run (its worker died, the cluster raised). It yields exactly
+one result per item, in completion order, and keeps only a bounded number of items in flight,
+so the client's memory does not grow with the number of files.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 Result = dict[str, Any]
-ENGINES = ("local", "dask")
 
 
 class EngineError(Exception):
@@ -43,21 +43,6 @@ def default_jobs() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
-
-
-def make_engine(name: str, jobs: int | None = None, scheduler: str | None = None, batch: int | None = None) -> Any:
-    """The engine called ``name`` (``local`` or ``dask``); :class:`EngineError` for an unknown one."""
-    if name == "local":
-        if scheduler is not None:
-            raise EngineError("--scheduler needs --engine dask")
-        from kvscope.core.fleet.localpool import LocalPool
-
-        return LocalPool(jobs or default_jobs())
-    if name == "dask":
-        from kvscope.core.fleet.daskpool import DaskPool
-
-        return DaskPool(scheduler=scheduler, jobs=jobs, batch=batch)
-    raise EngineError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
 
 
 def run_batch(fn: Callable[[Any], Result], items: list[Any]) -> list[Result]:
