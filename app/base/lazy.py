@@ -2,47 +2,76 @@
 
 A pyqtgraph ``PlotItem`` costs 5–15 ms to construct (it builds its option menus), and a document page
 holds a dozen of them; built together they would stall the GUI thread when a file opens. A view that
-mixes in :class:`LazyParts` makes only its light widgets in ``__init__``, calls :meth:`~LazyParts.defer_build`,
-and creates the rest in ``build_parts``: on a timer of its own (each view at its own moment, so the event
-loop runs in between), or at once when code touches one of the names in ``lazy_parts`` first.
-Call ``defer_build`` first thing after the Qt base class's ``__init__``; until the parts exist, drawing
-methods check :attr:`~LazyParts.built` and ``build_parts`` brings the parts up to date.
+mixes in :class:`LazyParts` makes only its light widgets in ``__init__``, calls :meth:`~LazyParts.defer_build`
+first thing, and creates the rest in ``build_steps``: a generator that yields between pieces (one plot
+each). On a timer, one piece is built per turn of the event loop, so no turn takes long; when code touches
+one of the names in ``lazy_parts`` before that, the remaining pieces are built at once. The last piece
+brings the parts up to date; until then drawing methods check :attr:`~LazyParts.built` and do nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer
 
+STEP_GAP_MS = 5  # between two pieces: the event loop handles what came in meanwhile
+
 
 class LazyParts:
-    """Mix-in (before the Qt class) for a widget whose ``lazy_parts`` are made by ``build_parts``."""
+    """Mix-in (before the Qt class) for a widget whose ``lazy_parts`` are made by ``build_steps``."""
 
     lazy_parts: frozenset[str] = frozenset()
 
     def defer_build(self, delay_ms: int) -> None:
-        """Build the parts ``delay_ms`` after the event loop next runs (or earlier, when first used)."""
+        """Start building ``delay_ms`` after the event loop next runs (or earlier, when a part is first used)."""
         self.__dict__["_built"] = False
+        self.__dict__["_steps"] = None
         assert isinstance(self, QObject)
-        QTimer.singleShot(delay_ms, self, self.ensure_built)
+        QTimer.singleShot(delay_ms, self, self._build_one)
 
     @property
     def built(self) -> bool:
         return bool(self.__dict__.get("_built", True))
 
-    def ensure_built(self) -> None:
+    def _steps_iter(self) -> Iterator[None]:
+        steps = self.__dict__.get("_steps")
+        if steps is None:
+            steps = self.__dict__["_steps"] = iter(self.build_steps())
+        return steps  # type: ignore[no-any-return]
+
+    def _build_one(self) -> None:
         if self.built:
             return
-        self.__dict__["_built"] = True
-        self.build_parts()
+        try:
+            next(self._steps_iter())
+        except StopIteration:
+            self.__dict__["_built"] = True
+            return
+        assert isinstance(self, QObject)
+        QTimer.singleShot(STEP_GAP_MS, self, self._build_one)
 
-    def build_parts(self) -> None:
-        """Create the parts named in ``lazy_parts`` and bring them up to date."""
+    def ensure_built(self) -> None:
+        """Build what is left now."""
+        if self.built:
+            return
+        for _ in self._steps_iter():
+            pass
+        self.__dict__["_built"] = True
+
+    def build_steps(self) -> Iterator[None]:
+        """Create the parts named in ``lazy_parts``, yielding between pieces; the last one brings them up to
+        date (it runs with :attr:`built` still False: set it first when the update needs it)."""
         raise NotImplementedError
+
+    def finish(self) -> None:
+        """Mark the parts built (for the last step, before it draws)."""
+        self.__dict__["_built"] = True
 
     def __getattr__(self, name: str) -> Any:
         if name in type(self).lazy_parts and not self.__dict__.get("_built", True):
             self.ensure_built()
-            return self.__dict__[name]
+            if name in self.__dict__:
+                return self.__dict__[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

@@ -7,6 +7,7 @@ hatched red bar). Until a cell is selected the pane shows a hint, not empty axes
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -99,10 +100,11 @@ class LabDetail(LazyParts, QWidget):
         self.unit_combo.currentIndexChanged.connect(self._draw_maps)
         theme.changed.connect(self.apply_theme)
 
-    def build_parts(self) -> None:
-        """The cell maps and probe bars (deferred: see :mod:`kvscope.app.base.lazy`)."""
+    def build_steps(self) -> Iterator[None]:
+        """The cell maps, then the probe bars (deferred: see :mod:`kvscope.app.base.lazy`)."""
         self.glw = pg.GraphicsLayoutWidget()
         self.maps_plot = self.glw.addPlot(row=0, col=0, axisItems={"left": IntegerAxis("left", centred=True)})
+        yield
         self.probe_plot = self.glw.addPlot(row=0, col=1, axisItems={"left": ValueAxis("left")})
         self.glw.ci.layout.setColumnStretchFactor(0, 1)
         self.glw.ci.layout.setColumnStretchFactor(1, 1)
@@ -125,6 +127,7 @@ class LabDetail(LazyParts, QWidget):
         layout = self.plots.layout()
         assert isinstance(layout, QVBoxLayout)
         layout.insertWidget(1, self.glw, 1)
+        self.finish()
         self.apply_theme(self.theme.dark)
 
     # -- content -----------------------------------------------------------------------------------

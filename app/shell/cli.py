@@ -74,7 +74,7 @@ def cmd_gui(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, settings_file: str | None) -> int:
-    from PySide6.QtCore import QSettings
+    from PySide6.QtCore import QCoreApplication, QEvent, QSettings
 
     from kvscope.app.base.application import ensure_app
     from kvscope.app.base.theme import Theme
@@ -94,6 +94,8 @@ def _run(args: argparse.Namespace, settings_file: str | None) -> int:
         rc = take_screenshot(win, args.screenshot, args.view, args.diff, _parse_size(args.size), args.lab_restore)
         win.runner.shutdown()
         win.deleteLater()
+        # tear the window down now: left to Python's exit, pyqtgraph views resize half-deleted items (SIGSEGV)
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete.value)
         return int(rc)
     if args.diff and opened:
         first = opened[0]

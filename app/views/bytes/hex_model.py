@@ -2,8 +2,9 @@
 
 A 2 GiB file has 134 million rows; item views cannot hold that many (header sections are 32-bit
 pixel positions). So the model exposes a *page*: ``page_rows`` rows starting at ``base_row``,
-and the hex view drives ``base_row`` from its own scroll bar over all rows. Cells are formatted
-on demand from the memory map; nothing is copied.
+and the hex view drives ``base_row`` from its own scroll bar over all rows. The page's bytes are read
+once per page (a few hundred bytes); :class:`HexDelegate` paints each cell straight from them (one Python
+call per cell, not one per cell and item-data role).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
-from PySide6.QtGui import QColor, QFontDatabase
+from PySide6.QtGui import QColor, QFontDatabase, QPainter, QPen
+from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
 from kvscope.app.base.theme import kind_color
 from kvscope.core.reader.tree import Node
@@ -39,6 +41,7 @@ class HexModel(QAbstractTableModel):
         self._hl = QColor("#3d8ee6")
         self._dark = False
         self._font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        self._page: tuple[int, bytes] | None = None  # (first offset, bytes) of the page shown
 
     # -- setup ------------------------------------------------------------------------------------
     def set_data(self, buf: npt.NDArray[np.uint8], leaves: list[Node]) -> None:
@@ -46,6 +49,7 @@ class HexModel(QAbstractTableModel):
         self.buf = buf
         self.base_row = 0
         self.highlight = None
+        self._page = None
         self._leaves = leaves
         self._starts = [n.offset for n in leaves]
         self.endResetModel()
@@ -67,6 +71,7 @@ class HexModel(QAbstractTableModel):
         page_rows = max(1, page_rows)
         old = self.rowCount()
         self.base_row, self.page_rows = base_row, page_rows
+        self._page = None
         new = self.rowCount()
         if new != old:
             self.beginResetModel()
@@ -108,6 +113,37 @@ class HexModel(QAbstractTableModel):
             self._tints[key] = c
         return c
 
+    def page_bytes(self) -> tuple[int, bytes]:
+        """(first offset, bytes) of the rows shown, read once per page."""
+        if self._page is None:
+            start = self.base_row * BYTES_PER_ROW
+            end = min(int(self.buf.size), start + self.page_rows * BYTES_PER_ROW)
+            self._page = (start, bytes(np.asarray(self.buf[start:end], dtype=np.uint8).tobytes()) if end > start
+                          else b"")
+        return self._page
+
+    def cell_text(self, row: int, col: int) -> str:
+        """What cell ``(row, col)`` of the page shows: a byte in hex, or the row's ASCII."""
+        first, page = self.page_bytes()
+        at = (self.base_row + row) * BYTES_PER_ROW - first
+        if col == ASCII_COL:
+            return "".join(chr(b) if 32 <= b < 127 else "." for b in page[at : at + BYTES_PER_ROW])
+        i = at + col
+        return f"{page[i]:02x}" if 0 <= i < len(page) else ""
+
+    def cell_color(self, row: int, col: int) -> QColor | None:
+        """The background of a byte cell: the selection, else its leaf kind's tint."""
+        if col == ASCII_COL:
+            return None
+        off = (self.base_row + row) * BYTES_PER_ROW + col
+        if off >= self.buf.size:
+            return None
+        hl = self.highlight
+        if hl is not None and hl[0] <= off < hl[1]:
+            return self._hl
+        leaf = self._leaf_at(off)
+        return self._tint(leaf.kind, leaf.status) if leaf is not None else None
+
     # -- Qt model API ------------------------------------------------------------------------------
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         if parent.isValid():
@@ -133,11 +169,7 @@ class HexModel(QAbstractTableModel):
         row, col = index.row(), index.column()
         start = (self.base_row + row) * BYTES_PER_ROW
         if role == Qt.ItemDataRole.DisplayRole:
-            if col == ASCII_COL:
-                chunk = self.buf[start : start + BYTES_PER_ROW]
-                return "".join(chr(b) if 32 <= b < 127 else "." for b in chunk.tolist())
-            off = start + col
-            return f"{int(self.buf[off]):02x}" if off < self.buf.size else ""
+            return self.cell_text(row, col)
         if role == Qt.ItemDataRole.FontRole:
             return self._font
         if role == Qt.ItemDataRole.TextAlignmentRole:
@@ -146,14 +178,35 @@ class HexModel(QAbstractTableModel):
         if col == ASCII_COL:
             return None
         off = start + col
-        if role == Qt.ItemDataRole.BackgroundRole and off < self.buf.size:
-            hl = self.highlight
-            if hl is not None and hl[0] <= off < hl[1]:
-                return self._hl
-            leaf = self._leaf_at(off)
-            return self._tint(leaf.kind, leaf.status) if leaf is not None else None
+        if role == Qt.ItemDataRole.BackgroundRole:
+            return self.cell_color(row, col)
         if role == Qt.ItemDataRole.ToolTipRole and off < self.buf.size:
             leaf = self._leaf_at(off)
             where = f"\n{leaf.path} ({leaf.kind}, {leaf.status})" if leaf is not None else ""
             return f"offset {off:,} (0x{off:x}){where}"
         return None
+
+
+class HexDelegate(QStyledItemDelegate):
+    """Paints a hex cell from the model's page bytes: background, text, and a frame on the cursor cell."""
+
+    def __init__(self, model: HexModel, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self._center = Qt.AlignmentFlag.AlignCenter
+        self._left = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: Index) -> None:
+        row, col = index.row(), index.column()
+        m = self.model
+        rect = option.rect
+        color = m.cell_color(row, col)
+        if color is not None:
+            painter.fillRect(rect, color)
+        painter.setFont(m._font)
+        painter.setPen(option.palette.text().color())
+        text_rect = rect.adjusted(4, 0, -2, 0) if col == ASCII_COL else rect
+        painter.drawText(text_rect, self._left if col == ASCII_COL else self._center, m.cell_text(row, col))
+        if option.state & QStyle.StateFlag.State_HasFocus:
+            painter.setPen(QPen(option.palette.highlight().color(), 1.5))
+            painter.drawRect(rect.adjusted(1, 1, -1, -1))

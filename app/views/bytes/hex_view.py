@@ -45,7 +45,7 @@ from kvscope.app.document.document import Document
 from kvscope.app.views.bytes.byte_text import TooLarge, format_bytes, read_bytes
 from kvscope.app.views.bytes.find_bar import FindBar
 from kvscope.app.views.bytes.hex_inspect import INSPECT_TYPES, inspect_values
-from kvscope.app.views.bytes.hex_model import ASCII_COL, BYTES_PER_ROW, HexModel
+from kvscope.app.views.bytes.hex_model import ASCII_COL, BYTES_PER_ROW, HexDelegate, HexModel
 from kvscope.app.views.bytes.selection_values import Decoded, decode_selection
 from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.core.fsutil import write_atomic
@@ -134,6 +134,7 @@ class HexView(QWidget):
         self.model = HexModel(self)
         self.table = _HexTable(self)
         self.table.setModel(self.model)
+        self.table.setItemDelegate(HexDelegate(self.model, self.table))
         self.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)

@@ -86,12 +86,13 @@ class CellMapView(LazyParts, QWidget):
         theme.changed.connect(self.apply_theme)
         self._reload()
 
-    def build_parts(self) -> None:
-        """The plots (deferred: see :mod:`kvscope.app.base.lazy`)."""
+    def build_steps(self) -> Iterator[None]:
+        """The plots, one per step (deferred: see :mod:`kvscope.app.base.lazy`)."""
         self.glw = pg.GraphicsLayoutWidget()
         self.row_axis = IntegerAxis("left", centred=True)
         self.pos_axis = IntegerAxis("bottom")
         self.plot = self.glw.addPlot(row=0, col=0, axisItems={"left": self.row_axis})
+        yield
         self.pos_plot = self.glw.addPlot(row=0, col=1, axisItems={"bottom": self.pos_axis})
         self.glw.ci.layout.setColumnStretchFactor(0, 3)
         self.glw.ci.layout.setColumnStretchFactor(1, 2)
@@ -115,6 +116,7 @@ class CellMapView(LazyParts, QWidget):
         self.picture.layout().insertWidget(1, self.glw, 1)
         self.glw.scene().sigMouseMoved.connect(self._on_move)
         self.glw.scene().sigMouseClicked.connect(self._on_click)
+        self.finish()
         self.apply_theme(self.theme.dark)
         self._dirty = True
         if self.isVisible():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyqtgraph as pg
@@ -134,13 +135,15 @@ class DiffView(LazyParts, QWidget):
         theme.changed.connect(self.apply_theme)
         self._reload()
 
-    def build_parts(self) -> None:
-        """The per-layer plots (deferred: see :mod:`kvscope.app.base.lazy`)."""
+    def build_steps(self) -> Iterator[None]:
+        """The per-layer plots, one per step (deferred: see :mod:`kvscope.app.base.lazy`)."""
         self.glw = pg.GraphicsLayoutWidget()
         self.abs_plot = self.glw.addPlot(row=0, col=0, axisItems={"left": ValueAxis("left"),
                                                                    "bottom": IntegerAxis("bottom")})
+        yield
         self.cells_plot = self.glw.addPlot(row=0, col=1, axisItems={"left": IntegerAxis("left"),
                                                                      "bottom": IntegerAxis("bottom")})
+        yield
         self.nan_plot = self.glw.addPlot(row=0, col=2, axisItems={"left": IntegerAxis("left"),
                                                                    "bottom": IntegerAxis("bottom")})
         self.legend = side_legend(columns=6)
@@ -157,6 +160,7 @@ class DiffView(LazyParts, QWidget):
         if placeholder is not None:
             placeholder.deleteLater()
         self.split.setSizes(sizes)
+        self.finish()
         self.apply_theme(self.theme.dark)
         self._plot(self.diff)
 

@@ -23,6 +23,7 @@ from kvscope.app.base.theme import Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.document import Document
 from kvscope.app.views.cells.seq_owner import SeqOwner, implied_owner
+from kvscope.app.views.layers.colour_bar import ColourBar
 from kvscope.app.views.layers.lod import I64A, Window, display_order, overview, plan, read_window, record_size
 from kvscope.app.views.plot_axes import IntegerAxis, style_plot, value_text
 from kvscope.core.reader.records import CellTable, LayerRecord
@@ -77,10 +78,7 @@ class Heatmap(QWidget):
             layer.bad.setZValue(2 * z + 1)
             self.plot.addItem(layer.img)
             self.plot.addItem(layer.bad)
-        self.bar = pg.ColorBarItem(colorMap=pg.colormap.get("CET-D1"), label="value", interactive=True,
-                                   rounding=1e-6, width=18)
-        self.bar.setImageItem([self.layers["base"].img, self.layers["detail"].img])
-        self.bar.axis.enableAutoSIPrefix(False)
+        self.bar = ColourBar(pg.colormap.get("CET-D1"), "value")
         self.glw.addItem(self.bar, row=0, col=1)
         self.head_lines: list[pg.InfiniteLine] = []
         self.hover = plain_label(" ")
@@ -167,8 +165,7 @@ class Heatmap(QWidget):
         data = self.doc.data if self.doc.data.size else None
 
         def job(token: CancelToken, report: Report) -> tuple[LayerRecord, Window, F32A]:
-            report(None, f"decoding {win.shape[0]:,} × {win.shape[1]:,} values")
-            return rec, win, read_window(res, rec, win, order, data)
+            return rec, win, read_window(res, rec, win, order, data)  # quick: no progress to show
 
         task = self.doc.runner.submit(f"layer {rec.role}{'' if rec.il is None else rec.il}", job,
                                       lambda out, n=name: self._on_window(n, out), self._on_failed)
@@ -185,11 +182,13 @@ class Heatmap(QWidget):
         layer = self.layers[name]
         layer.window, layer.matrix = win, m
         if name == "base":
-            finite = m[np.isfinite(m)]
-            lim = float(np.max(np.abs(finite))) if finite.size else 1.0
+            with np.errstate(all="ignore"):
+                mags = np.abs(m)
+                lim = float(np.max(mags, initial=0.0, where=np.isfinite(mags)))
             lim = lim if lim > 0 else 1.0
-            self.bar.rounding = lim / 1000
-            self.bar.setLevels((-lim, lim))
+            self.bar.set_levels(-lim, lim)
+            if self.detail.matrix is not None:  # drawn before the overview: the levels changed
+                self._paint(self.detail)
         self._paint(layer)
         if name == "base":
             self._draw_heads()
@@ -201,10 +200,10 @@ class Heatmap(QWidget):
         if m is None or win is None:
             return
         finite = np.isfinite(m)
-        shown = np.where(finite, m, np.nan).astype(np.float32)  # non-finite: transparent, painted red on top
+        shown = m if finite.all() else np.where(finite, m, np.float32(np.nan))  # non-finite: see-through, red on top
         lo, hi = self.bar.levels()
         layer.img.setImage(shown, autoLevels=False, levels=(lo, hi))
-        layer.img.setLookupTable(self.bar.colorMap().getLookupTable(nPts=256))
+        layer.img.setLookupTable(self.bar.lut)
         x, y, w, h = win.rect()
         layer.img.setRect(QRectF(x, y, w, h))
         if m.size and not finite.all():
@@ -367,8 +366,6 @@ class Heatmap(QWidget):
         bg, fg = self.theme.plot_colors()
         self.glw.setBackground(bg)
         style_plot(self.plot, fg)
-        style_plot(self.bar, fg, ("left", "right"))
-        for name in ("top", "bottom"):
-            self.bar.getAxis(name).setPen(fg)
+        self.bar.set_colors(fg)
         if self.head_lines:
             self._draw_heads()

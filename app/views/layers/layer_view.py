@@ -84,12 +84,14 @@ class LayerView(LazyParts, QWidget):
         self.record: LayerRecord | None = None
         self.streams: dict[int, KvStream | None] = {}
         self.unit_combo = QComboBox()
+        self.unit_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.role_combo = QComboBox()
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setPageStep(1)
+        self.slider.setMinimumWidth(60)
         self.layer_label = plain_label()
         self.rows_combo = QComboBox()
-        self.rows_combo.addItems(["cells in file order", "by sequence and position"])
+        self.rows_combo.addItems(["file order", "by position"])
         self.rows_combo.setToolTip("the heatmap's rows: cells as stored, or sorted by sequence and position")
         self.heads_check = QCheckBox("split heads")
         self.title = plain_label(" ")
@@ -135,12 +137,13 @@ class LayerView(LazyParts, QWidget):
         doc.bus.changed.connect(self._on_selection)
         self._reload()
 
-    def build_parts(self) -> None:
-        """The heatmap and the statistics plot (deferred: see :mod:`kvscope.app.base.lazy`)."""
+    def build_steps(self) -> Iterator[None]:
+        """The heatmap, then the statistics plot (deferred: see :mod:`kvscope.app.base.lazy`)."""
         self.heatmap = Heatmap(self.doc, self.theme)
         self.heatmap.max_rows, self.heatmap.max_cols = self._caps
         self.heatmap.drawn.connect(self._on_drawn)
         self.heatmap.failed.connect(self._on_failed)
+        yield
         self.stats = StatsPlot(self.theme)
         self.stats.layerClicked.connect(self._on_stats_click)
         layout = self.upper.layout()
@@ -151,6 +154,7 @@ class LayerView(LazyParts, QWidget):
         if old is not None:
             old.deleteLater()
         self.split.setSizes(sizes)
+        self.finish()
         self._update_stats()
         if self.record is not None:
             self.stats.mark(float(self.record.il if self.record.il is not None else self.record.index))

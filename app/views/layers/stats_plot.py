@@ -59,6 +59,9 @@ class StatsPlot(QWidget):
         place_legend(self.glw, self.legend, 0, 1)
         self.glw.ci.layout.setRowStretchFactor(0, 3)
         self.glw.ci.layout.setRowStretchFactor(1, 2)
+        self.rms_plot.setMinimumHeight(90)  # room for three labelled ticks each
+        self.bad_plot.setMinimumHeight(90)
+        self.setMinimumHeight(250)
         self.glw.ci.layout.setColumnStretchFactor(0, 1)
         self.glw.ci.layout.setColumnStretchFactor(1, 0)
         self.bad_plot.setXLink(self.rms_plot)
@@ -118,8 +121,11 @@ class StatsPlot(QWidget):
                                symbol="t1", symbolSize=8, symbolBrush=color)
             top = max(top, *nonfinite, *zero)
             layers.update(xs)
-        self.bad_plot.setYRange(0, max(1.0, top) * 1.15, padding=0)
-        self.rms_plot.setYRange(0, top_rms * 1.15 if top_rms > 0 else 1.0, padding=0)  # RMS >= 0: from 0
+        # counts and RMS are >= 0: from 0 (a hair below, so the 0 tick keeps its label)
+        count_top = max(1.0, top) * 1.15
+        self.bad_plot.setYRange(-0.04 * count_top, count_top, padding=0)
+        rms_top = top_rms * 1.15 if top_rms > 0 else 1.0
+        self.rms_plot.setYRange(-0.04 * rms_top, rms_top, padding=0)
         style_legend(self.legend, self.theme.plot_colors()[1])
         ticks = [(x, f"{x:g}") for x in sorted(layers)] if 0 < len(layers) <= 40 else None  # every layer named
         for p in (self.rms_plot, self.bad_plot):
