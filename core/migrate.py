@@ -79,10 +79,21 @@ def _framing_only(src: Generation, dst: Generation, res: ParseResult, profile: M
         why.append("per-sequence SWA masking differs (cells outside the sliding window)")
     if res.partial and src.partial_kinds != dst.partial_kinds:
         why.append("PARTIAL_ONLY means other sections in the target layout")
+    if src.kv_rot != dst.kv_rot and _indexer_rows_change(res, profile):
+        why.append("the indexer rows change width between the two builds (Qwen4exp's k-pool indexer: raw | pooled "
+                   "keys in b11434, raw keys before)" if profile is not None else
+                   "the indexer rows may change width between the two builds (Qwen4exp; give --model)")
     if src.rot_default != dst.rot_default and any(
             gt.is_quantized(r.type_id) for sec in res.sections if sec.kind == "kv" for r in sec.all_layers()):
         why.append("one build rotates quantized K/V rows by default and the other does not")
     return why
+
+
+def _indexer_rows_change(res: ParseResult, profile: ModelProfile | None) -> bool:
+    """Does the model's indexer cache have another row width in the v11/v4 build (or, without a model, may it)."""
+    if profile is not None:
+        return any(s.k_mult_v4 != 1 for s in profile.plan)
+    return any(sec.role == "kv_idx" for sec in res.sections) and any(sec.kind == "recurrent" for sec in res.sections)
 
 
 def _blob_seq_id(res: ParseResult) -> int | None:

@@ -95,12 +95,12 @@ def rewrite_file(
             how = "byte-identical" if target == res.layout.name else f"converted from {res.layout.name}"
             base.message = f"{out}: {res.kind}, layout {target}, {base.size} bytes ({how}; streamed)"
             return base
-    return _through_core(res, src, out, target, profile, seq_id, drop_trailing)
+    return _through_core(res, src, out, target, profile, seq_id, drop_trailing, rotation)
 
 
 def _through_core(
     res: object, src: str, out: str, target: str, profile: ModelProfile | None, seq_id: int | None,
-    drop_trailing: bool,
+    drop_trailing: bool, rotation: str = "auto",
 ) -> RewriteOutcome:
     from kvscope.core.memory.convert import conversion_problems
     from kvscope.core.memory.infer import InferError, infer_context, load, write
@@ -116,7 +116,7 @@ def _through_core(
         return RewriteOutcome(INEXACT, f"{src}: {trailing} bytes follow the state and would be lost (--drop-trailing "
                               "to accept)", "memory core", res.layout.name, target)
     try:
-        inf = infer_context(res, profile, seq_id=seq_id)
+        inf = infer_context(res, profile, seq_id=seq_id, rot_disabled={"on": False, "off": True}.get(rotation))
     except (InferError, SpecError, ValueError) as e:
         return RewriteOutcome(INEXACT, f"{src}: the memory core cannot hold this state: {e}", "memory core",
                               res.layout.name, target)

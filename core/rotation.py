@@ -109,6 +109,10 @@ def _section_heads(profile: ModelProfile, sec: Section) -> tuple[list[int], list
     layers = _section_layers(sec)
     if not layers:
         return None
+    planned = profile.section_plan(sec.role)
+    if planned is not None and planned.head_k and len(planned.head_k) == len(planned.layers):
+        # a sub-cache with its own head size (a lightning indexer): the rule sees the cache's hparams copy
+        return list(planned.head_k), list(planned.head_v)
     try:
         hk = [profile.head_size_k(il) for il in layers]
         hv = [profile.head_size_v(il) for il in layers if profile.has_v(il)]

@@ -1,5 +1,6 @@
 """Converting a loaded state to another layout generation: what it needs, and the one gap it can
-fill (cell ext token ids from the file's own token list).
+fill (cell ext token ids from the file's own token list). Memories whose shape differs between the
+builds (Qwen4exp's indexer rows) are carried over by :func:`kvscope.core.memory.infer.write`.
 
 :func:`conversion_problems` lists, in words, every fact the target layout writes that the source
 file does not record; an empty list means the target bytes are exactly what the target build
@@ -108,6 +109,12 @@ def conversion_problems(inf: Inferred, res: ParseResult, target: Layout) -> list
                        "(give --model)")
         if src.swa_perseq_masked and not target.swa_perseq_masked and not _swa_complete(inf):
             out.append("the cells outside the sliding window, which the source build did not write")
+    if target.kv_rot and not src.kv_rot and has_kv and not inf.rot_known:
+        out.append("the rotation block sizes (n_rot_k, n_rot_v) the target build checks in every KV section: they "
+                   "follow from the model's head sizes and the cache types (give --model)")
+    if target.kv_rot != src.kv_rot and spec.memory_class == "hybrid_idx" and not inf.model_given:
+        out.append(f"whether the model's indexer rows change width in layout {target.name} (Qwen4exp with compression "
+                   "ratios caches raw | pooled keys in b11434, raw keys before; give --model)")
     if inf.kind == "seq_blob":
         mc = spec.memory_class
         if not inf.model_given:

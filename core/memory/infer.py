@@ -31,6 +31,7 @@ from kvscope.core.memory.kv_state import swa_masked
 from kvscope.core.memory.layout import FLAG_PARTIAL_ONLY, Layout
 from kvscope.core.memory.params import ContextParams, ggml_pad
 from kvscope.core.memory.result import ReadResult
+from kvscope.core.memory.retarget import context_for_layout, target_spec
 from kvscope.core.memory.rot_rule import cache_rotation
 from kvscope.core.memory.spec import MemorySpec, SpecError
 from kvscope.core.model_profile import ModelProfile
@@ -280,8 +281,15 @@ def load(inf: Inferred, data: Data) -> ReadResult:
 
 
 def write(inf: Inferred, layout: Layout | None = None) -> bytearray:
-    """The file again, in ``layout`` (default: its own), as the API that wrote it would."""
+    """The file again, in ``layout`` (default: its own), as the API that wrote it would.
+
+    Where that layout's build creates another memory for the model (Qwen4exp's indexer rows), the
+    state is carried over into it first (:mod:`kvscope.core.memory.retarget`).
+    """
     ctx, lay, seq = inf.ctx, layout or inf.layout, inf.seq_id
+    other = target_spec(ctx.memory.spec, inf.profile, inf.layout, lay)
+    if other is not None:
+        ctx = context_for_layout(ctx, other, lay)
     if inf.kind == "seq_blob":
         return ctx.seq_get_data(seq, inf.flags, lay)
     if inf.kind == "seq_file":

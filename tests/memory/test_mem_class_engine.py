@@ -17,6 +17,7 @@ import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kvscope.core.engine.builds import InstalledBuild
@@ -234,3 +235,73 @@ def _llama_message(check: str | None) -> str:
     """The text llama.cpp logs for the check the core failed."""
     assert check in _MESSAGES, check
     return _MESSAGES[check]
+
+
+@pytest.mark.parametrize("type_kv", ["f16", "q8_0"])
+@pytest.mark.parametrize(("source", "target"), [("0c1e5709", "b11434"), ("b11434", "0c1e5709")])
+def test_converted_indexer_rows_load_in_the_other_build(source: str, target: str, type_kv: str,
+                                                        models: dict[str, tuple[Path, ModelProfile]],
+                                                        builds: dict[str, InstalledBuild], tmp_path: Path) -> None:
+    """Qwen4exp's states converted through the core (indexer rows widened or narrowed) restore in the other
+    build, and the next token's logits are those of a fresh prefill of the same tokens there."""
+    from kvscope.core.rewrite import rewrite_file
+
+    path, prof = models["qwen4exp"]
+    cp, _ = _params(type_kv)
+    files: dict[str, Path] = {}
+    with _engine(path, source, cp) as eng:
+        for name, data in _states(eng, tmp_path):
+            if name in ("seq0", "ctx", "seqfile", "session"):
+                files[name] = tmp_path / f"{name}.src"
+                files[name].write_bytes(data)
+    with _engine(path, target, cp) as eng:
+        eng.memory_clear()
+        assert eng.decode(0, PROMPTS[0]).rc == 0
+        fresh = eng.decode(0, [42]).value
+        eng.memory_clear()
+        cold = eng.decode(0, [42]).value
+        assert fresh is not None and cold is not None and not np.allclose(fresh, cold)
+        for name, src in files.items():
+            out = tmp_path / f"{name}.out"
+            done = rewrite_file(str(src), str(out), LAYOUT[target], prof)
+            assert done.ok and done.method == "memory core", done.message
+            data = out.read_bytes()
+            eng.memory_clear()
+            if name == "seq0":
+                rc = eng.state_seq_set_data(data, 0).rc
+            elif name == "ctx":
+                rc = eng.state_set_data(data).rc
+            elif name == "seqfile":
+                rc = eng.state_seq_load_file(out, 0, 64).rc
+            else:
+                loaded = eng.state_load_file(out, 64)
+                rc = len(data) if loaded.value is not None else 0
+            assert rc == len(data), (name, rc)
+            nxt = eng.decode(0, [42]).value
+            assert nxt is not None and np.allclose(nxt, fresh, atol=1e-3), (name, float(np.max(np.abs(nxt - fresh))))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_migrated_states_load_in_b11434(model: str, models: dict[str, tuple[Path, ModelProfile]],
+                                        builds: dict[str, InstalledBuild], tmp_path: Path) -> None:
+    """0c1e5709's quantized states of every class, rewritten as 2026-10-v4 (framing or through the core, with
+    rotation words from the model's rule for each sub-cache), restore in b11434."""
+    from kvscope.core.rewrite import rewrite_file
+
+    path, prof = models[model]
+    cp, _ = _params("q8_0")
+    with _engine(path, "0c1e5709", cp) as eng:
+        files = {name: data for name, data in _states(eng, tmp_path) if name in ("seq0", "ctx", "seq1-partial")}
+    with _engine(path, "b11434", cp) as eng:
+        for name, data in files.items():
+            src, out = tmp_path / f"{name}.v3", tmp_path / f"{name}.v4"
+            src.write_bytes(data)
+            done = rewrite_file(str(src), str(out), "2026-10-v4", prof)
+            assert done.ok, done.message
+            migrated = out.read_bytes()
+            eng.memory_clear()
+            if name == "ctx":
+                got = eng.state_set_data(migrated)
+            else:
+                got = eng.state_seq_set_data(migrated, 0, PARTIAL_ONLY if "partial" in name else 0)
+            assert got.rc == len(migrated), (name, done.method, got.log[-2:])
