@@ -141,7 +141,7 @@ def test_stats_ticks_and_legend(qtbot, open_doc) -> None:  # type: ignore[no-unt
     lo, hi = sp.bad_plot.vb.viewRange()[1]
     ticks = _ticks(count, lo, hi, 60)
     assert ticks and all(float(t).is_integer() for t in ticks)  # no 0.5 when every count is 0
-    assert rms.autoSIPrefix is False and -0.1 < sp.rms_plot.vb.viewRange()[1][0] <= 0  # from 0
+    assert rms.autoSIPrefix is False and -0.2 < sp.rms_plot.vb.viewRange()[1][0] <= 0  # from 0
     labels = rms.tickStrings(_ticks(rms, *sp.rms_plot.vb.viewRange()[1], 120), 1, 0.2)
     assert labels and all("e" not in s for s in labels)
     # the legend is beside the plots, not on them, in the plot's foreground colour

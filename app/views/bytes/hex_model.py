@@ -56,7 +56,7 @@ class HexModel(QAbstractTableModel):
 
     def set_colors(self, highlight: QColor, dark: bool) -> None:
         self._hl = QColor(highlight)
-        self._hl.setAlpha(150)
+        self._hl.setAlpha(225 if dark else 150)  # over the dark kind tints the selection must stand out
         self._tints = {}
         self._dark = dark
         self._emit_all()

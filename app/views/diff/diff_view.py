@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -117,6 +118,7 @@ class DiffView(LazyParts, QWidget):
         ul.addLayout(top)
         ul.addWidget(self.table, 1)
         ul.addWidget(self.detail)
+        self._split_fitted = False
         self.split = split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(upper)
         split.addWidget(QWidget())  # the plots' place until they are built
@@ -155,11 +157,23 @@ class DiffView(LazyParts, QWidget):
             p.setLabel("bottom", "layer")
             p.setMenuEnabled(False)
             p.showGrid(x=True, y=True, alpha=0.25)
-        sizes = self.split.sizes()
         placeholder = self.split.replaceWidget(1, self.glw)
         if placeholder is not None:
             placeholder.deleteLater()
-        self.split.setSizes(sizes)
+        self.glw.setMinimumHeight(240)
+        self._fit_split()
+
+    def _fit_split(self) -> None:
+        """Table over plots, half and half of the height the view has (once it has one)."""
+        h = self.split.height()
+        if h > 100 and not self._split_fitted:
+            self._split_fitted = True
+            self.split.setSizes([h // 2, h - h // 2])
+
+    def showEvent(self, e: QShowEvent) -> None:
+        super().showEvent(e)
+        self.ensure_built()
+        self._fit_split()
         self.finish()
         self.apply_theme(self.theme.dark)
         self._plot(self.diff)
@@ -225,7 +239,8 @@ class DiffView(LazyParts, QWidget):
         tops = self._tops(series)
         for p, top in zip(self.plots, tops, strict=True):
             p.getAxis("bottom").setTicks([ticks] if ticks else None)
-            p.setYRange(0, top * 1.15 if top > 0 else 1.0, padding=0)  # counts and distances start at 0
+            t = top * 1.15 if top > 0 else 1.0
+            p.setYRange(-0.1 * t, t, padding=0)  # counts and distances start at 0 (labelled: a hair below)
         style_legend(self.legend, self.theme.plot_colors()[1])
 
     @staticmethod

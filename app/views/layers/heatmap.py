@@ -297,7 +297,8 @@ class Heatmap(QWidget):
         hd, dim = self.head_dim, self.n_cols
         if hd <= 0 or self.base.window is None:
             return
-        pen = pg.mkPen("#111111" if not self.theme.dark else "#f0f0f0", width=1.5, style=Qt.PenStyle.DashLine)
+        # on the data, whose colours do not change with the palette: dark on the colour map's white middle
+        pen = pg.mkPen("#111111", width=1.5, style=Qt.PenStyle.DashLine)
         for h in range(1, max(1, dim // hd)):
             line = pg.InfiniteLine(pos=h * hd, angle=90, movable=False, pen=pen)
             line.setZValue(10)

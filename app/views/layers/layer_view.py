@@ -149,11 +149,10 @@ class LayerView(LazyParts, QWidget):
         layout = self.upper.layout()
         assert isinstance(layout, QVBoxLayout)
         layout.insertWidget(1, self.heatmap, 1)
-        sizes = self.split.sizes()
         old = self.split.replaceWidget(1, self.stats)
         if old is not None:
             old.deleteLater()
-        self.split.setSizes(sizes)
+        self.split.setSizes([520, 330])
         self.finish()
         self._update_stats()
         if self.record is not None:

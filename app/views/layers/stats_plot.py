@@ -123,9 +123,9 @@ class StatsPlot(QWidget):
             layers.update(xs)
         # counts and RMS are >= 0: from 0 (a hair below, so the 0 tick keeps its label)
         count_top = max(1.0, top) * 1.15
-        self.bad_plot.setYRange(-0.04 * count_top, count_top, padding=0)
+        self.bad_plot.setYRange(-0.14 * count_top, count_top, padding=0)
         rms_top = top_rms * 1.15 if top_rms > 0 else 1.0
-        self.rms_plot.setYRange(-0.04 * rms_top, rms_top, padding=0)
+        self.rms_plot.setYRange(-0.1 * rms_top, rms_top, padding=0)
         style_legend(self.legend, self.theme.plot_colors()[1])
         ticks = [(x, f"{x:g}") for x in sorted(layers)] if 0 < len(layers) <= 40 else None  # every layer named
         for p in (self.rms_plot, self.bad_plot):
