@@ -1,11 +1,15 @@
 """kvscope's memory core: llama.cpp's KV-cache / recurrent memories in torch, byte-exact state I/O.
 
-The only part of kvscope that imports torch. Build a context with
-:meth:`MemoryContext.create` (a :class:`~kvscope.core.model_profile.ModelProfile` or a
-:class:`MemorySpec`, and :class:`ContextParams`), or infer one from a state file with
-:func:`infer_context`; then write any layout generation (``state_write``, ``seq_get_data``,
-``get_data``, ``save_file`` ...) and restore with llama.cpp's checks and a chosen failure policy
-(``state_read``, ``seq_set_data``, ``set_data``, ``load_file`` ... -> :class:`ReadResult`).
+The only part of kvscope that imports torch. Every memory class of the 2026-10 builds is modelled
+(kv, iswa, recurrent, hybrid, hybrid_iswa, hybrid_idx, dsa, dsa_iswa, msa, dsv4: see
+:mod:`.composite` and :mod:`.classes`), with each KV sub-cache's Hadamard rotation block sizes
+(:mod:`.rot_rule`). Build a context with :meth:`MemoryContext.create` (a
+:class:`~kvscope.core.model_profile.ModelProfile` or a :class:`MemorySpec`, and
+:class:`ContextParams`), or infer one from a state file with :func:`infer_context`; then write any
+layout generation (``state_write``, ``seq_get_data``, ``get_data``, ``save_file`` ...) and restore
+with llama.cpp's checks and a chosen failure policy (``state_read``, ``seq_set_data``,
+``set_data``, ``load_file`` ... -> :class:`ReadResult`). A model or state the core cannot hold is
+refused with :class:`SpecError` / ``InferError`` naming what is missing.
 """
 
 from kvscope.core.memory.cells import SlotInfo, Ubatch
@@ -18,13 +22,16 @@ from kvscope.core.memory.params import ContextParams, ParamsError
 from kvscope.core.memory.policy import FailurePolicy, LegacyPolicy, TransactionalPolicy, make_policy
 from kvscope.core.memory.recurrent import RecurrentMemory
 from kvscope.core.memory.result import ReadResult
-from kvscope.core.memory.spec import AttnLayer, MemorySpec, SpecError
+from kvscope.core.memory.spec import AttnLayer, CacheSpec, Dsv4Block, Dsv4Spec, MemorySpec, SpecError
 
 __all__ = [
     "FLAG_PARTIAL_ONLY",
     "AttnLayer",
     "CacheError",
+    "CacheSpec",
     "ContextParams",
+    "Dsv4Block",
+    "Dsv4Spec",
     "FailurePolicy",
     "KvCache",
     "Layout",

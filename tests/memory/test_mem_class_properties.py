@@ -114,3 +114,19 @@ def test_write_parse_read_write(memory_class: str, data: st.DataObject, seed: in
         for seq in range(N_SEQ):
             for flags in (0, FLAG_PARTIAL_ONLY):
                 _check(ctx, lay, seq, flags)
+
+
+def test_what_the_core_cannot_hold_is_refused_by_name() -> None:
+    from kvscope.core.memory import SpecError
+    from kvscope.core.memory.spec import MemorySpec
+
+    with pytest.raises(SpecError, match=r"memory class 'shared' is not modelled \(known: kv, iswa, .*dsv4\)"):
+        MemorySpec("test", 2, "shared")
+    with pytest.raises(SpecError, match="a dsa memory needs its KV caches listed"):
+        MemorySpec("test", 2, "dsa", class_spec("dsa").attn[:2])
+    spec = class_spec("dsa")
+    with pytest.raises(SpecError, match=r"a dsa memory has the KV caches \['kv_mla', 'kv_lid'\]"):
+        MemorySpec("test", 3, "dsa", spec.attn, caches=spec.caches[::-1])
+    ctx = MemoryContext.create(class_spec("dsv4"), ContextParams(n_seq_max=1, kv_size=16, kv_size_swa=8))
+    with pytest.raises(ValueError, match="layout 2026-08 has no verified dsv4 memory"):
+        ctx.get_data("2026-08")
