@@ -1,24 +1,54 @@
 #!/usr/bin/env bash
-# Re-take the screenshots in this folder with `kvscope gui --screenshot` (offscreen, light theme, 1400x900).
+# Re-take the screenshots in this folder with `kvscope gui --screenshot` (offscreen): every view at
+# 1920x1080 and 1280x800, light and dark, named VIEW-WxH-THEME.png, plus two variants at 1280x800 light
+# (the sliding-window cell map, the layer view without a model; EXTRAS=0 skips them). SIZES / THEMES / VIEWS
+# narrow it down:
+#   SIZES=1280x800 THEMES=dark VIEWS="layers cells" EXTRAS=0 docs/screenshots/regenerate.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 D=tests/data/llamacpp-2026-10-01
 L=tests/data/lab/llamacpp-2026-10-01/llama
 O=docs/screenshots
-shot() { QT_QPA_PLATFORM=offscreen "$PY" -m kvscope.app.shell.cli "$@" --theme "${THEME:-light}"; }
-shot $D/lfm2-f16-fa0-unified0-ctx.session --model $D/tiny-lfm2.gguf --screenshot $O/tree.png --view tree
-shot $L/nan_rows_late_fail.seqdata.bin --model $D/tiny-llama.gguf --screenshot $O/bytemap.png --view bytemap
-shot $D/lfm2-f16-fa0-unified0-ctx.session --model $D/tiny-lfm2.gguf --screenshot $O/hex.png --view hex
-shot $D/llama-f16-fa1-unified1-frag-ctx.session --model $D/tiny-llama.gguf --screenshot $O/cells.png --view cells
-shot $D/gemma2-f16-fa0-unified1-swafull0-ctx.session --model $D/tiny-gemma2.gguf --screenshot $O/cells-swa.png \
-    --view cells
-shot $D/lfm2-f16-fa0-unified0-ctx.session --model $D/tiny-lfm2.gguf --screenshot $O/layers.png --view layers
-shot $D/lfm2-f16-fa0-unified0-ctx.session --screenshot $O/layers-no-model.png --view layers
-shot $L/seq0.clean.seqstate --model $D/tiny-llama.gguf --screenshot $O/tokens.png --view tokens
-shot $L/nan_rows_late_fail.seqdata.bin --model $D/tiny-llama.gguf --screenshot $O/findings.png --view findings
-shot $L/nan_rows_valid.seqdata.bin --model $D/tiny-llama.gguf --diff $L/seq0.clean.seqdata.bin \
-    --screenshot $O/diff.png --view diff
-THEME=dark shot $D/llama-f16-fa1-unified1-frag-ctx.session --model $D/tiny-llama.gguf \
-    --screenshot $O/layers-dark.png --view layers
-shot $L/fa0-unified1/context.state.bin --model $D/tiny-llama.gguf --screenshot $O/lab.png --view lab
+SIZES=${SIZES:-"1920x1080 1280x800"}
+THEMES=${THEMES:-"light dark"}
+VIEWS=${VIEWS:-"overview tree bytemap hex cells layers tokens findings diff lab"}
+
+shot() {  # shot VIEW SIZE THEME OUT ARGS...
+    local view=$1 size=$2 theme=$3 out=$4
+    shift 4
+    QT_QPA_PLATFORM=offscreen "$PY" -m kvscope.app.shell.cli "$@" --view "$view" --size "$size" --theme "$theme" \
+        --screenshot "$out" >/dev/null
+    echo "$out"
+}
+
+# the file (and options) each view is pictured with
+args_for() {
+    case $1 in
+        overview) echo "$L/truncated_half.seqdata.bin --model $D/tiny-llama.gguf" ;;
+        tree) echo "$D/lfm2-f16-fa0-unified0-ctx.session --model $D/tiny-lfm2.gguf" ;;
+        bytemap) echo "$L/nan_rows_late_fail.seqdata.bin --model $D/tiny-llama.gguf" ;;
+        hex) echo "$D/llama-q8_0-fa1-unified0-ctx.session --model $D/tiny-llama.gguf" ;;
+        cells) echo "$D/llama-f16-fa1-unified1-frag-ctx.session --model $D/tiny-llama.gguf" ;;
+        layers) echo "$D/lfm2-f16-fa0-unified0-ctx.session --model $D/tiny-lfm2.gguf" ;;
+        tokens) echo "$L/seq0.clean.seqstate --model $D/tiny-llama.gguf" ;;
+        findings) echo "$L/nan_rows_late_fail.seqdata.bin --model $D/tiny-llama.gguf" ;;
+        diff) echo "$L/nan_rows_valid.seqdata.bin --model $D/tiny-llama.gguf --diff $L/seq0.clean.seqdata.bin" ;;
+        lab) echo "$L/fa0-unified1/context.state.bin --model $D/tiny-llama.gguf" ;;
+        *) echo "unknown view $1" >&2; exit 2 ;;
+    esac
+}
+
+for view in $VIEWS; do
+    for size in $SIZES; do
+        for theme in $THEMES; do
+            # shellcheck disable=SC2046  # the file and its options are separate words
+            shot "$view" "$size" "$theme" "$O/$view-$size-$theme.png" $(args_for "$view")
+        done
+    done
+done
+if [[ ${EXTRAS:-1} != 0 ]]; then
+    shot cells 1280x800 light "$O/cells-swa-1280x800-light.png" $D/gemma2-f16-fa0-unified1-swafull0-ctx.session \
+        --model $D/tiny-gemma2.gguf
+    shot layers 1280x800 light "$O/layers-no-model-1280x800-light.png" $D/lfm2-f16-fa0-unified0-ctx.session
+fi

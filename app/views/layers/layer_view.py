@@ -152,7 +152,7 @@ class LayerView(LazyParts, QWidget):
         old = self.split.replaceWidget(1, self.stats)
         if old is not None:
             old.deleteLater()
-        self.split.setSizes([520, 330])
+        self.split.setSizes([620, 240])
         self.finish()
         self._update_stats()
         if self.record is not None:

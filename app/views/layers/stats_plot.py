@@ -59,9 +59,9 @@ class StatsPlot(QWidget):
         place_legend(self.glw, self.legend, 0, 1)
         self.glw.ci.layout.setRowStretchFactor(0, 3)
         self.glw.ci.layout.setRowStretchFactor(1, 2)
-        self.rms_plot.setMinimumHeight(90)  # room for three labelled ticks each
-        self.bad_plot.setMinimumHeight(90)
-        self.setMinimumHeight(250)
+        self.rms_plot.setMinimumHeight(75)  # room for three labelled ticks each
+        self.bad_plot.setMinimumHeight(75)
+        self.setMinimumHeight(210)
         self.glw.ci.layout.setColumnStretchFactor(0, 1)
         self.glw.ci.layout.setColumnStretchFactor(1, 0)
         self.bad_plot.setXLink(self.rms_plot)
