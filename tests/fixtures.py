@@ -17,13 +17,16 @@ FOLDER_GENERATION = {
     "llamacpp-2026-04-26": "2026-04",
     "llamacpp-2026-08-16": "2026-08",
     "llamacpp-2026-10-01": "2026-10",
+    # written by tools/gen_fixtures.py through the pinned builds, models in gen-models/
+    "gen-0c1e5709": "2026-10",
+    "gen-b11434": "2026-10-v4",
 }
 
 KIND = {"session": "session_file", "ctx_blob": "context_blob", "seq_file": "seq_file", "seq_blob": "seq_blob"}
 
 
 def manifests() -> list[Path]:
-    return sorted(DATA.glob("llamacpp-*/manifest*.json"))
+    return sorted([*DATA.glob("llamacpp-*/manifest*.json"), *DATA.glob("gen-*/manifest.json")])
 
 
 @cache
@@ -49,3 +52,22 @@ def profile(key: str) -> Any:
     from kvscope.core.model_profile import load_model_profile
 
     return load_model_profile(model_path(key))
+
+
+def entry_model(path: Path, entry: dict[str, Any]) -> Path:
+    """The model that wrote the manifest entry of ``path`` (its ``model_file``, else the tiny models)."""
+    if "model_file" in entry and (path.parent / entry["model_file"]).is_file():
+        return (path.parent / entry["model_file"]).resolve()
+    return model_path(entry["model_key"])  # the older builds' manifests name the tiny models beside 2026-10-01
+
+
+@cache
+def _profile_at(model: Path) -> Any:
+    from kvscope.core.model_profile import load_model_profile
+
+    return load_model_profile(model)
+
+
+def entry_profile(path: Path, entry: dict[str, Any]) -> Any:
+    """The model profile of a manifest entry."""
+    return _profile_at(entry_model(path, entry))

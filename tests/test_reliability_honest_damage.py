@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import DATA, manifest_entries, profile
+from fixtures import DATA, entry_profile, manifest_entries, profile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.tree import coverage
@@ -141,7 +141,7 @@ def test_model_aware_read_never_explains_less_with_more_damage_silently() -> Non
     rng.shuffle(entries)
     checked = 0
     for path, entry in entries[:40]:
-        prof = profile(entry["model_key"])
+        prof = entry_profile(path, entry)
         data = Path(path).read_bytes()
         for m in _mutations(data, read_state(data=data, profile=prof), rng):
             with_model = read_state(data=m, profile=prof)

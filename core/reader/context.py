@@ -49,6 +49,7 @@ class ParseCtx:
     untrusted: bool = False  # set after a resync: what follows is marked untrusted
     seq_hint: int | None = None  # the sequence a per-seq state belongs to, when known
     k_only_seen: bool = False  # a K-only (MLA-shaped) cache was read in this state
+    seq_blob: bool = False  # a buffer-API blob: it may be PARTIAL_ONLY
 
     def resolve_paths(self) -> None:
         """Fill each finding's ``path`` from its node (nodes may move between trees while parsing)."""
@@ -67,7 +68,7 @@ class ParseCtx:
 
     def fork(self) -> ParseCtx:
         return ParseCtx(self.src, self.gen, self.ext_bytes, self.per_seq, self.profile, [], self.untrusted,
-                        self.seq_hint, self.k_only_seen)
+                        self.seq_hint, self.k_only_seen, self.seq_blob)
 
     @property
     def n_errors(self) -> int:

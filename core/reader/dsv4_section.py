@@ -150,8 +150,8 @@ def _kcache(ctx: ParseCtx, node: Node, off: int, sec: Section, item: PlanItem) -
     ne0 = item.sec.param("ne0") if item.sec is not None and ctx.profile is not None else None
     cur = off + 16
     for j in range(n_layer):
-        cur = _layer_id(ctx, node, cur, want, j, "K-cache")
-        rec, cur = _record(ctx, node, cur, "k", j, ns, n_rows, ne0, None, want[j] if want and j < len(want) else None)
+        il, cur = _layer_id(ctx, node, cur, want, j, "K-cache")
+        rec, cur = _record(ctx, node, cur, "k", j, ns, n_rows, ne0, None, il)
         sec.records.append(rec)
     return cur
 
@@ -177,20 +177,20 @@ def _comp(ctx: ParseCtx, node: Node, off: int, sec: Section, item: PlanItem) -> 
     want = _layers(ctx, node, item, n_layer, off + 20)
     cur = off + 24
     for j in range(n_layer):
-        cur = _layer_id(ctx, node, cur, want, j, "compressor state")
-        il = want[j] if want and j < len(want) else None
+        il, cur = _layer_id(ctx, node, cur, want, j, "compressor state")
         for role in ("ckv", "csc"):
             rec, cur = _record(ctx, node, cur, role, j, ns, state_size, n_embd_state, F32, il)
             sec.records.append(rec)
     return cur
 
 
-def _layer_id(ctx: ParseCtx, node: Node, off: int, want: list[int] | None, j: int, what: str) -> int:
+def _layer_id(ctx: ParseCtx, node: Node, off: int, want: list[int] | None, j: int, what: str) -> tuple[int, int]:
+    """The ``u32 il`` before a layer's records: (layer id as written, offset after it)."""
     il = ctx.u32(node, f"il{j}", off, kind="field")
     if want is not None and j < len(want) and il != want[j]:
         ctx.find("error", "layer_count_mismatch", off, 4, f"layer id {il}, the model's next {what} layer is "
                  f"{want[j]}: llama.cpp answers 'DSV4 {what} layer id mismatch'", node, expected=want[j])
-    return off + 4
+    return il, off + 4
 
 
 def _record(

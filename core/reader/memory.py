@@ -141,6 +141,21 @@ def _next_kinds(kinds: list[str]) -> list[str]:
     return []
 
 
+def _roles_certain(kinds: tuple[str, ...], roles: list[str], ctx: ParseCtx) -> bool:
+    """Can the structure alone name these sections?
+
+    Two KV caches are an iSWA pair, or MSA's base and indexer caches (only the model tells); and
+    a buffer blob may be PARTIAL_ONLY, which drops leading sections: a lone KV cache may be an
+    iSWA's SWA half, a KV + recurrent pair a hybrid-iSWA's partial state, a lone recurrent
+    section a hybrid's.
+    """
+    if kinds == ("kv", "kv") and roles != _K_ONLY_ROLES[kinds]:
+        return False
+    if ctx.per_seq and ctx.seq_blob and len(kinds) <= 2:
+        return False
+    return len(kinds) > 1 or not ctx.per_seq
+
+
 def _is_k_only(sec: Section) -> bool:
     streams = [st for st in sec.streams if st.k_layers]
     return bool(streams) and all(not st.v_layers for st in streams)
@@ -195,9 +210,10 @@ def _parse_structural(ctx: ParseCtx, mem: Node, off: int, limit: int, sections: 
     roles = _STRUCTURAL_ROLES.get(tuple(kinds), kinds)
     if all(sec.kind == "kv" and _is_k_only(sec) for sec in sections) and tuple(kinds) in _K_ONLY_ROLES:
         roles = _K_ONLY_ROLES[tuple(kinds)]
+    certain = _roles_certain(tuple(kinds), roles, ctx)
     for sec, role in zip(sections, roles, strict=False):
         sec.role = role
-        sec.role_certain = len(sections) > 1 or not ctx.per_seq
+        sec.role_certain = certain
         if sec.node is not None:
             sec.node.name = role
     if sections and not sections[-1].trusted and cur < limit:

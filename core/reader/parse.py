@@ -137,7 +137,7 @@ def _attempt(
     profile: ModelProfile | None,
 ) -> _Attempt:
     per_seq = kind in ("seq_file", "seq_blob")
-    ctx = ParseCtx(src, gen, ext, per_seq, profile)
+    ctx = ParseCtx(src, gen, ext, per_seq, profile, seq_blob=kind == "seq_blob")
     root = Node(os.path.basename(src.path) or "<bytes>", "file", 0, src.size)
     cont: Container = parse_container(ctx, root, kind, plan)
     end = cont.memory_end if cont.memory_end is not None else src.size
@@ -359,8 +359,8 @@ def _unconfirmed_end(res: ParseResult) -> None:
     cleanly. Without the model nothing in the bytes says how many sections there should be.
     """
     end = res.memory_end if res.memory_end is not None else res.size
-    if end != res.size:
-        return
+    if end != res.size or (res.sections and res.sections[0].kind == "dsv4_header"):
+        return  # DeepSeek-V4's header says which blocks follow
     if not res.sections:
         what = ("the file holds no memory state: either the model has none (an embedding model) or the file "
                 "ends early")

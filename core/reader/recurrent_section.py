@@ -136,6 +136,37 @@ def read_p_record(
     return rec, off + 8 + data_size
 
 
+def _pairs_that_fit(ctx: ParseCtx, recs: list[LayerRecord], p_after: dict[int, LayerRecord],
+                    limit: int, followed: bool = False) -> int | None:
+    """Without a model: how many of the records read are this section's (r then s, in two uniform halves)?
+
+    The longest such prefix after which the file ends or another section starts (all the records,
+    unless ``followed``: then something must be seen to follow them); None if none.
+    """
+    for k in range(len(recs) - len(recs) % 2, 0, -2):
+        half = k // 2
+        if len({r.row_bytes for r in recs[:half]}) != 1 or len({r.row_bytes for r in recs[half:k]}) != 1:
+            continue
+        ends = [recs[k - 1].data_offset + recs[k - 1].data_size,
+                *(p.data_offset + p.data_size for i, p in p_after.items() if i < k)]
+        end = max(ends)
+        if (k == len(recs) and not followed) or end >= limit or _section_at(ctx, end, limit):
+            return k
+    return None
+
+
+def _section_at(ctx: ParseCtx, off: int, limit: int) -> bool:
+    """Does a KV section (an indexer cache after a hybrid's recurrent state) parse cleanly at ``off``?"""
+    from kvscope.core.reader.kv_section import parse_kv_section
+
+    probe = ctx.fork()
+    try:
+        parse_kv_section(probe, Node("probe", "probe", off, 0), off, limit, PlanItem("kv", "kv", None), None)
+    except Stop:
+        return False
+    return probe.n_errors == 0
+
+
 def _looks_like_p(ctx: ParseCtx, off: int, limit: int, rows: int) -> bool:
     """Without a model: is a PLE ``p`` header (u64 row size, no type) at ``off``?
 
@@ -175,11 +206,22 @@ def _read_rs_structural(
                 prec, cur = read_p_record(ctx, node, cur, len(p_after), rows, None, None)
                 p_after[len(recs) - 1] = prec
                 continue
-            if any(f.code == "truncated" for f in probe.findings):  # cut inside a record: say so
-                read_record(ctx, node, cur, "r", len(recs), rows, False, None, allow_zero_row=True)
+            cut = any(f.code == "truncated" for f in probe.findings)
+            if cut and _pairs_that_fit(ctx, recs, p_after, limit, followed=True) is None:
+                read_record(ctx, node, cur, "r", len(recs), rows, False, None, allow_zero_row=True)  # say so
             break
         rec, cur = read_record(ctx, node, cur, "r", len(recs), rows, False, None, allow_zero_row=True)
         recs.append(rec)
+    keep = _pairs_that_fit(ctx, recs, p_after, limit)
+    if keep is not None and keep < len(recs):
+        # the words after the section's last s record happened to look like one more record:
+        # the next section starts there
+        dropped = {id(r.node) for r in recs[keep:]} | {id(p.node) for i, p in p_after.items() if i >= keep}
+        node.children = [c for c in node.children if id(c) not in dropped]
+        p_after = {i: p for i, p in p_after.items() if i < keep}
+        recs = recs[:keep]
+        last = recs[-1]
+        cur = max([last.data_offset + last.data_size, *(p.data_offset + p.data_size for p in p_after.values())])
     half = len(recs) // 2
     consistent = (
         bool(recs)

@@ -1,8 +1,8 @@
 """Every real fixture, read into the memory core and written back, is byte-identical.
 
 With the model (layer mapping, sliding window and partial blobs from the GGUF) and without it
-(structure only), for every manifest under tests/data/llamacpp-*/ (M-RoPE and the slot-emulated
-file included).
+(structure only), for every manifest under tests/data/llamacpp-*/ and tests/data/gen-*/ (every memory class of
+both pinned builds; M-RoPE and the slot-emulated file included).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fixtures import manifest_entries, profile
+from fixtures import entry_profile, manifest_entries, profile
 from kvscope.core.memory.infer import infer_context, load, write
 from kvscope.core.reader.parse import read_state
 
@@ -29,7 +29,8 @@ def _roundtrip(path: Path, prof: Any) -> tuple[bytes, bytes]:
 
 def test_every_manifest_file_is_covered() -> None:
     folders = {p.parent.name for p, _ in ENTRIES}
-    assert len(folders) == 5 and len(ENTRIES) >= 400
+    assert {"llamacpp-2025-05-08", "llamacpp-2026-10-01", "gen-0c1e5709", "gen-b11434"} <= folders
+    assert len(ENTRIES) >= 1800
     assert any(p.name.endswith("slot-emulated.seqstate") for p, _ in ENTRIES)
     assert any(e["model_key"] == "qwen2vl" for _, e in ENTRIES)
 
@@ -38,7 +39,7 @@ def test_every_manifest_file_is_covered() -> None:
 def test_roundtrip_all_fixtures(with_model: bool) -> None:
     bad = []
     for path, entry in ENTRIES:
-        out, data = _roundtrip(path, profile(entry["model_key"]) if with_model else None)
+        out, data = _roundtrip(path, entry_profile(path, entry) if with_model else None)
         if out != data:
             bad.append(f"{path.parent.name}/{path.name}: {len(out)} vs {len(data)} bytes")
     assert not bad, bad
