@@ -90,12 +90,25 @@ Mutation = tuple[Any, ...]
 # -- seeds ----------------------------------------------------------------------------------
 
 
+GEN_MODELS = DATA / "gen-models"
+
+
 def model_key(path: Path) -> str | None:
-    """The tiny model that wrote a fixture: its file-name prefix, or its lab folder."""
+    """The model that wrote a fixture: its file-name prefix (``gen/<model>`` for the generated
+    fixtures of tests/data/gen-*), or its lab folder."""
+    if path.parent.name.startswith("gen-") and path.parent != GEN_MODELS:
+        gen = sorted((m.stem for m in GEN_MODELS.glob("*.gguf")), key=len, reverse=True)
+        hit = next((m for m in gen if path.name.startswith(m + "-")), None)
+        return f"gen/{hit}" if hit else None
     first = path.name.split("-", 1)[0]
     if first in MODEL_KEYS:
         return first
     return path.parent.name if path.parent.name in MODEL_KEYS else None
+
+
+def model_file(key: str) -> Path:
+    """The GGUF of a model key (``gen/<model>``: tests/data/gen-models)."""
+    return GEN_MODELS / f"{key[4:]}.gguf" if key.startswith("gen/") else MODELS / f"tiny-{key}.gguf"
 
 
 def seed_files() -> list[Path]:
@@ -110,7 +123,7 @@ def profile_for(key: str | None) -> ModelProfile | None:
     if key is None:
         return None
     if key not in _PROFILES:
-        _PROFILES[key] = load_model_profile(MODELS / f"tiny-{key}.gguf")
+        _PROFILES[key] = load_model_profile(model_file(key))
     return _PROFILES[key]
 
 
@@ -182,7 +195,7 @@ _MODEL_SEEDS: dict[str, ModelSeed] = {}
 
 def model_seed(key: str) -> ModelSeed:
     if key not in _MODEL_SEEDS:
-        raw = (MODELS / f"tiny-{key}.gguf").read_bytes()
+        raw = model_file(key).read_bytes()
         prefix = raw[: gguf_kv_end(raw) + 64]
         _MODEL_SEEDS[key] = ModelSeed(prefix, gguf_fields(prefix))
     return _MODEL_SEEDS[key]
@@ -425,7 +438,7 @@ def save_failure(sig: str, index: int, inp: Input, exc: BaseException) -> str:
         "index": index,
         "run_seed": _W.get("run_seed"),
         "fixture": str(seed.path.relative_to(ROOT)),
-        "model": str((MODELS / f"tiny-{seed.key}.gguf").relative_to(ROOT)) if inp.with_model else None,
+        "model": str(model_file(seed.key).relative_to(ROOT)) if inp.with_model and seed.key else None,
         "target": inp.target,
         "sparse": inp.sparse,
         "race": inp.race,

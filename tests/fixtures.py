@@ -43,7 +43,14 @@ def manifest_entries() -> list[tuple[Path, dict[str, Any]]]:
     return out
 
 
+GEN_MODELS = DATA / "gen-models"
+
+
 def model_path(key: str) -> Path:
+    """The model of ``key``: ``llama`` is the tiny model beside 2026-10-01, ``gen/llama`` the
+    generated one (tests/data/gen-models, the models of the gen-* fixtures)."""
+    if key.startswith("gen/"):
+        return GEN_MODELS / f"{key[4:]}.gguf"
     return MODELS / f"tiny-{key}.gguf"
 
 

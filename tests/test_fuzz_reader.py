@@ -66,6 +66,17 @@ FIXTURES: tuple[tuple[str, str], ...] = (
     ("llamacpp-2026-10-01/qwen2vl-f16-fa0-unified0-ctx.session", "qwen2vl"),  # session, 12-byte cell ext
     ("llamacpp-2026-10-01/mamba-f32state-n3-seq0.seqstate", "mamba"),  # seq_file, recurrent
     ("llamacpp-2026-10-01/llama-f16-fa1-unified1-frag-ctx.state.bin", "llama"),  # context_blob, fragmented
+    # every memory class of today's llama.cpp, both pinned builds (models in tests/data/gen-models)
+    ("gen-b11434/llama-q8_0-fa1-unified0-seq0.seqstate", "gen/llama"),  # v4, rotation words
+    ("gen-b11434/deepseek32-f16-fa0-unified0-seq0.seqdata.bin", "gen/deepseek32"),  # DSA: K-only MLA + indexer
+    ("gen-0c1e5709/dots3note-f16-fa0-unified0-ctx.state.bin", "gen/dots3note"),  # DSA-iSWA, v3
+    ("gen-b11434/glm5-next-f16-fa0-unified0-seq1.seqstate", "gen/glm5-next"),  # hybrid_idx, KDA
+    ("gen-b11434/qwen4exp-f16-fa0-unified0-ctx.state.bin", "gen/qwen4exp"),  # hybrid_idx, PLE p rows, cell ext
+    ("gen-b11434/minimax-m3-f16-fa0-unified0-seq0.seqdata.bin", "gen/minimax-m3"),  # MSA
+    ("gen-b11434/deepseek4-f16-fa0-unified0-seq0.seqdata.bin", "gen/deepseek4"),  # DSV4 blocks
+    ("gen-0c1e5709/deepseek4-f16-fa0-unified0-seq0-partial.seqdata.bin", "gen/deepseek4"),  # DSV4 partial
+    ("gen-b11434/lfm2-swa-f16-fa0-unified0-seq0.seqstate", "gen/lfm2-swa"),  # hybrid-iSWA, empty base
+    ("gen-b11434/qwen35-f16-fa0-unified0-seq0.seqstate", "gen/qwen35"),  # hybrid, M-RoPE ext
 )
 
 EXTREMES_32 = (0, 1, 2, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFE)
@@ -164,7 +175,7 @@ def saved_on_failure(data: bytes, **meta: Any) -> Iterator[None]:
 
 
 def parse_and_check(path: Path, data: bytes, key: str, with_model: bool, **meta: Any) -> ParseResult:
-    model = str(DATA / "llamacpp-2026-10-01" / f"tiny-{key}.gguf") if with_model else None
+    model = str(model_path(key)) if with_model else None
     with saved_on_failure(data, model=model, **meta):
         path.write_bytes(data)
         t0 = time.perf_counter()

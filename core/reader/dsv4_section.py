@@ -117,11 +117,12 @@ def _check_counts(ctx: ParseCtx, node: Node, off: int, ns: int, n_layer: int) ->
 
 
 def _fail_at(ctx: ParseCtx, node: Node, off: int, code: str, msg: str) -> Stop:
+    """The field at ``off`` (already read with the block's other header words) is bad: stop after them."""
     leaf = next((c for c in node.children if c.offset == off), None)
     if leaf is not None:
         mark_bad(leaf)
     ctx.find("error", code, off, 4, msg, node)
-    return Stop(off + 4)
+    return Stop(max([off + 4, *(c.offset + c.size for c in node.children)]))
 
 
 def _layers(ctx: ParseCtx, node: Node, item: PlanItem, n_layer: int, off: int) -> list[int] | None:
