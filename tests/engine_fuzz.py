@@ -3,13 +3,14 @@
 
 **Sources.** Every tiny model of tests/data/llamacpp-2026-10-01 (llama: kv, gemma2: iswa, mamba:
 recurrent, lfm2: hybrid, qwen2vl: kv with M-RoPE cells), llama again with a unified cache and flash
-attention, and every model under tests/data/gen-models when that folder exists (the fixture
-generator's models of every memory class). Each is a live two-sequence context decoded by the engine
-itself (seq 0 and seq 1 prompts, one decode each), with every input kind: a seq blob, a seq file, a
-context blob and a session file, written by the engine from the live context (real fixtures of that
-build). A source llama.cpp cannot run, or whose memory the core cannot hold (yet), is skipped with its
-reason: :class:`Arena` raises :class:`Unsupported`, per input kind ``Arena.skipped``; new memory
-classes join when the core supports them.
+attention, and a folder of generated models (``kvscope.core.modelgen``'s model of every memory
+class, :func:`write_gen_models`; tests/data/gen-models by default when it exists). Each is a live
+two-sequence context decoded by the engine itself (seq 0 and seq 1 prompts, one decode each),
+with every input kind: a seq blob, a seq file, a context blob and a session file, written by the
+engine from the live context (real fixtures of that build). A source llama.cpp cannot run, or
+whose memory the core cannot hold (yet), is skipped with its reason: :class:`Arena` raises
+:class:`Unsupported`, per input kind ``Arena.skipped``; new memory classes join when the core
+supports them.
 
 **Cases.** :func:`draw_corruption` picks one of the catalog's kinds (truncate, set, fill, drop, swap,
 dup-cell, trailer) with random offsets, fields, counts, values and truncation points, addressed
@@ -83,6 +84,17 @@ def sources(gen_models: Path | None = None) -> list[Source]:
     folder = gen_models or GEN_MODELS
     if folder.is_dir():
         out += [Source(f"gen-{p.stem}", p, _ctx()) for p in sorted(folder.glob("*.gguf"))]
+    return out
+
+
+def write_gen_models(out: Path) -> Path:
+    """``kvscope.core.modelgen``'s model of every memory class in ``out`` (deterministic; kept when there)."""
+    from kvscope.core.modelgen import load_recipe, model_keys, write_model
+
+    out.mkdir(parents=True, exist_ok=True)
+    for key in model_keys():
+        if not (out / f"{key}.gguf").is_file():
+            write_model(load_recipe(key), out / f"{key}.gguf")
     return out
 
 

@@ -107,6 +107,7 @@ class LlamaLive:
         self.notes: list[str] = []
         self.restarts = 0
         self.live_blob = b""
+        self.seq_blobs: dict[int, bytes] = {}  # each live sequence's llama_state_seq_get_data
         self.baseline: dict[int, F32A | None] = {}
         self._tmp = tempfile.mkdtemp(prefix="kvscope-lab-")
         self._want_baseline = baseline
@@ -143,6 +144,7 @@ class LlamaLive:
             o = p.decode(s, self.spec.seqs[s], pos0=0)
             if o.rc != 0:
                 raise EngineLabError(f"llama.cpp could not decode sequence {s}'s prompt: {o.summary()} rc={o.rc}")
+        self.seq_blobs = {s: p.state_seq_get_data(s) for s in sorted(self.spec.seqs)}
         blob = p.state_get_data()
         if self.live_blob and blob != self.live_blob:
             self.notes.append("the rebuilt live context differs from the first one")

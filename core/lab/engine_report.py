@@ -17,7 +17,7 @@ from kvscope.core.lab.report import cell_to_json, render_markdown, run_to_json
 
 def engine_cell_to_json(c: EngineCell) -> dict[str, Any]:
     d = cell_to_json(c.result)
-    d["engine"] = {"aborted": c.aborted, "log": list(c.log[-8:])}
+    d["engine"] = {"aborted": c.aborted, "log": list(c.log[-8:]), "notes": list(c.notes)}
     if c.poisoned is not None:
         d["poisoned_slot"] = c.poisoned.to_json()
     return d

@@ -118,12 +118,13 @@ class KvCells:
         return int(self.seq.shape[1])
 
     def used(self) -> int:
-        """Number of non-empty cells."""
-        return int(np.count_nonzero(self.pos >= 0))
+        """Number of non-empty cells (``llama_kv_cells::is_empty`` is ``pos == -1``: a cell restored at
+        another negative position holds its sequences and is written out)."""
+        return int(np.count_nonzero(self.pos != -1))
 
     def nonempty(self) -> npt.NDArray[np.bool_]:
-        """Mask of the non-empty cells."""
-        return self.pos >= 0
+        """Mask of the non-empty cells (``pos != -1``, as llama.cpp's ``is_empty``)."""
+        return self.pos != -1
 
     def seq_pos_min(self, s: int) -> int:
         """Smallest position of sequence ``s`` in this stream (-1: none)."""
@@ -194,7 +195,7 @@ class KvCells:
     # -- slot search -------------------------------------------------------------------------------
     def usable(self, n_swa: int, swa_type: int) -> npt.NDArray[np.bool_]:
         """Cells ``find_slot`` may take: empty, or held by one sequence and SWA-masked for it."""
-        ok = self.pos < 0
+        ok = self.pos == -1
         single = (self.seq.sum(axis=1) == 1) & ~ok
         if single.any() and swa_type:
             pmax = self.seq_pos_max_all()

@@ -252,7 +252,7 @@ class KvCache:
         for strm, idxs in zip(sinfo.strm, sinfo.idxs, strict=True):
             c = self.cells[strm]
             n = int(idxs.size)
-            for idx in idxs[c.pos[idxs] >= 0].tolist():  # cells taken over from a masked SWA sequence
+            for idx in idxs[c.pos[idxs] != -1].tolist():  # cells taken over from a masked SWA sequence
                 s = int(np.flatnonzero(c.seq[idx])[0])
                 rm_max[s] = max(rm_max[s], int(c.pos[idx]))
                 c.rm_at(idx)

@@ -44,7 +44,7 @@ def swa_masked(n_swa: int, swa_type: int, pos: npt.NDArray[np.int32], p1: int) -
 def select_cells(cache: KvCache, s: int, seq_id: int, masked: bool) -> I64:
     """Cells of stream ``s`` a write of ``seq_id`` (-1: all) selects, ascending."""
     c = cache.cells[s]
-    m = c.pos >= 0
+    m = c.nonempty()
     if seq_id >= 0:
         m &= c.seq[:, seq_id]
         if masked and cache.swa_type != SWA_NONE and m.any():
@@ -247,7 +247,7 @@ def _read_meta(cache: KvCache, r: ReadCtx, strm: int, cell_count: int, off_cc: i
             found = SlotInfo([strm], [mirror.idxs[0].copy()])
             # adopted before the checks, so a failure zeroes these cells (cells past the end are left out)
             sinfo.strm, sinfo.idxs = [strm], [found.idxs[0][found.idxs[0] < c.size]]
-            busy = found.idxs[0][(found.idxs[0] >= c.size) | (c.pos[np.minimum(found.idxs[0], c.size - 1)] >= 0)]
+            busy = found.idxs[0][(found.idxs[0] >= c.size) | (c.pos[np.minimum(found.idxs[0], c.size - 1)] != -1)]
             if busy.size:
                 raise RestoreFailure("mirror_busy", off_cc + 4, f"cell {int(busy[0])} of the mirrored slot layout "
                                      "is not free")

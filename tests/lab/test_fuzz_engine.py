@@ -7,6 +7,7 @@ ever found is a regression case in tests/data/engine-regressions/."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from engine_fuzz import (
     parse_corruption,
     regression_cases,
     sources,
+    write_gen_models,
 )
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -31,12 +33,18 @@ CASES_PER_BUILD = 100
 CORE_CLASSES = {"kv", "iswa", "recurrent", "hybrid"}  # the tiny fixtures' classes: never skipped
 
 
-def _arenas(build: str, record: Any) -> list[Arena]:
-    """One source per memory class (the tiny fixtures first, then tests/data/gen-models), plus the unified
+@pytest.fixture(scope="session")
+def gen_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """kvscope.core.modelgen's model of every memory class llama.cpp has."""
+    return write_gen_models(tmp_path_factory.mktemp("gen-models"))
+
+
+def _arenas(build: str, record: Any, gen: Path) -> list[Arena]:
+    """One source per memory class (the tiny fixtures first, then the generated models), plus the unified
     flash-attention llama context."""
     out, skipped = [], {}
     classes: set[str] = set()
-    for src in sources():
+    for src in sources(gen):
         try:
             mc = load_model_profile(src.model).memory_class
         except ModelProfileError as e:
@@ -45,7 +53,7 @@ def _arenas(build: str, record: Any) -> list[Arena]:
         if mc in classes and src.key != "llama-unified-fa":
             continue
         classes.add(mc)
-        a = arena(src.key, build)
+        a = arena(src.key, build, gen)
         if isinstance(a, str):
             skipped[src.key] = a
             continue
@@ -58,13 +66,14 @@ def _arenas(build: str, record: Any) -> list[Arena]:
         print(f"fuzz {build}: {key} skipped: {why}")
     have = {a.profile.memory_class for a in out if len(a.runners) == 4}
     assert have >= CORE_CLASSES, (have, skipped)
+    record("memory_classes", json.dumps(sorted(have)))
     return out
 
 
 @pytest.mark.parametrize("build", BUILD_NAMES)
 def test_core_and_llama_cpp_agree_on_random_corruptions(build: str, builds: dict[str, InstalledBuild],
-                                                        record_property: Any) -> None:
-    arenas = _arenas(build, record_property)
+                                                        record_property: Any, gen_models: Path) -> None:
+    arenas = _arenas(build, record_property, gen_models)
     seen: dict[str, int] = {}
 
     @settings(max_examples=CASES_PER_BUILD, deadline=None, database=None,
@@ -91,11 +100,11 @@ def test_core_and_llama_cpp_agree_on_random_corruptions(build: str, builds: dict
 
 
 @pytest.mark.parametrize("path", [p for p, _ in regression_cases()], ids=lambda p: p.stem)
-def test_engine_regressions(path: Any, builds: dict[str, InstalledBuild]) -> None:
+def test_engine_regressions(path: Path, builds: dict[str, InstalledBuild], gen_models: Path) -> None:
     """Each kept case still gives exactly its recorded disagreements (none, once fixed or explained)."""
     case = json.loads(path.read_text())
     for build in case["builds"]:
-        a = arena(case["source"], build)
+        a = arena(case["source"], build, gen_models)
         assert isinstance(a, Arena), a
         data = path.with_suffix(".bin").read_bytes() if path.with_suffix(".bin").is_file() else None
         c = parse_corruption(case["spec"]) if data is None else None
