@@ -124,7 +124,7 @@ class KvCells:
 
     def nonempty(self) -> npt.NDArray[np.bool_]:
         """Mask of the non-empty cells (``pos != -1``, as llama.cpp's ``is_empty``)."""
-        return self.pos != -1
+        return np.not_equal(self.pos, -1)
 
     def seq_pos_min(self, s: int) -> int:
         """Smallest position of sequence ``s`` in this stream (-1: none)."""
@@ -195,7 +195,7 @@ class KvCells:
     # -- slot search -------------------------------------------------------------------------------
     def usable(self, n_swa: int, swa_type: int) -> npt.NDArray[np.bool_]:
         """Cells ``find_slot`` may take: empty, or held by one sequence and SWA-masked for it."""
-        ok = self.pos == -1
+        ok = np.equal(self.pos, -1)
         single = (self.seq.sum(axis=1) == 1) & ~ok
         if single.any() and swa_type:
             pmax = self.seq_pos_max_all()
