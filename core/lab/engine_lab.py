@@ -353,9 +353,11 @@ class EngineLabRunner:
         p = live.proc
         after = p.state_get_data()
         res.after_state = after
+        unreadable: list[tuple[str, bytes, str]] = []  # states the core cannot read back: does llama.cpp?
         try:
             res.target, res.others = self.runner.classify(self._view_whole(after), case)
-        except EngineLabError as e:  # llama.cpp wrote a state that cannot be restored (by itself either)
+        except EngineLabError as e:
+            unreadable.append(("the state afterwards", after, str(e)))
             cell.notes.append(f"the state afterwards cannot be read back, so its components are not classified: {e}")
             res.target = TargetOutcome(sc.target, "undetermined", None, None)
             res.others = {s: OtherOutcome(s, p.state_seq_get_data(s) == live.seq_blobs.get(s), -1, -1, {})
@@ -377,12 +379,20 @@ class EngineLabRunner:
             if back.aborted is not None:
                 res.recovered = False
             else:
+                state = live.proc.state_get_data()
                 try:
-                    view = self._view_whole(live.proc.state_get_data())
-                    res.recovered = component_bytes(view, sc.target) == want
+                    res.recovered = component_bytes(self._view_whole(state), sc.target) == want
                 except EngineLabError as e:
+                    unreadable.append(("the state after the clean restore", state, str(e)))
                     cell.notes.append(f"recovery not observed: the state after the clean restore cannot be read "
                                       f"back: {e}")
+        for what, state, why in unreadable:  # the last step: it replaces the engine's state
+            back = live.proc.state_set_data(state)
+            if back.aborted is None and back.value == len(state):
+                res.error = f"the memory core cannot read {what}, which llama.cpp reads back: {why}"
+            else:
+                said = back.summary() if back.aborted else engine_message(back.log, "returned 0")
+                cell.notes.append(f"llama.cpp refuses {what} too: {said}")
 
     # -- llama-server -------------------------------------------------------------------------------
     def _ban(self) -> list[list[Any]]:

@@ -36,7 +36,8 @@ from kvscope.core.verify.prefill import PrefillPlan
 
 ENGINES = ("llama.cpp", "server", "torch")
 SERVER_TOP_K = 40  # log-probabilities a server reports for the next token
-_ERROR_WORDS = ("error", "failed", "unknown", "mismatch", "incompatible", "invalid", "unable", "assert")
+_ERROR_WORDS = ("error", "failed", "unknown", "mismatch", "incompatible", "invalid", "unable", "assert", "cannot",
+                "wrong", "expected", "exceed", "mirrored slot", "not supported")
 
 
 @dataclass

@@ -113,3 +113,5 @@ def test_engine_regressions(path: Path, builds: dict[str, InstalledBuild], gen_m
         assert got == sorted(case["expect_disagreements"]), json.dumps(r.to_json(), indent=1)
         for f in got:
             assert f in KNOWN, f"{f} is not an explained difference"
+        if case.get("expect_note"):
+            assert any(case["expect_note"] in n for n in r.engine.notes), r.engine.notes
