@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from fixtures import FOLDER_GENERATION, load_manifest, manifests, profile
+from fixtures import FOLDER_GENERATION, entry_profile, load_manifest, manifests
 from kvscope.core.memory import ContextParams, MemoryContext, MemorySpec
 from kvscope.core.memory.spec import SWA_STANDARD, AttnLayer, CacheSpec, Dsv4Block, Dsv4Spec
 
@@ -25,6 +25,7 @@ def params_from_manifest(cp: dict[str, Any]) -> ContextParams:
         swa_full=True if cp.get("swa_full") is None else bool(cp["swa_full"]),
         n_batch=cp.get("n_batch") or 2048,
         n_ubatch=cp.get("n_ubatch") or 512,
+        rot_disabled=(cp.get("env") or {}).get("LLAMA_ATTN_ROT_DISABLE") == "1",
     )
 
 
@@ -44,7 +45,8 @@ def scenarios() -> list[tuple[Path, str, str, list[dict[str, Any]]]]:
 def live_context(folder: Path, gen: str, key: str, files: list[dict[str, Any]]) -> MemoryContext:
     """A context of the scenario's parameters holding its whole-context state."""
     ctx_entry = next(e for e in files if e["kind"] == "ctx_blob")
-    ctx = MemoryContext.create(profile(key), params_from_manifest(ctx_entry["context_params"]), gen)
+    ctx = MemoryContext.create(entry_profile(folder / ctx_entry["file"], ctx_entry),
+                               params_from_manifest(ctx_entry["context_params"]), gen)
     res = ctx.set_data((folder / ctx_entry["file"]).read_bytes())
     assert res.ok, res
     return ctx
