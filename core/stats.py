@@ -144,8 +144,14 @@ def _gather_buf() -> U8A:
 
 @np.errstate(all="ignore")  # a NaN/Inf block scale is data here, not an error
 def derotates(rec: LayerRecord) -> bool:
-    """Are ``rec``'s rows stored Hadamard-rotated (and so de-rotated when read here)?"""
-    return bool(rec.rotated) and rec.rot_block > 0 and not rec.transposed
+    """Are ``rec``'s rows stored Hadamard-rotated (and so de-rotated when read here)?
+
+    Only rows of whole rotation blocks can be (a block size from a damaged file may not fit).
+    """
+    if not rec.rotated or rec.rot_block <= 0 or rec.transposed or not gt.is_known_type(rec.type_id):
+        return False
+    n = gt.elements_in_row(rec.type_id, rec.row_bytes)
+    return bool(n) and n % rec.rot_block == 0
 
 
 def record_rows(
@@ -174,7 +180,7 @@ def record_rows(
     rows = np.empty((idx.size, rec.row_bytes), np.uint8)
     _Gather(idx, rec.row_bytes).read(src, rec.data_offset, rows, buf)
     values = dequantize_rows(rows, rec.type_id)
-    if derotate and derotates(rec) and values.shape[1] % rec.rot_block == 0:
+    if derotate and derotates(rec):
         values = rotate_blocks(values, rec.rot_block)
     return values[:, dims]
 

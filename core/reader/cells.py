@@ -145,9 +145,12 @@ def _grow(a: npt.NDArray[np.int32], n: int) -> npt.NDArray[np.int32]:
     return out
 
 
-def scan_extent(src: ByteSource, off: int, ext_bytes: int, limit: int, max_records: int) -> CellExtent:
+def scan_extent(src: ByteSource, off: int, ext_bytes: int, limit: int, max_records: int,
+                min_n_seq: int = 0) -> CellExtent:
     """How many plausible records follow ``off`` (at most ``max_records``), building no table.
 
+    ``min_n_seq``: records with fewer sequence ids end the scan (a KV cache writes only cells
+    that hold a sequence, so from the n_stream layouts on its records have at least one).
     Memory is one window of records whatever the file's size; time is linear in the records
     looked at (``max_records`` bounds it).
     """
@@ -161,6 +164,9 @@ def scan_extent(src: ByteSource, off: int, ext_bytes: int, limit: int, max_recor
         k, blk, why = _next_run(src, cur, max_records - done, ext_w, end_lim)
         if blk is None:
             reason = why
+            break
+        if k < min_n_seq:
+            reason = "n_seq_id"
             break
         run = int(blk.shape[0])
         step = 4 * (2 + ext_w + k)

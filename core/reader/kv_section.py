@@ -318,6 +318,10 @@ def _next_structure(ctx: ParseCtx, off: int, limit: int, streams_after: int, k_o
             else:
                 parse_recurrent_section(probe, scratch, off, limit, PlanItem("recurrent", "recurrent", None))
         except Stop:
+            # a next structure cut short by the end of the file still is one
+            errors = [f for f in probe.findings if f.severity == "error"]
+            if errors and all(f.code == "truncated" for f in errors) and limit >= ctx.src.size:
+                return True
             continue
         if probe.n_errors == 0:
             return True

@@ -40,6 +40,11 @@ TailCheck = Callable[[int, int], bool]  # (offset, streams still to come in this
 
 def read_cells(ctx: ParseCtx, parent: Node, off: int, count: int, limit: int, owner: KvStream | Section) -> int:
     """Read ``count`` cell records into ``owner.cells`` (also when cut short); returns the end offset."""
+    if count > MAX_RECORDS:  # more than any table kvscope builds: refused before reading a record
+        node = ctx.unparsed(parent, off, limit, note="cells past the reader's budget")
+        ctx.find("error", "cell_count_invalid", max(0, off - 4), 4, f"cell_count {count:,} is more than kvscope "
+                 f"reads ({MAX_RECORDS:,} cells); what follows is not parsed", node or parent)
+        raise Stop(limit)
     scan = scan_cells(ctx.src, off, count, ctx.ext_bytes, limit)
     table = scan.table
     assert table is not None
@@ -132,9 +137,11 @@ def infer_cell_count(ctx: ParseCtx, off: int, limit: int, data_header: int | Non
     KV stream's, from the generation, by default; 8 for a recurrent section).
     """
     hdr = ctx.gen.kv_data_header if data_header is None else data_header
+    # KV caches of the n_stream layouts write only cells that hold a sequence (n_seq_id >= 1)
+    kv_cells = data_header is None and ctx.gen.n_stream
     # Where plausible records stop, looking at no more than MAX_PLAUSIBLE_CELLS of them and
     # building no table: a sparse tail of zeros reads as endless empty records.
-    extent = scan_extent(ctx.src, off, ctx.ext_bytes, limit, MAX_PLAUSIBLE_CELLS)
+    extent = scan_extent(ctx.src, off, ctx.ext_bytes, limit, MAX_PLAUSIBLE_CELLS, 1 if kv_cells else 0)
     n = extent.count
     # The scan may run a few records into the data header before it stops: walk back, but only
     # a bounded number of probes (a garbage table must not cost one probe per record).

@@ -97,9 +97,9 @@ class _Key(NamedTuple):
 
     version_ok: bool  # the header's version is the generation's
     ext_ok: bool  # a cell extension read without a model explains the file cleanly
-    layout_errors: int  # minus errors in fields only this generation has
     coarse_lost: int  # minus quarters of the file no reading could place
     evidence: bool  # the first memory section reads cleanly (see _first_section_clean)
+    layout_errors: int  # minus errors in fields only this generation has
     errors: int  # minus errors other than running out of bytes
     truncations: int
     unexplained: int  # minus bytes unparsed, untrusted or trailing
@@ -120,11 +120,34 @@ def _has_partial(profile: ModelProfile, gen: Generation) -> bool:
 
 @dataclass
 class _Attempt:
-    result: ParseResult
+    result: ParseResult | None  # dropped once another reading is better (a big file's tables are big)
     gen: Generation
     ext: int
     partial: bool
     key: _Key
+    n_errors: int = 0
+    clean: bool = False  # no finding above info and every byte explained
+
+    @property
+    def rank(self) -> tuple[Any, ...]:
+        return (self.key, generation_rank(self.gen), -self.ext)
+
+
+def _add(attempts: list[_Attempt], a: _Attempt) -> None:
+    """Add a reading; only the best one so far keeps its result (memory stays one reading's)."""
+    best = max(attempts, key=lambda x: x.rank, default=None)
+    attempts.append(a)
+    if best is None:
+        return
+    if a.rank > best.rank:
+        best.result = None
+    else:
+        a.result = None
+
+
+def _result(a: _Attempt) -> ParseResult:
+    assert a.result is not None, "only the best reading keeps its result"
+    return a.result
 
 
 def _attempt(
@@ -187,30 +210,56 @@ def _attempt(
     version_ok = version is None or version == want_version
     # Without a model a cell extension is only believed when it explains the file cleanly: on a
     # damaged file, reading 8 or 12 extra bytes per cell makes garbage look better than it is.
-    ext_ok = profile is not None or ext == 0 or result.n_errors == 0
+    # A file cut short is damaged only by the cut: its extension reading is believed when it
+    # explains a whole section cleanly before the cut.
+    ext_ok = profile is not None or ext == 0 or result.n_errors == 0 or _whole_section_before_cut(result)
     # Running out of bytes is how a damaged file usually ends; any other error suggests the
     # layout is wrong. So count the two apart, then prefer the reading that explains more bytes.
-    n_trunc = sum(1 for f in result.findings if f.severity == "error" and f.code == "truncated")
+    # A reading that says the file ends inside something far bigger than the whole file (a
+    # garbage count read as the size of logits or rows) is misreading the bytes, not seeing a cut.
+    n_trunc = sum(1 for f in result.findings if f.severity == "error" and f.code == "truncated"
+                  and not _implausible_cut(f, src.size))
     n_tail = sum(1 for f in result.findings if f.severity == "error" and f.code == "trailing_bytes")
     # Untrusted bytes are explained (after a resync or an inferred count), just not vouched for:
     # the coarse comparison counts only bytes no reading could place.
     lost = cov["unparsed_bytes"] + cov["trailing_bytes"]
     unexplained = lost + cov["untrusted_bytes"]
     # A bad value in a field only this generation has is evidence against the generation itself.
-    n_layout = sum(1 for f in result.findings if f.severity == "error" and f.extra.get("layout_field"))
+    n_layout = sum(1 for f in result.findings if f.severity == "error" and (
+        f.extra.get("layout_field") or (f.code == "truncated" and _implausible_cut(f, src.size))))
     key = _Key(
         version_ok=version_ok,
         ext_ok=ext_ok,
-        layout_errors=-n_layout,
         coarse_lost=-(lost * 4 // max(1, src.size)),
-        evidence=_first_section_clean(result),
+        # a PARTIAL_ONLY reading that leaves bytes after the state is reading the leading part
+        # of a full state: what follows is the part the partial reading left out
+        evidence=_first_section_clean(result) and not (partial and cov["trailing_bytes"]),
+        layout_errors=-n_layout,
         errors=-(result.n_errors - n_trunc - n_tail + (1 if cov["trailing_bytes"] else 0)),
         truncations=-n_trunc,
         unexplained=-unexplained,
         warnings=-sum(1 for f in result.findings if f.severity == "warning"),
         swa_masking=_swa_masking_consistent(result, gen, profile),
     )
-    return _Attempt(result, gen, ext, partial, key)
+    clean = not any(f.severity != "info" for f in result.findings) and key.unexplained == 0
+    return _Attempt(result, gen, ext, partial, key, result.n_errors, clean)
+
+
+def _whole_section_before_cut(res: ParseResult) -> bool:
+    """Only truncation errors, and the first memory section ends cleanly before the first of them."""
+    errors = [f for f in res.findings if f.severity == "error"]
+    if not errors or any(f.code != "truncated" for f in errors) or not res.sections:
+        return False
+    first = res.sections[0]
+    return first.trusted and first.offset + first.size <= min(f.offset for f in errors)
+
+
+IMPLAUSIBLE_CUT = 64  # a "cut" record more than this many times the file's size (and over 1 GiB)
+
+
+def _implausible_cut(f: Finding, size: int) -> bool:
+    needed = f.extra.get("needed")
+    return isinstance(needed, int) and needed > IMPLAUSIBLE_CUT * max(1, size) and needed > (1 << 30)
 
 
 def _first_section_clean(res: ParseResult) -> bool:
@@ -300,12 +349,12 @@ def read_source(
                 if (ext > 0) != with_ext:
                     continue
                 for partial, plan in _plans(profile, gen, detected):
-                    attempts.append(_attempt(src, detected, gen, ext, partial, plan, profile))
-    attempts.sort(key=lambda a: (a.key, generation_rank(a.gen), -a.ext), reverse=True)
+                    _add(attempts, _attempt(src, detected, gen, ext, partial, plan, profile))
+    attempts.sort(key=lambda a: a.rank, reverse=True)
     best = attempts[0]
     if profile is not None:
         best, attempts = _model_fit(src, detected, gens, per_seq, profile, best, attempts)
-    res = best.result
+    res = _result(best)
     ties = [a for a in attempts[1:] if a.key == best.key]
     close = [a for a in attempts[1:] if a.key != best.key][:3]
     alts: list[dict[str, Any]] = []
@@ -320,7 +369,7 @@ def read_source(
             "cell_ext_bytes": a.ext,
             "partial": a.partial,
             "indistinguishable": a.key == best.key,
-            "errors": a.result.n_errors,
+            "errors": a.n_errors,
             "title": a.gen.title,
         })
     n_tied = 1 + sum(1 for x in alts if x["indistinguishable"])
@@ -339,6 +388,9 @@ def read_source(
     from kvscope.core.rotation import annotate
 
     annotate(res, profile)
+    head = res.sections[0] if res.sections else None
+    if head is not None and head.kind == "dsv4_header" and "mode" in head.fields:
+        res.partial, res.partial_certain = head.fields["mode"] == 1, True  # DeepSeek-V4 records its flag
     if profile is None and not res.n_errors and not any(f.code == "unconfirmed_end" for f in res.findings):
         _unconfirmed_end(res)
     if kind is None and detected == "seq_blob" and not has_header and res.n_errors:
@@ -374,7 +426,7 @@ def _unconfirmed_end(res: ParseResult) -> None:
 
 def _clean(a: _Attempt) -> bool:
     """No finding above info and every byte parsed."""
-    return not any(f.severity != "info" for f in a.result.findings) and a.key.unexplained == 0
+    return a.clean
 
 
 def _model_fit(
@@ -392,7 +444,8 @@ def _model_fit(
     the non-truncation kind; then the file was most likely written by another model, which is
     said as a ``model_mismatch`` finding on the structural reading.
     """
-    structural = [f for f in best.result.findings if f.severity == "error" and f.code not in _MODEL_ONLY_CODES]
+    best_res = _result(best)
+    structural = [f for f in best_res.findings if f.severity == "error" and f.code not in _MODEL_ONLY_CODES]
     if not structural:  # the model's plan explains the bytes (tokens or arch may still disagree)
         return best, attempts
     # running out of bytes says nothing about which model wrote the file
@@ -400,13 +453,14 @@ def _model_fit(
     free: list[_Attempt] = []
     for gen in gens:
         for ext in ext_choices(gen, None):
-            free.append(_attempt(src, kind, gen, ext, False, None, None))
-    free.sort(key=lambda a: (a.key, generation_rank(a.gen), -a.ext), reverse=True)
+            _add(free, _attempt(src, kind, gen, ext, False, None, None))
+    free.sort(key=lambda a: a.rank, reverse=True)
     alt = free[0]
-    cov = coverage(alt.result.root)
+    alt_res = _result(alt)
+    cov = coverage(alt_res.root)
     planned = sorted({f.code for f in structural})
-    res = alt.result
-    if disagree and alt.result.n_errors == 0 and cov["parsed_bytes"] == src.size:
+    res = alt_res
+    if disagree and alt_res.n_errors == 0 and cov["parsed_bytes"] == src.size:
         res.model_path = profile.path
         ctx = ParseCtx(src, alt.gen, alt.ext, per_seq, profile, res.findings)
         ctx.find("error", "model_mismatch", 0, src.size,
@@ -419,17 +473,17 @@ def _model_fit(
         return alt, free
     # A damaged file: the model's plan must not explain fewer bytes with more damage than the
     # file's own structure does. Where it would, the structural reading is the answer, and says why.
-    mine = coverage(best.result.root)
+    mine = coverage(best_res.root)
     explained_plan = mine["parsed_bytes"] + mine["untrusted_bytes"]
     explained_free = cov["parsed_bytes"] + cov["untrusted_bytes"]
     margin = max(64, src.size // 20)
-    if explained_free > explained_plan + margin and alt.result.n_errors < len(structural):
+    if explained_free > explained_plan + margin and alt_res.n_errors < len(structural):
         res.model_path = profile.path
         ctx = ParseCtx(src, alt.gen, alt.ext, per_seq, profile, res.findings)
         ctx.find("warning", "read_by_structure", 0, 0,
                  f"read by the file's own structure: the model's plan explains {explained_plan:,} of {src.size:,} "
                  f"bytes with {len(structural)} error(s) ({', '.join(planned)}); the structure explains "
-                 f"{explained_free:,} with {alt.result.n_errors}", res.root,
+                 f"{explained_free:,} with {alt_res.n_errors}", res.root,
                  plan_explained=explained_plan, plan_errors=planned)
         check_model_only(res, ctx, profile)
         ctx.resolve_paths()

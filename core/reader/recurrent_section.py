@@ -177,15 +177,13 @@ def _looks_like_p(ctx: ParseCtx, off: int, limit: int, rows: int) -> bool:
     if row is None or row == 0 or row % 4 or row > (1 << 31) or gt.is_known_type(int(row & 0x7FFFFFFF)):
         return False
     end = off + 8 + row * rows
-    if end > limit:
-        return False
-    if end == limit:
-        return True
+    if end >= limit:  # ends the file, or is cut by its end (read_p_record says so)
+        return limit >= ctx.src.size or end == limit
     probe = ctx.fork()
     try:
         read_record(probe, Node("probe", "probe", end, 0), end, "s", 0, rows, False, None, allow_zero_row=True)
-    except Stop:
-        return False
+    except Stop:  # a next record cut by the end of the file still is one
+        return any(f.code == "truncated" for f in probe.findings)
     return True
 
 
