@@ -8,6 +8,7 @@ header shaped like its neighbours; what follows is marked untrusted).
 
 from __future__ import annotations
 
+from kvscope.core import ggml_types as gt
 from kvscope.core.reader.cells import min_record_bytes
 from kvscope.core.reader.context import HeaderStop, ParseCtx, Stop, mark_bad
 from kvscope.core.reader.meta import (
@@ -229,7 +230,8 @@ def _parse_kv_data(
             j += 1
         except HeaderStop:
             cur, j = _resync(ctx, node, cur, limit, stream, "k", j)
-    if (v_exp is None and n_v and stream.k_layers and _k_only(ctx, cur, limit, streams_after)
+    if (v_exp is None and n_v and stream.k_layers and not _v_header_like_k(ctx, cur, stream, bool(v_trans))
+            and _k_only(ctx, cur, limit, streams_after)
             and not _v_reading_continues(ctx, cur, limit, rows, bool(v_trans), n_v, streams_after)):
         # what follows the K records reads as V records only by accident (the next section's
         # first words can look like a record header): this is a K-only (MLA-shaped) cache
@@ -285,6 +287,17 @@ def _parse_kv_data(
 
 
 MAX_N_ROT = 1 << 16
+
+
+def _v_header_like_k(ctx: ParseCtx, off: int, stream: KvStream, v_trans: bool) -> bool:
+    """Is a V record header of the K records' type and width at ``off`` (the common K+V cache)?"""
+    k = stream.k_layers[0]
+    t = ctx.src.i32(off)
+    if t != k.type_id or not gt.is_known_type(t):
+        return False
+    if v_trans:
+        return ctx.src.u32(off + 4) == gt.type_size(t)
+    return ctx.src.u64(off + 4) == k.row_bytes
 
 
 def _k_only(ctx: ParseCtx, off: int, limit: int, streams_after: int) -> bool:
