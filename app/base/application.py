@@ -1,5 +1,9 @@
 """The QApplication kvscope runs in: names used by QSettings, ini-format settings, pyqtgraph options,
-and a Qt message filter that drops the one note Qt's offscreen platform prints for every window."""
+a Qt message filter that drops the one note Qt's offscreen platform prints for every window, and the
+core's cleanup on SIGINT/SIGTERM/SIGHUP (``kvscope.core.fsutil.install_signal_cleanup``): the app writes
+exports, reports and screenshots from worker threads, whose temporary files must not outlive a kill.
+Python runs a signal handler only when it gets control, so a light timer lets it in while Qt's event
+loop waits."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import importlib.resources
 import sys
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QMessageLogContext, QSettings, QtMsgType, qInstallMessageHandler
+from PySide6.QtCore import QCoreApplication, QMessageLogContext, QSettings, QTimer, QtMsgType, qInstallMessageHandler
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -21,6 +25,8 @@ APP_ID = "io.github.kvscope.kvscope"  # the .desktop / AppStream / MIME file nam
 QUIET_MESSAGES = frozenset({"This plugin does not support propagateSizeHints()"})
 _previous_handler: Any = None
 _filter_installed = False
+SIGNAL_POLL_MS = 250  # how often Python gets control in the event loop, to run a signal handler
+_signal_timer: QTimer | None = None
 
 
 def _message_handler(kind: QtMsgType, context: QMessageLogContext, message: str) -> None:
@@ -40,6 +46,20 @@ def install_message_filter() -> None:
         _filter_installed = True
 
 
+def install_signal_cleanup(app: QApplication) -> None:
+    """Once per process: the core's signal cleanup, and a timer that lets Python run its handlers."""
+    global _signal_timer
+    if _signal_timer is not None:
+        return
+    from kvscope.core.fsutil import install_signal_cleanup as core_cleanup
+
+    core_cleanup()
+    _signal_timer = QTimer(app)
+    _signal_timer.setInterval(SIGNAL_POLL_MS)
+    _signal_timer.timeout.connect(lambda: None)
+    _signal_timer.start()
+
+
 def ensure_app(argv: list[str] | None = None) -> QApplication:
     """The running QApplication (created when there is none), configured for kvscope."""
     from kvscope.app.base.compat import immortalize_singletons
@@ -57,6 +77,7 @@ def ensure_app(argv: list[str] | None = None) -> QApplication:
     if icon.is_file():
         app.setWindowIcon(QIcon(str(icon)))
     QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    install_signal_cleanup(app)
     import pyqtgraph as pg
 
     pg.setConfigOptions(antialias=True)

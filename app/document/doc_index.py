@@ -3,7 +3,9 @@
 No Qt here. :class:`DocumentIndex` turns a node, a byte offset, a cell, a layer record, a token
 or a finding into a :class:`Selection` that names all of them where they can be known: clicking a
 K row byte in the hex view selects the cell that row belongs to; choosing token 7 of a
-single-sequence file selects the cell of that sequence at position 7.
+single-sequence file selects the cell of that sequence at position 7. A per-sequence file of a
+recurrent-only memory holds one cell with no sequence id (:mod:`~kvscope.app.document.seq_owner`): the
+file's sequence's state at its last position, which its last token maps to.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from kvscope.app.document.seq_owner import implied_owner
 from kvscope.core.findings import Finding
 from kvscope.core.reader.records import CellTable, KvStream, LayerRecord, ParseResult, Section
 from kvscope.core.reader.tree import Node
+from kvscope.core.verdict import plural
 
 
 @dataclass(frozen=True)
@@ -63,10 +67,23 @@ class TableRef:
 
 @dataclass(frozen=True)
 class TokenLink:
-    """How tokens map to cells: token i <-> the cell of ``seq`` at position i in table ``table``."""
+    """How tokens map to cells: token i <-> the cell of ``seq`` at position i in table ``table``. ``implied``:
+    the table's cells carry no sequence id and all belong to the file's sequence (``owner`` names it), as
+    a per-sequence file's recurrent cell does."""
 
     table: int
     seq: int
+    implied: bool = False
+    owner: str = ""
+
+    def text(self, n_tokens: int, n_cells: int, positions: list[int]) -> str:
+        """How the tokens view says it: ``token i ↔ the cell of seq 1 at position i``."""
+        if not self.implied:
+            return f"token i ↔ the cell of seq {self.seq} at position i"
+        at = ", ".join(str(p) for p in positions[:3]) or "?"
+        return (f"the recurrent state is {plural(n_cells, 'cell')} of {self.owner} (its state after position {at}): "
+                f"token {at} ↔ that cell; the {max(0, n_tokens - n_cells)} tokens before it are folded into it and "
+                "have no cell of their own")
 
 
 def _record_rows_kind(kind: str) -> bool:
@@ -179,9 +196,22 @@ class DocumentIndex:
         if not tables:
             return None, "this file holds no cells"
         seqs = sorted({s for t in tables for s in t.table.seq_set()})
+        if not seqs and not kv:  # a per-sequence file's recurrent cells: the file's own sequence
+            ref = tables[0]
+            owner = implied_owner(self.res, ref.section, ref.table)
+            if owner is not None:
+                return TokenLink(ref.key, owner.column, implied=True, owner=owner.label), ""
         if len(seqs) != 1:
             return None, f"tokens map to cells only in single-sequence files (this one holds {len(seqs)} sequences)"
         return TokenLink(tables[0].key, seqs[0]), ""
+
+    def token_link_text(self) -> str:
+        """How tokens map to cells, in words (why they do not, when they do not)."""
+        link = self.token_link
+        if link is None:
+            return self.token_link_reason
+        t = self.tables[link.table].table
+        return link.text(len(self.res.tokens), t.count, [int(p) for p in t.pos[: min(t.count, 3)]])
 
     def cell_of_token(self, i: int) -> int | None:
         lookup = self._token_cells()
@@ -198,7 +228,7 @@ class DocumentIndex:
             if link is None:
                 return None
             t = self.tables[link.table].table
-            idx = t.cells_of_seq(link.seq)
+            idx = np.arange(t.count, dtype=np.int64) if link.implied else t.cells_of_seq(link.seq)
             order = np.argsort(t.pos[idx], kind="stable")
             self._token_cells_cache = (t.pos[idx][order], idx[order])
         return self._token_cells_cache
@@ -208,7 +238,7 @@ class DocumentIndex:
         if link is None or key != link.table:
             return None
         t = self.tables[key].table
-        if link.seq not in t.seqs_of(i):
+        if not link.implied and link.seq not in t.seqs_of(i):
             return None
         pos = int(t.pos[i])
         return pos if 0 <= pos < len(self.res.tokens) else None

@@ -14,11 +14,11 @@ import re
 from PySide6.QtGui import QImage
 
 from kvscope.app.base.tasks import TaskRunner
+from kvscope.app.document.seq_owner import implied_owner
 from kvscope.app.report import figures
 from kvscope.app.report.model import MAX_CELL_TABLES, Progress, ReportData, ReportImage, no_progress
 from kvscope.app.report.snapshot import png_bytes
 from kvscope.app.views.cells.cellmap_image import with_owner
-from kvscope.app.views.cells.seq_owner import implied_owner
 from kvscope.core.verdict import plural
 
 HEATMAP_CAP = 512  # rows and columns a heatmap shows at most (fixed, not the screen's size)

@@ -3,8 +3,8 @@
 Every view offers an :class:`ExportButton` (PNG image…, CSV table…). A view says what it exports by
 having ``export_widget()`` (the part pictured: its plots or table, not its controls) and, when it holds
 numbers, ``csv_table()`` (header and rows, built from numpy arrays on the GUI thread and formatted on a
-pool thread); a view with more than one table names them in ``extra_csv`` (label -> method name).
-Files are written atomically (``kvscope.core.fsutil.write_atomic``).
+pool thread; a view without one, the Overview, exports PNG only); a view with more than one table names
+them in ``extra_csv`` (label -> method name). Files are written atomically (``kvscope.core.fsutil.write_atomic``).
 """
 
 from __future__ import annotations
@@ -31,11 +31,10 @@ class ExportableView(Protocol):
     """What a view provides to be exported."""
 
     export_name: str  # short name for default file names: "layers", "cells", ...
-    # more CSV tables than ``csv_table``: menu label -> (file name suffix, method name)
-    extra_csv: dict[str, tuple[str, str]]
 
     def export_widget(self) -> QWidget: ...
-    def csv_table(self) -> CsvTable | None: ...
+    # optional: ``csv_table() -> CsvTable | None`` (the view's numbers), and ``extra_csv``: more CSV tables
+    # than ``csv_table``, menu label -> (file name suffix, method name)
 
 
 def png_bytes(widget: QWidget) -> bytes:
@@ -85,7 +84,8 @@ def export_csv(view: ExportableView, path: str, runner: TaskRunner,
                done: Callable[[str], None] | None = None, failed: Callable[[str], None] | None = None,
                method: str = "csv_table") -> Task | None:
     """Write ``view``'s numbers (``method``'s table) to ``path`` on ``runner`` (None when there are none now)."""
-    table = getattr(view, method)()
+    fn = getattr(view, method, None)
+    table = fn() if fn is not None else None
     if table is None:
         return None
     return runner.submit(f"export {os.path.basename(path)}", csv_job(path, table), done, failed)
@@ -104,7 +104,8 @@ class ExportButton(QToolButton):
         self.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self)
         self.png_action = menu.addAction("PNG image…", self.ask_png)
-        self.csv_actions = {"csv_table": menu.addAction("CSV table…", self.ask_csv)}
+        self.csv_actions = {"csv_table": menu.addAction("CSV table…", self.ask_csv)} if hasattr(view, "csv_table") \
+            else {}
         extra: dict[str, tuple[str, str]] = getattr(view, "extra_csv", {})
         for label, (suffix, method) in extra.items():
             self.csv_actions[method] = menu.addAction(f"{label}…", self._csv_asker(method, suffix))

@@ -11,8 +11,8 @@ pytest.importorskip("PySide6")
 
 from gui_helpers import LAB, STATE  # noqa: E402
 
+from kvscope.app.document.seq_owner import UNNAMED_SEQ, file_sequence, implied_owner  # noqa: E402
 from kvscope.app.views.cells.cellmap_image import build_cell_image, with_owner  # noqa: E402
-from kvscope.app.views.cells.seq_owner import UNNAMED_SEQ, file_sequence, implied_owner  # noqa: E402
 from kvscope.app.views.plot_axes import IntegerAxis, integer_ticks, nice_step, value_text, value_ticks  # noqa: E402
 from kvscope.core.reader.parse import read_state  # noqa: E402
 from kvscope.core.reader.records import CellTable  # noqa: E402

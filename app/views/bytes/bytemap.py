@@ -10,19 +10,26 @@ A truncated file is drawn on to the size it should have: the missing bytes past 
 (:func:`kvscope.core.verdict.missing_bytes`) are a cross-hatched region labelled with how much is
 missing, split at the records that should be there. When far more is missing than the file holds,
 the region is drawn at twice the file's width and marked "not to scale".
+
+Export (the button beside the map, or its context menu) saves the map as drawn (PNG) or its regions as
+CSV: one row per leaf (offset, end, size, kind, status, path) and one per record missing past the end.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 from PySide6.QtCore import QPoint, QRectF, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QMouseEvent, QPainter, QPaintEvent, QPen, QWheelEvent
-from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
+from PySide6.QtGui import QBrush, QColor, QContextMenuEvent, QMouseEvent, QPainter, QPaintEvent, QPen, QWheelEvent
+from PySide6.QtWidgets import QMenu, QSizePolicy, QToolTip, QWidget
 
 from kvscope.app.base.theme import UNTRUSTED_HATCH, WARNING_COLOR, kind_color
 from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
+from kvscope.app.views.export import CsvTable, ExportButton
 from kvscope.core.reader.tree import Node
 from kvscope.core.verdict import MissingBytes, MissingRecord, plural
 
@@ -45,10 +52,13 @@ class ByteMap(QWidget):
     """Paints the leaves of the document's structure tree over the file's byte range."""
 
     nodeClicked = Signal(object)  # Node
+    export_name = "bytemap"
+    CSV_HEADER = ("offset", "end", "size", "kind", "status", "path", "note")
 
     def __init__(self, doc: Document, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.doc = doc
+        self.exporter: ExportButton | None = None  # the page's Export button (the context menu offers its actions)
         self.setMouseTracking(True)
         self.setFixedHeight(_PAD * 3 + _OVERVIEW_H + _STRIP_H + _LEGEND_H + 14)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
@@ -374,6 +384,35 @@ class ByteMap(QWidget):
         steps = e.angleDelta().y() / 120.0
         if steps:
             self.zoom(0.8**steps, self.offset_at_x(e.position().x()))
+
+    def contextMenuEvent(self, e: QContextMenuEvent) -> None:
+        menu = QMenu(self)
+        menu.addAction("Show the whole file", lambda: self.set_range(0, self.total))
+        if self.exporter is not None:
+            menu.addSeparator()
+            menu.addAction("Export PNG image…", self.exporter.ask_png)
+            menu.addAction("Export CSV table…", self.exporter.ask_csv).setEnabled(bool(self._nodes))
+        menu.exec(e.globalPos())
+
+    # -- export ---------------------------------------------------------------------------------------
+    def export_widget(self) -> QWidget:
+        return self
+
+    def csv_table(self) -> CsvTable | None:
+        """The regions the map paints: every leaf in file order, then the records missing past the end."""
+        if not self._nodes:
+            return None
+        nodes, missing = list(self._nodes), self.missing
+
+        def rows() -> Iterator[list[Any]]:
+            for n in nodes:
+                yield [n.offset, n.end, n.size, n.kind, n.status, n.path, n.note or ""]
+            if missing is not None:
+                for r in missing.records:
+                    yield [r.offset, r.offset + r.size, r.size, "missing", "missing", r.name,
+                           "past the end of the file" + (" (estimated size)" if r.estimated else "")]
+
+        return self.CSV_HEADER, rows()
 
     def _on_selection(self, sel: Selection) -> None:
         self._sel = (sel.offset, sel.offset + max(1, sel.length))

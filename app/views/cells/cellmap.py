@@ -2,7 +2,7 @@
 
 Axes are in real units: cell indices (file order) or the position of each row (sorted by position), whole
 numbers only. The id-less cell of a per-sequence file's recurrent state is drawn as the state of the file's
-sequence (:mod:`~kvscope.app.views.cells.seq_owner`), never as an empty cell.
+sequence (:mod:`~kvscope.app.document.seq_owner`), never as an empty cell.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from kvscope.app.base.theme import SEQ_COLORS, Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.doc_index import Selection, TableRef
 from kvscope.app.document.document import Document
+from kvscope.app.document.seq_owner import UNNAMED_SEQ, SeqOwner, implied_owner
 from kvscope.app.views.cells.cellmap_image import CellImage, build_cell_image, hex_rgb, with_owner
-from kvscope.app.views.cells.seq_owner import UNNAMED_SEQ, SeqOwner, implied_owner
 from kvscope.app.views.cells.swa import swa_masked_pairs
 from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.plot_axes import IntegerAxis, style_plot

@@ -6,7 +6,7 @@ and darker for late ones; a cell shared by several sequences fills several colum
 the last, "shared" column; an empty cell (no sequence) is grey across the row; (cell, sequence)
 pairs outside the sliding window are faded. The id-less cell of a per-sequence file's recurrent state
 is not empty: :func:`with_owner` files it under the file's sequence first
-(:mod:`kvscope.app.views.cells.seq_owner`).
+(:mod:`kvscope.app.document.seq_owner`).
 """
 
 from __future__ import annotations

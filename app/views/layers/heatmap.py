@@ -22,7 +22,7 @@ from kvscope.app.base.tasks import CancelToken, Report, Task
 from kvscope.app.base.theme import Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.document import Document
-from kvscope.app.views.cells.seq_owner import SeqOwner, implied_owner
+from kvscope.app.document.seq_owner import SeqOwner, implied_owner
 from kvscope.app.views.layers.colour_bar import ColourBar
 from kvscope.app.views.layers.lod import I64A, Window, display_order, overview, plan, read_window, record_size
 from kvscope.app.views.plot_axes import IntegerAxis, style_plot, value_text

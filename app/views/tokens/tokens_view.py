@@ -157,11 +157,8 @@ class TokensView(QWidget):
             parts.append(f"text: {text[:300]!r}" + ("…" if len(text) > 300 else ""))
         else:
             parts.append("token text " + NEEDS_MODEL)
-        if idx is not None:
-            if idx.token_link is not None:
-                parts.append(f"token i ↔ the cell of seq {idx.token_link.seq} at position i")
-            elif res.tokens:
-                parts.append(idx.token_link_reason)
+        if idx is not None and (idx.token_link is not None or res.tokens):
+            parts.append(idx.token_link_text())
         self.summary.setText(" · ".join(parts))
 
     def _on_current(self, current: QModelIndex, _prev: QModelIndex) -> None:
