@@ -42,6 +42,8 @@ PARTIAL_WRITER = "llama_state_seq_get_data_ext with LLAMA_STATE_SEQ_FLAGS_PARTIA
 # Findings that are about the model the file was read with rather than about the bytes alone.
 MODEL_CODES = frozenset({"model_mismatch", "layer_count_mismatch", "row_size_mismatch", "type_mismatch",
                          "token_out_of_vocab"})
+MAX_VERIFY_RECORDS = 12  # records that are not a match, listed by verify_lines
+VERIFY_STATUSES = ("match", "differs", "nonfinite", "missing", "extra")  # kvscope.core.verify.compare.STATUSES order
 NOT_VERIFIED = "not verified: `kvscope verify` restores the file into a real llama.cpp build and compares the " \
                "next-token logits"
 
@@ -196,7 +198,20 @@ def verify_lines(result: dict[str, Any] | None) -> list[str]:
         if nt.get("kl") is not None:
             parts.append(f"KL {float(nt['kl']):.3g}")
         lines.append("next token: " + (", ".join(parts) or "not compared"))
-    for rec in result.get("records") or []:
+    records = list(result.get("records") or [])
+    checks = [r for r in records if isinstance(r, dict) and "status" in r]
+    if checks:  # kvscope verify's records: how many per status, then each one that is not a match
+        counts: dict[str, int] = dict.fromkeys(VERIFY_STATUSES, 0)
+        for r in checks:
+            counts[str(r["status"])] = counts.get(str(r["status"]), 0) + 1
+        lines.append("records: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+        for r in [r for r in checks if r["status"] != "match"][:MAX_VERIFY_RECORDS]:
+            where = f"{r.get('section')}" + (f" stream {r['stream']}" if r.get("stream") is not None else "")
+            lines.append(f"record: layer {r.get('il')} {str(r.get('role', '')).upper()} ({where}): {r['status']}"
+                         + (f", max |diff| {float(r['max_abs']):.3g}" if r.get("max_abs") is not None
+                            and r["status"] == "differs" else ""))
+        records = [r for r in records if r not in checks]
+    for rec in records:
         if isinstance(rec, dict):
             lines.append("record: " + ", ".join(f"{k} {v}" for k, v in rec.items()))
         else:

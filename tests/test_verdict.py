@@ -137,3 +137,14 @@ def test_verify_result_lines() -> None:
     assert lines == ["equivalent (engine libllama b11434)", "restore: ok: restored 7 cells",
                      "next token: max |logit diff| 0.00012, same next token, KL 1e-07",
                      "record: layer 0, max_abs_diff 0.0"]
+
+
+def test_verify_result_lines_of_verify_records() -> None:
+    """``kvscope verify --json`` records: counted per status, each that is not a match named."""
+    rec = {"section": "kv", "section_index": 0, "stream": 0, "role": "k", "il": 0, "status": "match", "max_abs": 0.0}
+    lines = verify_lines({"verdict": "damaged", "engine": {"kind": "llama.cpp", "build": "b11434"},
+                          "records": [{**rec, "il": 1, "role": "v", "status": "nonfinite"}, rec,
+                                      {**rec, "il": 1, "status": "differs", "max_abs": 0.5}]})
+    assert lines == ["damaged (engine llama.cpp b11434)", "records: 1 match, 1 differs, 1 nonfinite",
+                     "record: layer 1 V (kv stream 0): nonfinite",
+                     "record: layer 1 K (kv stream 0): differs, max |diff| 0.5"]

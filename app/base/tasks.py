@@ -2,7 +2,9 @@
 
 ``runner.submit(label, fn)`` runs ``fn(token, report)`` on a pool thread and hands back a
 :class:`Task` living on the GUI thread. ``report(fraction, text)`` posts progress (fraction None
-for "busy"); ``token.cancelled`` tells the job to stop early. Results, failures and progress come
+for "busy"); ``token.cancelled`` tells the job to stop early, and ``token.on_cancel(fn)`` has ``fn``
+called (on the thread that cancels) the moment the task is cancelled, for a job blocked in a call
+that has its own way to be stopped (``Verifier.cancel``). Results, failures and progress come
 back through queued signals, so every callback runs on the GUI thread. A cancelled task's result
 is dropped even when the job could not stop early.
 """
@@ -26,9 +28,23 @@ class CancelToken:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._hooks: list[Callable[[], None]] = []
 
     def cancel(self) -> None:
-        self._event.set()
+        with self._lock:
+            self._event.set()
+            hooks, self._hooks = self._hooks, []
+        for fn in hooks:
+            fn()
+
+    def on_cancel(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` when the token is cancelled (at once when it already is); any thread."""
+        with self._lock:
+            if not self._event.is_set():
+                self._hooks.append(fn)
+                return
+        fn()
 
     @property
     def cancelled(self) -> bool:

@@ -40,6 +40,17 @@ VERDICT_COLORS: dict[str, tuple[str, str]] = {
     "damaged": ("#c62828", "#ff7b7b"), "not_state": ("#6a1b9a", "#d59cff"),
 }
 
+# ``kvscope verify``: verdict -> verdict level (the colour above), record status -> fill (both palettes).
+VERIFY_LEVELS: dict[str, str] = {"ok": "healthy", "damaged": "damaged", "stale": "suspicious",
+                                 "incompatible": "suspicious"}
+VERIFY_STATUS_COLORS: dict[str, str] = {"match": "#59a14f", "differs": "#f28e2b", "nonfinite": "#e15759",
+                                        "missing": "#b07aa1", "extra": "#9c755f"}
+VERIFY_STATUS_TEXT: dict[str, str] = {
+    "match": "matches the engine's prefill", "differs": "differs from the engine's prefill",
+    "nonfinite": "holds NaN/Inf where the engine computes finite values",
+    "missing": "missing: the engine writes this record, the file does not hold it",
+    "extra": "extra: the file holds a record the engine does not write"}
+
 
 def verdict_color(level: str, dark: bool) -> QColor:
     """Text colour of a verdict level on the light or dark palette."""

@@ -1,9 +1,12 @@
-"""The strips above every view of a document: "this file is damaged", "this file changed: Reload".
+"""The strips above every view of a document: "this file is damaged", "this file changed: Reload", "Verify
+could not run".
 
 :class:`DamageBanner` is shown whatever view is in front while the file has error findings (or
 is not a state file): the verdict in one line, a button to the overview and one that selects the
 first error's bytes. :class:`ChangedBanner` appears when the file changed on disk or while it was
-read (``Document.fileChanged``) and offers Reload.
+read (``Document.fileChanged``) and offers Reload. :class:`VerifyBanner` says why the last Verify could
+not run (no model, no engine installed: the verifier's message says how to install it) and offers the
+model chooser or the engine settings.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
 from kvscope.app.base.theme import Theme, verdict_color
 from kvscope.app.document.document import Document
+from kvscope.app.document.verify_job import NEEDS_MODEL
 
 
 class _Strip(QFrame):
@@ -94,3 +98,44 @@ class ChangedBanner(_Strip):
     def reload(self) -> None:
         self.hide()
         self.doc.reload()
+
+
+class VerifyBanner(_Strip):
+    """"Verify could not run: <why>" with the way out: Choose model… (``modelRequested``) or Engine
+    settings… (``settingsRequested``); hidden when the next Verify starts or the file is read again."""
+
+    modelRequested = Signal()
+    settingsRequested = Signal()
+
+    def __init__(self, doc: Document, theme: Theme, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.doc, self.theme = doc, theme
+        self.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.model_button = self.button("Choose model…", "the GGUF model the file was written with")
+        self.settings_button = self.button("Engine settings…", "the engine Verify runs in: llama.cpp build, "
+                                           "your own libllama, llama-server")
+        self.dismiss_button = self.button("Dismiss")
+        self.model_button.clicked.connect(self.modelRequested)
+        self.settings_button.clicked.connect(self.settingsRequested)
+        self.dismiss_button.clicked.connect(self.hide)
+        doc.verifyChanged.connect(self.refresh)
+        theme.changed.connect(lambda _dark: self.refresh())
+        self.refresh()
+
+    @property
+    def text(self) -> str:
+        return self.label.text()
+
+    def refresh(self) -> None:
+        why = self.doc.verify_error
+        if not why:
+            self.hide()
+            return
+        needs_model = why.startswith(NEEDS_MODEL)
+        self.label.setText(why if needs_model else f"Verify could not run ({self.doc.verify_engine}): {why}")
+        self.label.setToolTip(self.label.text())
+        self.label.setStyleSheet(f"color: {verdict_color('suspicious', self.theme.dark).name()}; font-weight: 600")
+        self.model_button.setVisible(needs_model)
+        self.settings_button.setVisible(not needs_model)
+        self.show()

@@ -22,6 +22,7 @@ from kvscope.app.base.tasks import CancelToken, Report, Task, TaskRunner
 from kvscope.app.document.doc_index import DocumentIndex
 from kvscope.app.document.selection import SelectionBus
 from kvscope.app.document.source import ViewSource, describe_change, empty_source
+from kvscope.app.document.verify_job import NEEDS_MODEL, EngineChoice, verify_job
 from kvscope.core.reader.source import CHANGED_MESSAGE, FileChangedError
 from kvscope.core.verdict import Verdict, plural, verdict
 
@@ -116,7 +117,8 @@ class Document(QObject):
     loaded = Signal()  # result/index/profile replaced
     statsReady = Signal()  # stats set (findings may have grown)
     compatReady = Signal()  # compat set: which llama.cpp generations load the file
-    verifyChanged = Signal()  # verify set (a ``kvscope verify`` result) or cleared
+    verifyChanged = Signal()  # verify set (a ``kvscope verify`` result) or cleared, a run started, failed or ended
+    verifyProgress = Signal(object, str)  # fraction, step of the verification running
     diffReady = Signal()  # diff set
     failed = Signal(str)  # a load failed: the file could not be read at all
     fileChanged = Signal(str)  # the file changed on disk or while it was read (the reason): offer Reload
@@ -140,6 +142,9 @@ class Document(QObject):
         self.compat: list[GenCompat] | None = None
         self.compat_error: str | None = None
         self.verify: dict[str, Any] | None = None
+        self.verify_error: str | None = None  # why the last Verify could not run (no model, no engine ...)
+        self.verify_step: tuple[float | None, str] | None = None  # (fraction, step) while a Verify runs
+        self.verify_engine: str = ""  # the engine the last (or running) Verify was asked for, in words
         self.diff: DiffState | None = None
         self.changed: str | None = None  # why the file on disk is no longer what is shown (None: it is)
         self._tasks: dict[str, Task] = {}
@@ -168,6 +173,62 @@ class Document(QObject):
         """Show a ``kvscope verify`` result (keys ``verdict``, ``engine``, ``restore``, ``next_token``,
         ``records``), or None for "not verified"."""
         self.verify = dict(result) if result is not None else None
+        self.verify_error = None
+        self.verifyChanged.emit()
+
+    # -- verify --------------------------------------------------------------------------------------
+    @property
+    def verifying(self) -> bool:
+        t = self._tasks.get("verify")
+        return t is not None and not t.done
+
+    def start_verify(self, choice: EngineChoice) -> Task | None:
+        """Verify the file in ``choice``'s engine in the background (None, and ``verify_error`` set, when it
+        cannot start: no parse yet, no model)."""
+        if self.result is None:
+            return None
+        self.verify_engine = choice.describe()
+        if self.profile is None or not self.model_path:
+            self.verify_error = NEEDS_MODEL if not self.model_error else f"{NEEDS_MODEL} ({self.model_error})"
+            self.verifyChanged.emit()
+            return None
+        self.verify_error = None
+        self.verify_step = (0.0, f"starting {self.verify_engine}")
+        task = self._start("verify", f"verify {self.name}", verify_job(self.path, self.model_path, choice,
+                                                                       self.profile),
+                           self._on_verified, self._on_verify_failed)
+        task.progressed.connect(self._on_verify_progress)
+        task.cancelled.connect(self._on_verify_cancelled)
+        task.finished.connect(self._on_verify_finished)
+        self.verifyChanged.emit()
+        return task
+
+    def cancel_verify(self) -> None:
+        """Stop a running Verify (the engine call in flight is killed)."""
+        t = self._tasks.get("verify")
+        if t is not None and not t.done:
+            t.cancel()
+
+    def _on_verify_progress(self, fraction: object, text: str) -> None:
+        self.verify_step = (fraction if isinstance(fraction, float) else None, text)
+        self.verifyProgress.emit(fraction, text)
+
+    def _on_verified(self, result: dict[str, Any]) -> None:
+        self.verify = result
+        v = result.get("verdict")
+        eng = result.get("engine") or {}
+        self.message.emit(f"{self.name}: verified in {eng.get('kind')} {eng.get('build') or ''}".rstrip()
+                          + f": {v}")
+
+    def _on_verify_failed(self, message: str) -> None:
+        self.verify_error = message
+        self.message.emit(f"verify failed: {message}")
+
+    def _on_verify_cancelled(self) -> None:
+        self.message.emit(f"{self.name}: verification cancelled")
+
+    def _on_verify_finished(self) -> None:
+        self.verify_step = None
         self.verifyChanged.emit()
 
     def _start(self, kind: str, label: str, job: Any, on_success: Any, on_failure: Any = None) -> Task:
@@ -227,7 +288,7 @@ class Document(QObject):
     # -- loading ---------------------------------------------------------------------------------
     def load(self) -> Task:
         """Parse (again) with the current model; statistics follow when the parse is in."""
-        for kind in ("stats", "compat"):
+        for kind in ("stats", "compat", "verify"):
             old = self._tasks.pop(kind, None)
             if old is not None and not old.done:
                 old.cancel()
@@ -254,6 +315,9 @@ class Document(QObject):
         self.compat, self.compat_error = None, None
         self.diff = None
         self.changed = None
+        if self.verify is not None or self.verify_error is not None:  # about the bytes or model read before
+            self.verify, self.verify_error = None, None
+            self.verifyChanged.emit()
         self.bus.clear()
         if old is not self.data:
             old.close()

@@ -1,6 +1,8 @@
 """The Lab view's control panel: the scenario (live context, state to restore, destination sequence,
-model), the corruptions (the catalog entries that apply, free-text specs), policies and reader kinds,
-and the Run / Cancel / Export buttons with the run's progress.
+model), the engine (the torch core, llama.cpp, llama-server, or both the core and llama.cpp), the
+corruptions (the catalog entries that apply, free-text specs), policies and reader kinds (the core's
+only: a real engine restores with its own code), and the Run / Cancel / Export buttons with the run's
+progress.
 
 The panel only holds choices; :class:`~kvscope.app.lab.view.LabView` loads scenarios and runs matrices.
 """
@@ -30,6 +32,7 @@ from PySide6.QtWidgets import (
 
 from kvscope.app.base.theme import WARNING_COLOR
 from kvscope.app.base.widgets import plain_label
+from kvscope.app.lab.engine_jobs import ENGINE_TITLES, LAB_ENGINES
 from kvscope.app.lab.jobs import (
     WHOLE_KINDS,
     Choice,
@@ -108,6 +111,12 @@ class LabControls(QWidget):
         self.into_spin.setRange(0, 255)
         self.into_spin.setToolTip("destination sequence of the restore")
         self.model_label = plain_label()
+        self.engine_combo = QComboBox()
+        for name in LAB_ENGINES:
+            self.engine_combo.addItem(ENGINE_TITLES[name], name)
+        self.engine_combo.setToolTip("where the cases run: the torch memory core under the chosen policies; "
+                                     "real llama.cpp or a llama-server (build and server: Tools → Engine "
+                                     "Settings); both: the core and llama.cpp, every disagreement highlighted")
         self.case_list = QListWidget()
         self.case_list.setToolTip("the catalog entries that apply to the scenario's input and memory")
         self.all_button, self.none_button = QPushButton("All"), QPushButton("None")
@@ -132,6 +141,7 @@ class LabControls(QWidget):
         self.live_combo.currentIndexChanged.connect(self._on_live_changed)
         self.restore_combo.currentIndexChanged.connect(lambda _i: self.inputsChanged.emit())
         self.into_spin.valueChanged.connect(lambda _v: self.inputsChanged.emit())
+        self.engine_combo.currentIndexChanged.connect(lambda _i: self.choicesChanged.emit())
         self.all_button.clicked.connect(lambda: self.check_cases(None))
         self.none_button.clicked.connect(lambda: self.check_cases([]))
         self.case_list.itemChanged.connect(lambda _item: self.choicesChanged.emit())
@@ -152,6 +162,7 @@ class LabControls(QWidget):
         form.addRow("Restore", restore_row)
         form.addRow("into sequence", self.into_spin)
         form.addRow("Model", self.model_label)
+        form.addRow("Engine", self.engine_combo)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addLayout(form)
@@ -291,6 +302,15 @@ class LabControls(QWidget):
             names.add(s)
         return cases, specs, err
 
+    @property
+    def engine(self) -> str:
+        """torch, llama.cpp, server or both."""
+        d = self.engine_combo.currentData()
+        return d if isinstance(d, str) else "torch"
+
+    def set_engine(self, name: str) -> None:
+        self.engine_combo.setCurrentIndex(max(0, self.engine_combo.findData(name)))
+
     def policies(self) -> tuple[str, ...]:
         return tuple(name for name, c in self.policy_checks.items() if c.isChecked())
 
@@ -300,9 +320,14 @@ class LabControls(QWidget):
     def set_state(self, why: str | None, running: bool, can_run: bool, can_export: bool) -> str:
         """Enable what can be used now (``why``: the lab cannot run at all); returns the spec error shown."""
         for w in (self.live_combo, self.folder_button, self.restore_combo, self.input_button, self.into_spin,
-                  self.case_list, self.all_button, self.none_button, self.spec_edit, *self.policy_checks.values(),
-                  *self.reader_checks.values()):
+                  self.engine_combo, self.case_list, self.all_button, self.none_button, self.spec_edit):
             w.setEnabled(why is None and not running)
+        core = self.engine == "torch"
+        tip = "" if core else ("a real engine restores with its own code and reader: the policies and readers "
+                               "choose the core's cells (with both, the core runs the policy contained)")
+        for c in (*self.policy_checks.values(), *self.reader_checks.values()):
+            c.setEnabled(why is None and not running and core)
+            c.setToolTip(tip)
         err = self.selected_cases()[2] if why is None else ""
         self.spec_error.setText(err)
         self.spec_error.setVisible(bool(err))

@@ -28,7 +28,7 @@ from kvscope.core.reader.records import CellTable, ParseResult
 if TYPE_CHECKING:
     from kvscope.core.lab.report import CellResult
 
-KERNEL_COLORS = {"dense": "#4e79a7", "skip-masked": "#59a14f"}
+KERNEL_COLORS = {"dense": "#4e79a7", "skip-masked": "#59a14f", "logits": "#b07aa1"}  # logits: a real engine's
 PLOT_MIN = 250  # px: no plot of the pane is narrower
 PLOT_MIN_H = 190
 TEXT_MIN = 220
@@ -38,7 +38,8 @@ NONFINITE_COLOR = "#d62728"
 BAR_WIDTH = 0.38
 TITLE_SIZE = "9pt"
 LEGEND = ("cells of the target's stream before and after the restore: colour = sequence, lighter = earlier "
-          "position, grey = empty cell, last column = shared · bars: dense (blue) and skip-masked (green) kernels, "
+          "position, grey = empty cell, last column = shared · bars: dense (blue) and skip-masked (green) kernels or "
+          "a real engine's next-token logits (purple), "
           "max |Δ| against the clean baseline; hatched red = non-finite read-out, '=' identical")
 GAP = 1.0  # columns between the before and the after picture
 BUILD_MS = 160  # the plots are made this long after the pane (kvscope.app.base.lazy)
@@ -148,8 +149,9 @@ class LabDetail(LazyParts, QWidget):
         i = self.unit_combo.currentIndex()
         return self.ready.units[i] if self.ready is not None and 0 <= i < len(self.ready.units) else None
 
-    def show_cell(self, r: CellResult | None) -> None:
-        """Fill the pane for ``r`` (None: clear it)."""
+    def show_cell(self, r: CellResult | None, extra: str = "") -> None:
+        """Fill the pane for ``r`` (None: clear it); ``extra``: lines an engine run adds (a crash, the
+        poisoned-slot check, the disagreements with the core)."""
         self.result = r
         self.stack.setCurrentWidget(self.plots if r is not None else self.hint)
         self.after = self._after_state(r)
@@ -160,7 +162,7 @@ class LabDetail(LazyParts, QWidget):
             if self.ready is not None:
                 before = {u.role: _cells_of(unit_table(self.ready.before, u), self.ready.target)
                           for u in self.ready.units}
-            self.text.setPlainText(detail_text(r, before))
+            self.text.setPlainText(detail_text(r, before) + (f"\n\n{extra}" if extra.strip() else ""))
         self._draw_maps()
         self._draw_probes()
 
@@ -245,13 +247,14 @@ class LabDetail(LazyParts, QWidget):
         finite = [v for d in self.probe_values.values() for v in d.values() if math.isfinite(v)]
         top = max([*finite, 0.0]) or 1.0
         _, fg = self.theme.plot_colors()
-        for k, (kernel, color) in enumerate(KERNEL_COLORS.items()):
+        kernels = [(n, c) for n, c in KERNEL_COLORS.items() if any(n in d for d in self.probe_values.values())]
+        for k, (kernel, color) in enumerate(kernels):
             xs, hs, brushes, pens = [], [], [], []
             for j, s in enumerate(seqs):
                 v = self.probe_values[s].get(kernel)
                 if v is None:
                     continue
-                x = j + (k - 0.5) * BAR_WIDTH
+                x = j + (k - (len(kernels) - 1) / 2) * BAR_WIDTH
                 bad = not math.isfinite(v)
                 xs.append(x)
                 hs.append(top * 1.15 if bad else v)

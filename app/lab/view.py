@@ -5,9 +5,12 @@ Pick the live context (an open whole-context state, or a lab scenario folder), t
 (another open file, or the scenario's clean per-sequence blob) and the destination sequence; the model
 is the document's. Choose corruptions (the catalog entries that apply, plus free-text specs), policies
 and reader kinds (:class:`~kvscope.app.lab.controls.LabControls`); the matrix runs on the app's thread
-pool with progress and Cancel, and fills in as cells finish. Selecting a cell shows its detail
+pool with progress and Cancel, and fills in as cells finish. The engine choice runs the same cases in
+real llama.cpp, a llama-server, or both llama.cpp and the core (:mod:`~kvscope.app.lab.engine_jobs`; the
+build or server from the engine settings, ``engine_choice``): a case where the two disagree is framed
+and marked ``≠`` in the matrix, and the detail pane says what differed. Selecting a cell shows its detail
 (:class:`~kvscope.app.lab.detail.LabDetail`); Export saves what ``kvscope lab --markdown`` / ``--json``
-prints.
+prints (with ``--engine``, for an engine run).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
@@ -36,13 +40,24 @@ from kvscope.app.base.tasks import Task
 from kvscope.app.base.theme import WARNING_COLOR, Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.document import Document
+from kvscope.app.document.verify_job import EngineChoice
 from kvscope.app.lab.controls import LabControls
 from kvscope.app.lab.detail import LabDetail
+from kvscope.app.lab.engine_jobs import engine_run_job
 from kvscope.app.lab.jobs import ScenarioReady, guess_kind, lab_unavailable, run_job, scenario_folder, scenario_job
-from kvscope.app.lab.model import OUTCOME_LEGEND, LabMatrixModel, OutcomeDelegate, export_run
+from kvscope.app.lab.model import (
+    DISAGREE_LEGEND,
+    OUTCOME_LEGEND,
+    LabMatrixModel,
+    OutcomeDelegate,
+    combined_run,
+    export_run,
+)
+from kvscope.core.lab.report import LabRun
 
 if TYPE_CHECKING:
-    from kvscope.core.lab.report import CellResult, LabRun
+    from kvscope.core.lab.engine_lab import EngineRun
+    from kvscope.core.lab.report import CellResult
 
 COLUMN_WIDTH = 132  # the report's matrix picture uses fixed columns of this width
 MATRIX_HINT = ("The matrix appears here: choose corruptions, policies and readers on the left and press Run. "
@@ -62,6 +77,8 @@ class LabView(QWidget):
         self.ready: ScenarioReady | None = None  # the scenario the controls describe
         self.run_ready: ScenarioReady | None = None  # the scenario of the matrix shown
         self.lab_run: LabRun | None = None  # the last finished (or cancelled) run
+        self.engine_run: EngineRun | None = None  # ... when it ran in a real engine
+        self.engine_choice: Callable[[], EngineChoice] = EngineChoice  # the window gives the settings' choice
         self.error = ""  # the last error shown (tests and scripts read it)
         self._load_task: Task | None = None
         self._run_task: Task | None = None
@@ -272,8 +289,9 @@ class LabView(QWidget):
         c.model_label.setText(os.path.basename(self.doc.model_path) if prof is not None and self.doc.model_path
                               else "none")
         cases, specs, _ = c.selected_cases() if why is None else ([], [], "")
+        core_ok = c.engine != "torch" or (bool(c.policies()) and bool(c.readers()))
         can_run = (why is None and not self.running and not loading and not self._dirty and self.ready is not None
-                   and bool(cases or specs) and bool(c.policies()) and bool(c.readers()))
+                   and bool(cases or specs) and core_ok)
         c.set_state(why, self.running, can_run, self.lab_run is not None)
 
     def _show_error(self, text: str) -> None:
@@ -288,26 +306,35 @@ class LabView(QWidget):
             return None
         c, ready = self.controls, self.ready
         cases, specs, err = c.selected_cases()
+        engine = c.engine
         policies, readers = c.policies(), c.readers()
-        if self.unavailable() or ready is None or err or not (cases or specs) or not policies or not readers:
+        core = engine == "torch"
+        if self.unavailable() or ready is None or err or not (cases or specs) or (core and not (policies and readers)):
             self._show_error(err or self.unavailable() or "nothing to run: choose a scenario, corruptions, "
                              "policies and readers")
             return None
         self.error = ""
         self._stop = threading.Event()
         self._sink = deque()
-        self.lab_run, self.run_ready = None, ready
-        self.model.set_layout([*((x.name, x.description) for x in cases), *((s, s) for s in specs)], policies,
-                              readers)
+        self.lab_run, self.engine_run, self.run_ready = None, None, ready
+        rows = [*((x.name, x.description) for x in cases), *((s, s) for s in specs)]
+        self.model.set_layout(rows, policies if core else (), readers if core else (), grow=not core)
+        self.legend.setText(OUTCOME_LEGEND)
         self.detail.set_ready(ready)
-        job = run_job(ready.scenario, cases, specs, policies, readers, self._stop, self._sink)
+        if core:
+            job = run_job(ready.scenario, cases, specs, policies, readers, self._stop, self._sink)
+            n_cells = len(rows) * len(policies) * len(readers)
+        else:
+            job = engine_run_job(ready.scenario, cases, specs, engine, self.engine_choice(), self.doc.model_path,
+                                 self._stop, self._sink)
+            n_cells = len(rows) * (2 if engine == "both" else 1)
         self._run_task = task = self._track(self.doc.runner.submit(f"lab matrix of {self.doc.name}", job,
                                                                    self._on_run_done, self._on_run_failed))
         task.progressed.connect(self._on_progress)
         task.cancelled.connect(self._on_run_cancelled)
         task.finished.connect(self._on_run_finished)
         c.progress.setValue(0)
-        c.status.setText(f"running {(len(cases) + len(specs)) * len(policies) * len(readers)} cells…")
+        c.status.setText(f"running {n_cells} cells…" if core else f"starting {engine}: {n_cells} cells…")
         self._update_controls()
         return task
 
@@ -328,13 +355,36 @@ class LabView(QWidget):
         self.controls.status.setText(text)
         self.runProgress.emit(fraction, text)
 
-    def _on_run_done(self, run: LabRun) -> None:
+    def _on_run_done(self, out: LabRun | EngineRun) -> None:
         self._sink.clear()
+        if not isinstance(out, LabRun):  # an EngineRun
+            self.show_engine_run(out)
+            return
+        run = out
         self.lab_run = run
         self.model.set_run(run)
         total = len(run.cases) * len(run.policies) * len(run.readers)
         self.controls.status.setText(f"cancelled after {len(run.results)} of {total} cells" if run.cancelled
                                      else f"{len(run.results)} cells in {run.seconds:.1f} s")
+
+    def show_engine_run(self, er: EngineRun, disagreements: list[Any] | None = None) -> None:
+        """Show a run in a real engine (``disagreements``: shown instead of the run's own, for a view test)."""
+        self.engine_run = er
+        self.lab_run = run = combined_run(er)
+        self.model.set_engine_run(er, disagreements)
+        n = len(self.model.disagreements)
+        eng = " ".join(str(er.engine[k]) for k in ("kind", "build") if er.engine.get(k))
+        text = f"{len(run.results)} cells in {er.run.seconds:.1f} s in {eng}"
+        if run.cancelled:
+            text = f"cancelled: {text}"
+        if er.torch is not None:
+            text += f" · {n} case(s) where the core and the engine disagree" if n else \
+                " · the core and the engine agree on every case"
+        self.controls.status.setText(text)
+        self.summary.setText(_summary(self.run_ready) if self.run_ready is not None else self.summary.text())
+        if er.notes:
+            self.summary.setText(self.summary.text() + "".join(f"\nnote: {x}" for x in er.notes[:4]))
+        self.legend.setText(OUTCOME_LEGEND + (" · " + DISAGREE_LEGEND if er.torch is not None else ""))
 
     def _on_run_failed(self, message: str) -> None:
         self._drain()
@@ -355,7 +405,8 @@ class LabView(QWidget):
         self.matrix_stack.setCurrentWidget(self.table if has else self.matrix_hint)
 
     def _on_current(self, current: QModelIndex, _prev: QModelIndex) -> None:
-        self.detail.show_cell(self.model.cell(current.row(), current.column()) if current.isValid() else None)
+        r = self.model.cell(current.row(), current.column()) if current.isValid() else None
+        self.detail.show_cell(r, self.model.detail_extra(r) if r is not None else "")
 
     def select_cell(self, case: str, policy: str, reader: str) -> CellResult | None:
         """Select a matrix cell and show its detail."""
@@ -370,7 +421,7 @@ class LabView(QWidget):
         if self.lab_run is None:
             return False
         try:
-            fmt = export_run(self.lab_run, path)
+            fmt = export_run(self.lab_run, path, self.engine_run)
         except OSError as e:
             self._show_error(f"Cannot write {path}: {e.strerror or e}")
             return False

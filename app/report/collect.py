@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvscope.app.document.doc_index import DocumentIndex
 from kvscope.app.report.model import (
@@ -43,6 +43,24 @@ class Preloaded:
     index: DocumentIndex | None = None
     diff: StateDiff | None = None
     compat: list[GenCompat] | None = None
+    verify: dict[str, Any] | None = None  # the document's ``kvscope verify`` result (verify_for_report)
+
+
+VERIFY_KEYS = ("verdict", "reasons", "restore", "records", "cells", "next_token", "compared")
+
+
+def verify_for_report(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A verify result as a report shows it: the verdict, engine kind / build / why, restore, records, next
+    token; no paths (the file, the model and the engine's library folder stay out of public bug reports)."""
+    if not result:
+        return None
+    out = {k: result[k] for k in VERIFY_KEYS if k in result}
+    eng = result.get("engine") or {}
+    out["engine"] = {k: eng[k] for k in ("kind", "build", "commit", "writes", "reason") if k in eng}
+    restore = result.get("restore")
+    if isinstance(restore, dict):
+        out["restore"] = {k: restore.get(k) for k in ("ok", "message", "returned", "aborted")}
+    return out
 
 
 def check_inputs(options: ReportOptions) -> None:
@@ -144,7 +162,7 @@ def _spread(hits: list[Flagged]) -> list[Flagged]:
 
 
 def report_overview(options: ReportOptions, res: ParseResult, profile: ModelProfile | None,
-                    compat: list[GenCompat] | None = None) -> Overview:
+                    compat: list[GenCompat] | None = None, verify: dict[str, Any] | None = None) -> Overview:
     """The overview that heads the report: with the compatibility per generation and the file's sha256."""
     from kvscope.app.report.names import sha256_of
     from kvscope.core.compat import compatibility
@@ -159,7 +177,7 @@ def report_overview(options: ReportOptions, res: ParseResult, profile: ModelProf
         sha = sha256_of(res.path)
     except OSError as e:
         raise ReportError(f"{options.file}: {e.strerror or e}") from None
-    return build_overview(res, profile, compat, None, options.full_paths, sha)
+    return build_overview(res, profile, compat, verify, options.full_paths, sha)
 
 
 def collect(options: ReportOptions, progress: Progress = no_progress, cancelled: Cancelled | None = None,
@@ -195,7 +213,8 @@ def collect(options: ReportOptions, progress: Progress = no_progress, cancelled:
     check()
     index = preloaded.index if preloaded is not None and preloaded.index is not None else DocumentIndex(res)
     progress(None, "which llama.cpp builds load it")
-    overview = report_overview(options, res, profile, preloaded.compat if preloaded is not None else None)
+    overview = report_overview(options, res, profile, preloaded.compat if preloaded is not None else None,
+                               preloaded.verify if preloaded is not None else None)
     check()
     data = ReportData(options, res, profile, index, stats, stats_error, inspect_object(res, profile, stats), overview)
     data.flagged, data.flagged_total = flagged_records(res, index, stats)

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 
 from kvscope.app.base.tasks import CancelToken, Report, Task, TaskRunner
 from kvscope.app.report.atomic import check_destination
-from kvscope.app.report.collect import Preloaded, collect
+from kvscope.app.report.collect import Preloaded, collect, verify_for_report
 from kvscope.app.report.images import render_images
 from kvscope.app.report.lab import lab_context, memory_core_available
 from kvscope.app.report.model import ReportData, ReportError, ReportImage, ReportOptions
@@ -60,7 +60,7 @@ def preloaded(doc: Document, options: ReportOptions) -> Preloaded | None:
     if doc.result is None or doc.stats is None or doc.busy:
         return None
     diff = doc.diff.diff if doc.diff is not None and options.compare == doc.diff.other_path else None
-    return Preloaded(doc.result, doc.profile, doc.stats, doc.index, diff, doc.compat)
+    return Preloaded(doc.result, doc.profile, doc.stats, doc.index, diff, doc.compat, verify_for_report(doc.verify))
 
 
 class ReportExporter(QObject):

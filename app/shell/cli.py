@@ -27,6 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lab-restore", metavar="STATE", help="with --view lab: the state to restore into the first FILE "
                    "(default: the clean sequence-0 blob of its lab scenario folder)")
     p.add_argument("--size", metavar="WxH", default="1400x900", help="window size for --screenshot (default 1400x900)")
+    p.add_argument("--verify", action="store_true", help="verify the first FILE once it is read (Tools → Verify: "
+                   "restore in real llama.cpp, re-prefill, compare; needs --model or a remembered model); with "
+                   "--screenshot, before the picture")
+    p.add_argument("--engine", choices=("llama.cpp", "server", "torch"), help="the engine Verify runs in (remembered "
+                   "like Tools → Engine Settings; default: the saved one, llama.cpp)")
 
 
 def register(subparsers: Any) -> None:
@@ -86,12 +91,17 @@ def _run(args: argparse.Namespace, settings_file: str | None) -> int:
     settings = AppSettings(qs)
     theme = Theme(args.theme or settings.theme())
     theme.apply()
+    if args.engine:
+        from dataclasses import replace
+
+        settings.set_engine(replace(settings.engine(), engine=args.engine))
     win = MainWindow(settings, theme)
     opened = [w for f in args.files if (w := win.open_file(f, model=args.model)) is not None]
     if args.screenshot:
         from kvscope.app.shell.screenshot import take_screenshot
 
-        rc = take_screenshot(win, args.screenshot, args.view, args.diff, _parse_size(args.size), args.lab_restore)
+        rc = take_screenshot(win, args.screenshot, args.view, args.diff, _parse_size(args.size), args.lab_restore,
+                             verify=args.verify)
         win.runner.shutdown()
         win.deleteLater()
         # tear the window down now: left to Python's exit, pyqtgraph views resize half-deleted items (SIGSEGV)
@@ -105,6 +115,14 @@ def _run(args: argparse.Namespace, settings_file: str | None) -> int:
             win.compare_with(args.diff, first)
 
         first.doc.loaded.connect(diff_once)
+    if args.verify and opened:
+        first = opened[0]
+
+        def verify_once() -> None:
+            first.doc.loaded.disconnect(verify_once)
+            win.verify(first)
+
+        first.doc.loaded.connect(verify_once)
     if args.view:
         for w in opened:
             w.show_view(args.view)

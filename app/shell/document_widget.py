@@ -1,17 +1,18 @@
 """One document's page: banners, structure tree, byte map and the view tabs, all on one selection bus.
 
 The page opens on the Overview. Above every view: the model banner, a "damaged" banner while the
-file has error findings, and a "changed: Reload" banner when the file changed on disk.
+file has error findings, a "changed: Reload" banner when the file changed on disk, and a banner saying
+why Verify could not run. The byte map has its Export button beside it.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QByteArray, Qt
-from PySide6.QtWidgets import QSplitter, QStackedWidget, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QSplitter, QStackedWidget, QTabWidget, QVBoxLayout, QWidget
 
 from kvscope.app.base.theme import Theme
 from kvscope.app.base.widgets import plain_label
-from kvscope.app.document.banners import ChangedBanner, DamageBanner
+from kvscope.app.document.banners import ChangedBanner, DamageBanner, VerifyBanner
 from kvscope.app.document.document import Document
 from kvscope.app.document.model_banner import ModelBanner
 from kvscope.app.lab.view import LabView
@@ -19,6 +20,7 @@ from kvscope.app.views.bytes.bytemap import ByteMap
 from kvscope.app.views.bytes.hex_view import HexView
 from kvscope.app.views.cells.cellmap import CellMapView
 from kvscope.app.views.diff.diff_view import DiffView
+from kvscope.app.views.export import doc_export_button
 from kvscope.app.views.findings.findings_view import FindingsView
 from kvscope.app.views.layers.layer_view import LayerView
 from kvscope.app.views.overview.overview_view import OverviewView
@@ -42,6 +44,7 @@ class DocumentWidget(QWidget):
         self.banner = ModelBanner(doc)
         self.damage_banner = DamageBanner(doc, theme)
         self.changed_banner = ChangedBanner(doc)
+        self.verify_banner = VerifyBanner(doc, theme)
         self.overview = OverviewView(doc, theme)
         self.tree = StructureView(doc)
         self.bytemap = ByteMap(doc)
@@ -60,7 +63,15 @@ class DocumentWidget(QWidget):
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
         rl.setSpacing(2)
-        rl.addWidget(self.bytemap)
+        map_row = QHBoxLayout()
+        map_row.setContentsMargins(0, 0, 0, 0)
+        map_row.addWidget(self.bytemap, 1)
+        self.bytemap_export = doc_export_button(self.bytemap, doc)
+        self.bytemap_export.setToolTip("save the byte map as a PNG picture, or its regions (offset, size, node, "
+                                       "status) as CSV")
+        map_row.addWidget(self.bytemap_export, 0, Qt.AlignmentFlag.AlignTop)
+        self.bytemap.exporter = self.bytemap_export
+        rl.addLayout(map_row)
         rl.addWidget(self.tabs, 1)
         self.split = QSplitter(Qt.Orientation.Horizontal)
         self.split.addWidget(self.tree)
@@ -79,6 +90,7 @@ class DocumentWidget(QWidget):
         lay.addWidget(self.banner)
         lay.addWidget(self.changed_banner)
         lay.addWidget(self.damage_banner)
+        lay.addWidget(self.verify_banner)
         lay.addWidget(self.stack, 1)
         for src in (self.overview, self.damage_banner):
             src.jumpRequested.connect(self.show_view)
@@ -104,6 +116,7 @@ class DocumentWidget(QWidget):
         self.stack.setCurrentWidget(self.error)
         self.banner.hide()
         self.damage_banner.hide()
+        self.verify_banner.hide()
 
     def _flag_tree(self) -> None:
         """Flag the tree nodes findings point at; list what a truncated file is missing as its own row."""

@@ -22,8 +22,10 @@ from kvscope.app.base.theme import Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
+from kvscope.app.document.verify_job import EngineChoice
 from kvscope.app.report.export import ReportExporter, export_document
 from kvscope.app.shell.document_widget import DocumentWidget
+from kvscope.app.shell.engine_dialog import EngineDialog, edit_engine
 from kvscope.app.shell.menus import build_menus
 from kvscope.app.shell.settings import AppSettings
 
@@ -122,6 +124,13 @@ class MainWindow(QMainWindow):
         w.banner.modelChosen.connect(lambda m, w=w: self.set_model(w, m))
         w.banner.browseRequested.connect(lambda w=w: self.choose_model(w))
         w.diff.compareRequested.connect(lambda w=w: self.compare_with(None, w))
+        w.verify_banner.modelRequested.connect(lambda w=w: self.choose_model(w))
+        w.verify_banner.settingsRequested.connect(self.engine_settings)
+        w.overview.verifyRequested.connect(lambda w=w: self.verify(w))
+        w.overview.cancelVerifyRequested.connect(w.doc.cancel_verify)
+        w.lab.engine_choice = self.settings.engine
+        doc.verify_engine = self.settings.engine().describe()
+        doc.verifyChanged.connect(self._update_actions)
         doc.message.connect(lambda text: self.statusBar().showMessage(text, 8000))
         doc.failed.connect(lambda msg, p=path: self._on_load_failed(p, msg))
         doc.bus.changed.connect(lambda sel, d=doc: self._on_selection(d, sel))
@@ -206,6 +215,38 @@ class MainWindow(QMainWindow):
 
     def _on_export_failed(self, _message: str) -> None:
         self.last_message = self.exporter.last_message
+
+    # -- verify -----------------------------------------------------------------------------------------
+    def verify(self, w: DocumentWidget | None = None) -> None:
+        """Tools → Verify: verify ``w``'s file (default: the current one) in the engine of the settings, in
+        the background; the Overview shows the progress and then the result, a banner why it cannot run."""
+        w = w or self.current()
+        if w is None or w.doc.result is None:
+            return
+        w.show_view("overview")
+        task = w.doc.start_verify(self.settings.engine())
+        if task is None and w.doc.verify_error:
+            self.statusBar().showMessage(w.doc.verify_error.splitlines()[0], 10000)
+            self.last_message = w.doc.verify_error
+        self._update_actions()
+
+    def cancel_verify(self) -> None:
+        w = self.current()
+        if w is not None:
+            w.doc.cancel_verify()
+
+    def engine_settings(self) -> EngineDialog:
+        """Tools → Engine Settings (window-modal); OK saves the choice."""
+        dlg = edit_engine(self.settings.engine(), self)
+        dlg.accepted.connect(lambda: self._set_engine(dlg.choice()))
+        return dlg
+
+    def _set_engine(self, choice: EngineChoice) -> None:
+        self.settings.set_engine(choice)
+        for w in self.documents:
+            if not w.doc.verifying:
+                w.doc.verify_engine = choice.describe()
+                w.overview.refresh()
 
     def goto_offset(self, offset: int | None = None) -> None:
         """Select the byte at ``offset`` in the current document (asks when None)."""

@@ -1,4 +1,5 @@
-"""Menus, actions and their standard shortcuts; greys out what the current document cannot do, saying why.
+"""Menus, the toolbar, actions and their standard shortcuts; greys out what the current document cannot do,
+saying why.
 
 The menus know the window only as a :class:`MenuHost`: the commands its actions trigger. The window
 passes itself, so this module never imports the window.
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QMenu, QMenuBar, QMessageBox, QWidget
+from PySide6.QtWidgets import QMenu, QMenuBar, QMessageBox, QToolBar, QWidget
 
 from kvscope.app.base.theme import THEMES, Theme
 from kvscope.app.document.document import diff_available
@@ -27,6 +28,7 @@ class MenuHost(Protocol):
 
     def window(self) -> QWidget: ...  # the top-level widget that parents the actions and dialogs
     def menuBar(self) -> QMenuBar: ...
+    def addToolBar(self, title: str) -> QToolBar: ...
     def close(self) -> bool: ...
     def current(self) -> DocumentWidget | None: ...
     def open_file(self, path: str, model: str | None = None) -> Any: ...
@@ -41,6 +43,9 @@ class MenuHost(Protocol):
     def step_difference(self, delta: int) -> None: ...
     def show_view(self, name: str) -> None: ...
     def set_theme(self, name: str) -> None: ...
+    def verify(self) -> None: ...
+    def cancel_verify(self) -> None: ...
+    def engine_settings(self) -> object: ...
 
 
 @dataclass
@@ -49,6 +54,7 @@ class Actions:
 
     by_name: dict[str, QAction] = field(default_factory=dict)
     recent_menu: QMenu | None = None
+    toolbar: QToolBar | None = None
 
     def __getitem__(self, name: str) -> QAction:
         return self.by_name[name]
@@ -68,6 +74,17 @@ class Actions:
             self.by_name[name].setEnabled(has_diff)
         for name in TAB_VIEWS:
             self.by_name[f"view_{name}"].setEnabled(w is not None)
+        verifying = w is not None and w.doc.verifying
+        act = self.by_name["verify"]
+        act.setEnabled(loaded and not verifying)
+        needs = "" if loaded and w is not None and w.doc.profile is not None else (
+            " (it needs the model: File → Model…)" if loaded else " (open a state file first)")
+        act.setToolTip(VERIFY_TIP + needs)
+        self.by_name["cancel_verify"].setEnabled(verifying)
+
+
+VERIFY_TIP = ("Verify the file in real llama.cpp: restore it, re-prefill its tokens, compare record by record and "
+              "the next token (the engine in Tools → Engine Settings)")
 
 
 def _action(win: MenuHost, acts: Actions, name: str, text: str, slot: object,
@@ -141,6 +158,20 @@ def build_menus(win: MenuHost) -> Actions:
         a.setChecked(win.theme.preference == name)
         a.triggered.connect(lambda _=False, n=name: win.set_theme(n))
         group.addAction(a)
+
+    tools = mb.addMenu("&Tools")
+    tools.addAction(_action(win, acts, "verify", "&Verify", win.verify, "Ctrl+Shift+V", VERIFY_TIP))
+    tools.addAction(_action(win, acts, "cancel_verify", "&Cancel Verify", win.cancel_verify, None,
+                            "Stop the verification (the engine call in flight is killed)"))
+    tools.addSeparator()
+    tools.addAction(_action(win, acts, "engine_settings", "&Engine Settings…", win.engine_settings, SK.Preferences,
+                            "The engine Verify and the Lab run in: llama.cpp build, your own libllama, llama-server"))
+
+    bar = acts.toolbar = win.addToolBar("Main")
+    bar.setObjectName("main_toolbar")  # saveState/restoreState find it by name
+    bar.setMovable(False)
+    for name in ("open", "model", "verify", "cancel_verify", "export_report"):
+        bar.addAction(acts[name])
 
     help_menu = mb.addMenu("&Help")
     help_menu.addAction("&About kvscope").triggered.connect(lambda: _about(win))

@@ -1,10 +1,12 @@
-"""``kvscope gui --screenshot``: open, wait for the background work, pose a view, save the window as PNG."""
+"""``kvscope gui --screenshot``: open, wait for the background work (and with ``--verify`` the verification),
+pose a view, save the window as PNG."""
 
 from __future__ import annotations
 
 import os
 import sys
 
+from kvscope.app.document.verify_marks import verify_marks
 from kvscope.app.report.snapshot import png_bytes
 from kvscope.app.shell.document_widget import DocumentWidget
 from kvscope.app.shell.lab_pose import pose_lab
@@ -35,8 +37,9 @@ def pose(w: DocumentWidget, view: str | None) -> None:
         if w.cells.swa_check.isEnabled():
             w.cells.swa_check.setChecked(True)
     elif view == "layers" and idx.records:
-        bad = None
-        if doc.stats is not None:
+        bad = next((m.record for m in verify_marks(res, doc.verify) if m.status != "match" and m.record is not None),
+                   None)
+        if bad is None and doc.stats is not None:
             hit = next((ls for ls in doc.stats.layers if ls.n_nonfinite or ls.zero_rows), None)
             if hit is not None:
                 bad = next((r for si, _, st, r in idx.records if si == hit.section_index and r.role == hit.role
@@ -70,17 +73,25 @@ def pose(w: DocumentWidget, view: str | None) -> None:
         w.bytemap.set_range(sel.offset - span / 2, sel.offset + span / 2)
     if view is not None:
         w.show_view(view)
+    if view == "overview" and doc.verify:
+        w.overview.browser.scrollToAnchor("verify")
 
 
 def take_screenshot(win: MainWindow, out: str, view: str | None, diff: str | None, size: tuple[int, int],
-                    lab_restore: str | None = None) -> int:
+                    lab_restore: str | None = None, verify: bool = False) -> int:
     """Render ``win`` once its documents are loaded; 0 on success, 2 when nothing could be saved.
-    ``view`` lab runs a small matrix first (``lab_restore``: the state to restore)."""
+    ``view`` lab runs a small matrix first (``lab_restore``: the state to restore); ``verify`` verifies the
+    current file first (a verification that cannot run is reported and pictured)."""
     win.resize(*size)
     win.show()
     if not win.wait_idle(TIMEOUT_MS):
         print("kvscope: background work did not finish in time; saving what is shown", file=sys.stderr)
     w = win.current()
+    if w is not None and verify:
+        win.verify(w)
+        win.wait_idle(TIMEOUT_MS)
+        if w.doc.verify_error:
+            print(f"kvscope: verify: {safe_text(w.doc.verify_error)}", file=sys.stderr)
     if w is not None and diff:
         win.compare_with(diff)
         win.wait_idle(TIMEOUT_MS)

@@ -1,4 +1,5 @@
-"""Persistent preferences on QSettings: recent files, per-file model choice, theme, window state.
+"""Persistent preferences on QSettings: recent files, per-file model choice, theme, window state, and the
+engine ``kvscope verify`` and the Lab run in (:class:`EngineSettings`).
 
 Modelled on Frescobaldi's ``recentfiles.py``: a capped most-recent-first list whose unreadable
 entries are dropped whenever it is read. Tests isolate settings by passing their own
@@ -9,13 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict, fields
 
 from PySide6.QtCore import QByteArray, QSettings
+
+from kvscope.app.document.verify_job import VERIFY_ENGINES, EngineChoice
 
 RECENT_MAX = 10
 _RECENT_KEY = "recent/files"
 _MODELS_KEY = "models/by_file"  # JSON object: absolute state-file path -> absolute GGUF path
 _MODELS_MAX = 500
+_ENGINE_KEY = "engine/choice"  # JSON object: EngineChoice's fields
 
 
 def _readable(path: str) -> bool:
@@ -80,6 +85,23 @@ class AppSettings:
         if len(data) > _MODELS_MAX:  # forget the oldest associations (dicts keep insertion order)
             data = dict(list(data.items())[-_MODELS_MAX:])
         self.qs.setValue(_MODELS_KEY, json.dumps(data))
+
+    # -- the engine of Verify and the Lab ---------------------------------------------------------------
+    def engine(self) -> EngineChoice:
+        """The engine settings (defaults: llama.cpp with the build that writes the file's layout)."""
+        raw = self.qs.value(_ENGINE_KEY, "{}")
+        try:
+            data = json.loads(str(raw))
+        except ValueError:
+            data = {}
+        known = {f.name for f in fields(EngineChoice)}
+        kept = {k: (str(v) if v is not None else None) for k, v in data.items() if k in known} \
+            if isinstance(data, dict) else {}
+        choice = EngineChoice(**kept)  # type: ignore[arg-type]
+        return choice if choice.engine in VERIFY_ENGINES else EngineChoice()
+
+    def set_engine(self, choice: EngineChoice) -> None:
+        self.qs.setValue(_ENGINE_KEY, json.dumps(asdict(choice)))
 
     # -- preferences and window state ---------------------------------------------------------------
     def theme(self) -> str:

@@ -3,7 +3,9 @@
 The platform is offscreen unless pytest runs with ``--qt-platform=xcb`` (tests/conftest.py starts a
 private Xvfb then); the ``qt_platform`` fixture names the one in use. Mark a test
 ``@pytest.mark.xserver`` to have it run in the real X server too during a normal run
-(test_gui_xserver.py re-runs the marked tests under Xvfb).
+(test_gui_xserver.py re-runs the marked tests under Xvfb). The files that drive real llama.cpp from the
+app (:data:`ENGINE_TESTS`) need llama-cpp-python (the engine extra): without it they are not collected,
+as tests/verify is not; with it, a pinned build missing from the cache is built first (nothing skips).
 """
 
 from __future__ import annotations
@@ -21,9 +23,20 @@ import pytest  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 from gui_helpers import model  # noqa: E402
 
+ENGINE_TESTS = ("test_gui_verify_engine.py", "test_gui_lab_engine.py")
+
 if importlib.util.find_spec("PySide6") is None or importlib.util.find_spec("pytestqt") is None:
     collect_ignore_glob = ["test_*.py"]  # the core suite runs without Qt
 else:
+    from llama_builds import HAVE_BINDING, ensure_builds
+
+    if not HAVE_BINDING:
+        collect_ignore = list(ENGINE_TESTS)
+
+    def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+        if any(Path(str(item.path)).name in ENGINE_TESTS for item in items):
+            ensure_builds()
+
     from PySide6.QtCore import QSettings
     from qt_settings import isolated_settings  # noqa: F401  (autouse fixture)
 

@@ -114,15 +114,22 @@ def test_overview_says_which_generations_load_it(qtbot, open_doc):  # type: igno
 
 
 def test_overview_shows_a_verify_result(qtbot, open_doc):  # type: ignore[no-untyped-def]
+    """A result in ``kvscope verify --json``'s schema (tests/verify check the real engine's; test_gui_verify.py runs
+    it from the app): the verdict first, engine, restore, records by status, each record that is not a match."""
     w = open_doc(CLEAN, "llama")
     assert "not verified" in w.overview.browser.toPlainText()
-    w.doc.set_verify({"verdict": "equivalent", "engine": {"kind": "libllama", "build": "b11434"},
-                      "restore": {"ok": True, "message": ""},
+    rec = {"section": "kv", "section_index": 0, "stream": 0, "role": "k", "il": 0, "status": "match", "max_abs": 0.0,
+           "file_index": 0}
+    w.doc.set_verify({"verdict": "damaged", "engine": {"kind": "llama.cpp", "build": "b11434"},
+                      "restore": {"ok": True, "message": "restored (7372 bytes read)"}, "compared": True,
                       "next_token": {"max_abs_logit_diff": 0.0, "same_argmax": True, "kl": 0.0},
-                      "records": []})
+                      "reasons": ["layer 1 K (kv stream 0): differs"],
+                      "records": [rec, {**rec, "il": 1, "status": "differs", "max_abs": 0.25, "file_index": 1}]})
     text = w.overview.browser.toPlainText()
-    assert "equivalent (engine libllama b11434)" in text and "same next token" in text
-    assert "not verified" not in text
+    assert "Verify: damaged in llama.cpp b11434 — layer 1 K (kv stream 0): differs" in text
+    assert "DAMAGED IN LLAMA.CPP B11434" in text and "restored (7372 bytes read)" in text
+    assert "match 1, ■ differs 1" in text and "differs: layer 1 K (kv · stream 0) — max |Δ| 0.25" in text
+    assert "same argmax" in text and "not verified" not in text
     w.doc.set_verify(None)
     assert "not verified" in w.overview.browser.toPlainText()
 

@@ -3,7 +3,9 @@
 The heatmap (:class:`~kvscope.app.views.layers.heatmap.Heatmap`) keeps its axes in real units at every
 zoom; the title names the record, its type and shape, and whether the values shown were de-rotated
 (records llama.cpp stores Hadamard-rotated). The view follows the document's selection: a finding,
-node or byte of another record moves it to that record.
+node or byte of another record moves it to that record. Once ``kvscope verify`` has run (Tools →
+Verify), every record's status is drawn in a strip under the per-layer plots (with a legend; a click
+selects the record) and the selected record's status ends the title.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kvscope.app.base.theme import Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
+from kvscope.app.document.verify_marks import RecordMark, mark_of, verify_marks
 from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.layers.heatmap import Heatmap
 from kvscope.app.views.layers.lod import rotation_block
@@ -83,6 +86,7 @@ class LayerView(LazyParts, QWidget):
         self.units: list[Unit] = []
         self.record: LayerRecord | None = None
         self.streams: dict[int, KvStream | None] = {}
+        self.marks: list[RecordMark] = []  # the verify result's statuses, tied to the file's records
         self.unit_combo = QComboBox()
         self.unit_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.role_combo = QComboBox()
@@ -134,6 +138,7 @@ class LayerView(LazyParts, QWidget):
         self.rows_combo.currentIndexChanged.connect(lambda _i: self._redraw())
         doc.loaded.connect(self._reload)
         doc.statsReady.connect(self._update_stats)
+        doc.verifyChanged.connect(self._on_verify)
         doc.bus.changed.connect(self._on_selection)
         self._reload()
 
@@ -182,9 +187,32 @@ class LayerView(LazyParts, QWidget):
         return self.heatmap.base.matrix
 
     # -- navigation -------------------------------------------------------------------------------
+    def _on_verify(self) -> None:
+        marks = verify_marks(self.doc.result, self.doc.verify)
+        if not marks and not self.marks:
+            return
+        self.marks = marks
+        self._update_stats()
+        rec = self.record
+        if rec is not None and self.built and self.heatmap.n_rows:
+            self.title.setText(self.heading(rec))
+
+    def unit_marks(self) -> list[RecordMark]:
+        """The verify statuses of the records of the unit shown."""
+        u = self.unit
+        if u is None:
+            return []
+        return [m for m in self.marks if m.section_index == u.section_index and m.stream == u.stream]
+
+    def verify_text(self, rec: LayerRecord) -> str:
+        """``verify: match (max |Δ| 0; bitwise equal)`` for a verified record, else ""."""
+        m = mark_of(self.marks, rec)
+        return f"verify: {m.text()}" if m is not None else ""
+
     def _reload(self) -> None:
         self.units = []
         self.streams = {}
+        self.marks = verify_marks(self.doc.result, self.doc.verify)
         idx = self.doc.index
         if idx is not None:
             grouped: dict[tuple[int, int | None], dict[str, list[LayerRecord]]] = {}
@@ -375,7 +403,8 @@ class LayerView(LazyParts, QWidget):
         text = (f"{ROLE_LABEL.get(rec.role, rec.role)} layer {'?' if rec.il is None else rec.il}{where} · {rec.type} · "
                 f"{hm.n_rows:,} {kind} × {hm.n_cols:,} channels")
         note = rotation_note(rec, self.streams.get(id(rec)), hm.n_cols)
-        return text + (f" · {note}" if note else "")
+        status = self.verify_text(rec)
+        return text + (f" · {note}" if note else "") + (f" · {status}" if status else "")
 
     def _describe(self, rec: LayerRecord) -> str:
         extra = "transposed V" if rec.transposed else f"{rec.row_bytes:,} bytes/row"
@@ -415,6 +444,8 @@ class LayerView(LazyParts, QWidget):
             note = f"statistics failed: {self.doc.stats_error}" if self.doc.stats_error else "scanning payloads…"
         series = unit_stats(self.doc.stats, u.section_index, u.stream) if u is not None else {}
         self.stats.set_stats(series, note)
+        eng = (self.doc.verify or {}).get("engine") or {}
+        self.stats.set_verify(self.unit_marks(), " ".join(str(eng[k]) for k in ("kind", "build") if eng.get(k)))
         if self.record is not None:
             self.stats.mark(float(self.record.il if self.record.il is not None else self.record.index))
 

@@ -5,56 +5,110 @@ the verdict in one line with its reason, the top findings and the missing bytes 
 select their bytes in the shared selection (and bring the hex view up), what the file is (kind,
 the llama.cpp API that writes it, layout generation with confidence and runners-up, model and
 whether it fits, sequences, sections), which llama.cpp generations load it, and the result of
-``kvscope verify`` once one is given (:meth:`Document.set_verify`), "not verified" until then.
+``kvscope verify`` (:mod:`~kvscope.app.views.overview.verify_html`): "not verified" with a link that runs
+it, the run in progress with Cancel, why it could not run, or the result (a record's link shows it on
+the Layers view). The overview object is built once per parse (``sequences`` sorts every cell table) and
+only its compatibility, verification and verdict are replaced as they come in. Export saves the page as
+PNG.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from html import escape
 
 from PySide6.QtCore import QUrl, Signal
-from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QTextBrowser, QVBoxLayout, QWidget
 
-from kvscope.app.base.theme import SEVERITY_COLORS, Theme, verdict_color
+from kvscope.app.base.theme import SEVERITY_COLORS, VERIFY_LEVELS, Theme, verdict_color
 from kvscope.app.document.document import Document
+from kvscope.app.document.verify_job import NEEDS_MODEL
+from kvscope.app.document.verify_marks import verify_marks
+from kvscope.app.views.export import doc_export_button
+from kvscope.app.views.overview import verify_html
 from kvscope.core.findings import Finding
 from kvscope.core.overview import Overview, build_overview
+from kvscope.core.reader.records import ParseResult
 from kvscope.core.verdict import Verdict, plural
 
 STAGE_MARK = {"ok": "✔", "silent": "⚠", "header": "✘", "memory": "✘", "unknown": "?"}
 
 
 class OverviewView(QWidget):
-    """The overview page of one document; ``jumpRequested(view)`` asks the page to show a view."""
+    """The overview page of one document; ``jumpRequested(view)`` asks the page to show a view,
+    ``verifyRequested`` / ``cancelVerifyRequested`` the window to start or stop a verification."""
 
     jumpRequested = Signal(str)
+    verifyRequested = Signal()
+    cancelVerifyRequested = Signal()
+    export_name = "overview"
 
     def __init__(self, doc: Document, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.doc = doc
         self.theme = theme
         self.overview: Overview | None = None
+        self._base: tuple[ParseResult, object, Overview] | None = None  # built once per parse and model
+        self.builds = 0  # how many times the overview object was built (tests: once per parse)
         self.browser = QTextBrowser()
         self.browser.setOpenLinks(False)
         self.browser.setOpenExternalLinks(False)
         self.browser.anchorClicked.connect(self._on_link)
+        self.verify_button = QPushButton("Verify")
+        self.verify_button.setToolTip("restore the file in real llama.cpp, re-prefill its tokens and compare "
+                                      "(Tools → Verify, Ctrl+Shift+V)")
+        self.verify_button.clicked.connect(self.verifyRequested)
+        self.export_button = doc_export_button(self, doc)
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addStretch(1)
+        top.addWidget(self.verify_button)
+        top.addWidget(self.export_button)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        lay.addWidget(self.browser)
+        lay.setSpacing(2)
+        lay.addLayout(top)
+        lay.addWidget(self.browser, 1)
         for sig in (doc.loaded, doc.statsReady, doc.compatReady, doc.verifyChanged, doc.fileChanged):
             sig.connect(self.refresh)
+        doc.verifyProgress.connect(lambda *_: self.show_page())
         theme.changed.connect(lambda _dark: self.refresh())
         self.refresh()
 
     # -- content ----------------------------------------------------------------------------------
+    def _overview(self, res: ParseResult) -> Overview:
+        """The overview of ``res``: built once per parse and model; then only what comes later is replaced."""
+        doc = self.doc
+        base = self._base
+        if base is None or base[0] is not res or base[1] is not doc.profile:
+            ov = build_overview(res, doc.profile, doc.compat, doc.verify, full_paths=True)
+            self.builds += 1
+            self._base = (res, doc.profile, ov)
+            return ov
+        return replace(base[2], compat=doc.compat, verify=doc.verify, verdict=doc.verdict() or base[2].verdict)
+
     def refresh(self, *_args: object) -> None:
         res = self.doc.result
         if res is None:
             self.overview = None
+            self._base = None
             self.browser.setHtml(f"<p>Reading {escape(self.doc.name)}…</p>")
+            self.verify_button.setEnabled(False)
             return
-        self.overview = build_overview(res, self.doc.profile, self.doc.compat, self.doc.verify, full_paths=True)
+        self.overview = self._overview(res)
+        self.show_page()
+
+    def show_page(self) -> None:
+        """Show the overview (the scroll position kept, so a verification's progress does not jump the page)."""
+        doc = self.doc
+        self.verify_button.setEnabled(not doc.verifying and self.overview is not None)
+        self.verify_button.setText("Verifying…" if doc.verifying else "Verify")
+        if self.overview is None:
+            return
+        bar = self.browser.verticalScrollBar()
+        at = bar.value()
         self.browser.setHtml(self.html())
+        bar.setValue(at)
 
     @property
     def verdict(self) -> Verdict | None:
@@ -68,6 +122,10 @@ class OverviewView(QWidget):
         color = verdict_color(v.level, dark).name()
         parts = [f'<h2 style="color:{color};margin-bottom:2px">{escape(v.title.upper())}</h2>',
                  f'<p style="font-size:large;margin-top:0">{escape(v.reason)}</p>']
+        if self.doc.verify:
+            vcol = verdict_color(VERIFY_LEVELS.get(str(self.doc.verify.get("verdict")), "suspicious"), dark).name()
+            parts.append(f'<p><a href="view:verify"><span style="color:{vcol}"><b>'
+                         f"{escape(verify_html.summary_line(self.doc.verify))}</b></span></a></p>")
         if self.doc.changed:
             parts.append(f'<p><b>The file changed on disk:</b> {escape(self.doc.changed)}. What is shown is the file '
                          'as it was read; reload it to see the new bytes.</p>')
@@ -84,9 +142,21 @@ class OverviewView(QWidget):
         parts.append(_table(rows))
         parts.append("<h3>Which llama.cpp builds load it</h3>")
         parts.append(self._compat_html(ov, dark))
-        parts.append("<h3>Verification</h3>")
-        parts.append("<p>" + "<br>".join(escape(line) for line in ov.verify_lines()) + "</p>")
+        parts.append('<h3><a name="verify"></a>Verification</h3>')
+        parts.append(self._verify_html(dark))
         return "".join(parts)
+
+    def _verify_html(self, dark: bool) -> str:
+        doc = self.doc
+        if doc.verifying:
+            return verify_html.running_html(doc.verify_engine, doc.verify_step)
+        if doc.verify_error:
+            return verify_html.error_html(doc.verify_engine, doc.verify_error, dark)
+        if doc.verify:
+            return verify_html.result_html(doc.verify, dark)
+        engine = doc.verify_engine or "the engine of the settings"
+        can = doc.profile is not None
+        return verify_html.not_verified_html(engine, can, "" if can else NEEDS_MODEL)
 
     def _findings_html(self, v: Verdict, dark: bool) -> list[str]:
         res = self.doc.result
@@ -147,9 +217,20 @@ class OverviewView(QWidget):
         doc, idx, res = self.doc, self.doc.index, self.doc.result
         if idx is None or res is None:
             return False
+        if scheme == "verify":
+            self.verifyRequested.emit()
+            return True
+        if scheme == "cancel-verify":
+            self.cancelVerifyRequested.emit()
+            return True
+        if scheme == "view" and arg == "verify":
+            self.browser.scrollToAnchor("verify")
+            return True
         if scheme == "view" and arg:
             self.jumpRequested.emit(arg)
             return True
+        if scheme == "vrec" and arg.isdigit():
+            return self._show_record(int(arg))
         f: Finding | None = None
         if scheme == "finding" and arg.isdigit() and int(arg) < len(res.findings):
             f = res.findings[int(arg)]
@@ -160,6 +241,27 @@ class OverviewView(QWidget):
         doc.bus.select(idx.for_finding(f), origin=self)
         self.jumpRequested.emit("hex")
         return True
+
+    def _show_record(self, i: int) -> bool:
+        """Select the file's record of verify entry ``i`` (its layer when the file lacks it) on the Layers view."""
+        doc, idx = self.doc, self.doc.index
+        marks = verify_marks(doc.result, doc.verify)
+        if idx is None or not 0 <= i < len(marks):
+            return False
+        m = marks[i]
+        rec = m.record
+        if rec is None:  # missing: the file's record of that role nearest the layer, where the strip marks it
+            near = [r for si, _, st, r in idx.records if si == m.section_index and r.role == m.role
+                    and (st.index if st is not None else None) == m.stream]
+            rec = min(near, key=lambda r: abs((r.il if r.il is not None else r.index) - m.x), default=None)
+        if rec is None:
+            return False
+        doc.bus.select(idx.for_record(rec), origin=self)
+        self.jumpRequested.emit("layers")
+        return True
+
+    def export_widget(self) -> QWidget:
+        return self.browser
 
     def finding_links(self) -> list[str]:
         """The links of the top findings, in the order shown."""
