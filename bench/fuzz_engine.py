@@ -15,7 +15,7 @@ as JSON and written to ``--out/summary-<build>.json``. Exit status 1 when anythi
 
 Usage::
 
-    nice .venv/bin/python bench/fuzz_engine.py --cases 10000 --build b11434
+    nice .venv/bin/python bench/fuzz_engine.py --cases 10000 --build b11434   # tests/data/gen-models included
     .venv/bin/python bench/fuzz_engine.py --cases 10000 --build 0c1e5709 --seed 3
     .venv/bin/python bench/fuzz_engine.py --build b11434 --replay 1234
 """

@@ -187,8 +187,8 @@ def context_for(res: ParseResult, profile: ModelProfile | None = None, n_tokens:
     if found is not None:
         _, st = found
         type_k = gt.type_name(st.k_layers[0].type_id)
-        if st.v_layers:
-            type_v = gt.type_name(st.v_layers[0].type_id)
+        # a K-only cache (MLA) has no V record: llama.cpp wants the V type to be the K type there
+        type_v = gt.type_name(st.v_layers[0].type_id) if st.v_layers else type_k
         if st.v_trans is not None:
             flash = not bool(st.v_trans)
             sources["flash_attn"] = "file"

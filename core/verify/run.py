@@ -11,6 +11,7 @@ Setup problems (no engine, a file that is not a state, a bad parameter) raise :c
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -35,7 +36,7 @@ from kvscope.core.verify.engines import (
     TorchEngine,
     VerifyEngine,
 )
-from kvscope.core.verify.params import PER_SEQ_KINDS, ContextPlan, ParamsError, context_for, source_seq
+from kvscope.core.verify.params import PER_SEQ_KINDS, ROT_DISABLE, ContextPlan, ParamsError, context_for, source_seq
 from kvscope.core.verify.prefill import PrefillPlan, plan_prefill
 from kvscope.core.verify.result import NextToken, VerifyResult, compare_logits, decide
 
@@ -190,6 +191,8 @@ class Verifier:
             gen = self._generation(out.engine, build)
             incompatible = self._incompatible(res, gen, compat)
             self._run_steps(out, res, prof, plan, ctx, engine)
+            if self._rotation_unknown(res, out) and self.server_url is None:
+                engine = self._retry_rotation(out, res, prof, plan, ctx, build, engine)
             if not incompatible and out.restore is not None and not out.restore.ok and gen is None:
                 incompatible = any(w in out.restore.message for w in _INCOMPATIBLE_WORDS)
             if gen is not None and gen != res.layout.name and out.comparison is not None:
@@ -207,6 +210,41 @@ class Verifier:
         if self.progress is not None:
             self.progress(_TOTAL, _TOTAL, "done")
         return out
+
+    @staticmethod
+    def _rotation_unknown(res: ParseResult, out: VerifyResult) -> bool:
+        """Records differ, and the file's rotation is inferred (a layout without the rotation fields, rows a
+        default build rotates): the file may have been saved with ``LLAMA_ATTN_ROT_DISABLE=1``."""
+        cmp_ = out.comparison
+        if cmp_ is None or not cmp_.bad_records() or res.layout.features.get("kv_rot"):
+            return False
+        return any(st.n_rot_inferred and (st.n_rot_k or st.n_rot_v) for sec in res.sections if sec.kind == "kv"
+                   for st in sec.streams)
+
+    def _retry_rotation(self, out: VerifyResult, res: ParseResult, prof: ModelProfile, plan: PrefillPlan,
+                        ctx: ContextPlan, build: str | None, engine: VerifyEngine) -> VerifyEngine:
+        """Run the steps again with the rotation setting flipped; keep that run when every record matches."""
+        env = dict(ctx.ctx.env)
+        flipped = "on" if env.pop(ROT_DISABLE, None) else "off"
+        if flipped == "off":
+            env[ROT_DISABLE] = "1"
+        alt = ContextPlan(dataclasses.replace(ctx.ctx, env=tuple(sorted(env.items()))), ctx.per_seq, ctx.dest_seq,
+                          ctx.flags, ctx.n_token_capacity, dict(ctx.sources), list(ctx.notes))
+        alt.sources["env." + ROT_DISABLE] = "retry"
+        engine.close()
+        engine = self._engine = self._start(alt, build, prof)
+        trial = VerifyResult(out.file, out.kind, out.layout, out.model)
+        self._run_steps(trial, res, prof, plan, alt, engine)
+        if trial.comparison is not None and not trial.comparison.bad_records():
+            out.restore, out.comparison, out.next_token = trial.restore, trial.comparison, trial.next_token
+            out.context = alt.to_json()
+            out.notes.append(f"layout {res.layout.name} does not record the rotation: with rotation {flipped} "
+                             f"({ROT_DISABLE}={'1' if flipped == 'off' else 'unset'}) every record matches, so the "
+                             "file was saved that way")
+        else:
+            out.notes.append(f"layout {res.layout.name} does not record the rotation; with rotation {flipped} the "
+                             "records do not match either")
+        return engine
 
     def _generation(self, eng: dict[str, Any], build: str | None) -> str | None:
         name = eng.get("build") or build

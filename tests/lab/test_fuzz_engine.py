@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from engine_fuzz import (
+    GEN_MODELS,
     KNOWN,
     Arena,
     CorruptionError,
@@ -35,7 +36,10 @@ CORE_CLASSES = {"kv", "iswa", "recurrent", "hybrid"}  # the tiny fixtures' class
 
 @pytest.fixture(scope="session")
 def gen_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """kvscope.core.modelgen's model of every memory class llama.cpp has."""
+    """kvscope.core.modelgen's model of every memory class llama.cpp has: tests/data/gen-models (the
+    generated fixtures' models), else written here."""
+    if any(GEN_MODELS.glob("*.gguf")):
+        return GEN_MODELS
     return write_gen_models(tmp_path_factory.mktemp("gen-models"))
 
 

@@ -18,7 +18,7 @@ from states import (
     write_states,
 )
 
-from fixtures import MODELS, load_manifest, model_path
+from fixtures import DATA, MODELS, load_manifest, model_path
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.engine.llamacpp import CtxParams
 from kvscope.core.engine.server import ServerProcess
@@ -287,34 +287,33 @@ def test_rotated_rows_compare_with_unrotated_ones_after_derotation(builds: dict[
     assert not any(c.exact for c in recs)  # q8_0 blocks of rotated and plain rows are not the same bytes
 
 
-@pytest.fixture(scope="module")
-def gen_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """kvscope.core.modelgen's deterministic random-weight models, one per memory class llama.cpp has."""
-    from kvscope.core.modelgen import load_recipe, model_keys, write_model
+ROT_MODELS = ("llama", "gemma2", "deepseek4", "qwen35")
 
-    out = tmp_path_factory.mktemp("gen-models")
-    for key in model_keys():
-        write_model(load_recipe(key), out / f"{key}.gguf")
+
+def _generated_cases() -> list[tuple[str, str, str]]:
+    """(build, file, model) from tests/data/gen-*: every model's llama-server slot save, and for a few models
+    a quantized seq file with rotation on and one saved with LLAMA_ATTN_ROT_DISABLE=1."""
+    out = []
+    for build in ("0c1e5709", "b11434"):
+        folder = DATA / f"gen-{build}"
+        for f in load_manifest(folder / "manifest.json")["files"]:
+            name = str(f["file"])
+            quant = f["model_key"] in ROT_MODELS and "q8_0" in name and name.endswith("seq0.seqstate")
+            if f["kind"] == "seq_file" and ("slot" in name or quant):
+                out.append((build, name, str(f["model_file"])))
     return out
 
 
-def _modelgen_keys() -> list[str]:
-    from kvscope.core.modelgen import model_keys
-
-    return model_keys()
-
-
-@pytest.mark.parametrize("key", _modelgen_keys())
-def test_every_memory_class_verifies_ok(key: str, gen_models: Path, builds: dict[str, InstalledBuild],
-                                        tmp_path: Path) -> None:
-    from kvscope.core.model_profile import load_model_profile
-
-    model = gen_models / f"{key}.gguf"
-    prof = load_model_profile(model)
-    toks = [1] + [(7 * i + 3) % prof.n_vocab for i in range(1, 40)]
-    paths = write_states("b11434", tmp_path, key=key, tokens=toks, model=model)
-    r = verify(paths["seq_file"], model)
+@pytest.mark.parametrize(("build", "name", "model"), _generated_cases(), ids=lambda x: str(x).split("/")[-1])
+def test_generated_fixtures_of_every_memory_class_are_ok(build: str, name: str, model: str,
+                                                         builds: dict[str, InstalledBuild]) -> None:
+    folder = DATA / f"gen-{build}"
+    r = verify(folder / name, (folder / model).resolve())
     _ok(r)
-    if prof.memory_class == "dsv4":  # compressed blocks pair row by row
+    assert r.engine["build"] == build
+    if "norot" in name and build == "0c1e5709":  # v3 does not record the rotation: found by the second try
+        assert any("does not record the rotation" in n and "rotation off" in n for n in r.notes), r.notes
+        assert r.context["ctx"]["env"] == {"LLAMA_ATTN_ROT_DISABLE": "1"}
+    if name.startswith("deepseek4") and "slot" in name:  # DeepSeek-V4's compressed blocks pair row by row
         blocks = [c for c in r.comparison.records if c.section.startswith(("kcache", "comp"))]  # type: ignore[union-attr]
         assert blocks and all(c.stream is None and c.n_cells > 0 for c in blocks)
