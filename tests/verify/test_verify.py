@@ -317,3 +317,11 @@ def test_generated_fixtures_of_every_memory_class_are_ok(build: str, name: str, 
     if name.startswith("deepseek4") and "slot" in name:  # DeepSeek-V4's compressed blocks pair row by row
         blocks = [c for c in r.comparison.records if c.section.startswith(("kcache", "comp"))]  # type: ignore[union-attr]
         assert blocks and all(c.stream is None and c.n_cells > 0 for c in blocks)
+
+
+def test_a_server_binary_given_by_path(builds: dict[str, InstalledBuild], tmp_path: Path) -> None:
+    paths = write_states("b11434", tmp_path)
+    r = verify(paths["seq_file"], model_path("llama"), engine="server", server_bin=str(builds["b11434"].server))
+    _ok(r)
+    assert r.engine["binary"] == str(builds["b11434"].server.resolve()) and r.engine["started_by_kvscope"] is True
+    assert "--server-bin" in r.engine["reason"]
