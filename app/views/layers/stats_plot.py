@@ -196,7 +196,7 @@ class StatsPlot(QWidget):
             self.glw.addItem(self.verify_plot, row=2, col=0)
             place_legend(self.glw, self.verify_legend, 2, 1)
             self.verify_shown = True
-            self.setMinimumHeight(250)
+            self.setMinimumHeight(275)
         roles = [r for r in STRIP_ROLES if any(m.role == r for m in marks)]
         row = {r: len(roles) - 1 - i for i, r in enumerate(roles)}
         fg = self.theme.plot_colors()[1]
