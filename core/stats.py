@@ -151,7 +151,7 @@ def derotates(rec: LayerRecord) -> bool:
     if not rec.rotated or rec.rot_block <= 0 or rec.transposed or not gt.is_known_type(rec.type_id):
         return False
     n = gt.elements_in_row(rec.type_id, rec.row_bytes)
-    return bool(n) and n % rec.rot_block == 0
+    return n is not None and n > 0 and n % rec.rot_block == 0
 
 
 def record_rows(
