@@ -58,8 +58,40 @@ def rotate_blocks(values: F32A, n_rot: int) -> F32A:
     rows, n = v.shape
     if n % n_rot:
         raise ValueError(f"row of {n} values is not whole rotation blocks of {n_rot}")
-    out = (v.reshape(-1, n_rot) @ hadamard(n_rot)).reshape(rows, n)
-    return np.ascontiguousarray(out, dtype=np.float32)
+    hadamard(n_rot)  # checks the size
+    return _fwht(v.reshape(-1, n_rot)).reshape(rows, n)
+
+
+_INNER = 32  # the block size multiplied as a matrix; larger blocks are butterflies over it
+
+
+@cache
+def _inner(b: int, a: int) -> F32A:
+    h: F32A = np.multiply(hadamard(b), np.float32(1.0 / np.sqrt(a)), dtype=np.float32)
+    h.setflags(write=False)
+    return h
+
+
+def _fwht(blocks: F32A) -> F32A:
+    """``blocks @ hadamard(n)`` for ``[m, n]`` blocks, in the same order and to float32 rounding.
+
+    H(n) = H(a) ⊗ H(b) (Sylvester order, index i = i_a·b + i_b): the inner ``b`` values are
+    multiplied by H(b)/√a as a matrix (2b flops a value instead of 2n), then log2(a) butterfly
+    passes (x+y, x-y) apply H(a) across them.
+    """
+    m, n = blocks.shape
+    b = min(n, _INNER)
+    a = n // b
+    cur = np.ascontiguousarray((blocks.reshape(m * a, b) @ _inner(b, a)).reshape(m, n), dtype=np.float32)
+    h = 1
+    while h < a:
+        v = cur.reshape(m, a // (2 * h), 2, h * b)
+        nxt = np.empty_like(cur)
+        w = nxt.reshape(m, a // (2 * h), 2, h * b)
+        np.add(v[:, :, 0], v[:, :, 1], out=w[:, :, 0])
+        np.subtract(v[:, :, 0], v[:, :, 1], out=w[:, :, 1])
+        cur, h = nxt, 2 * h
+    return cur
 
 
 derotate = rotate_blocks

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,11 +67,24 @@ def test_scan_cli_lines_summary_exit(capsys: pytest.CaptureFixture[str], tmp_pat
     assert main(["scan", str(tmp_path / "missing")]) == 2
 
 
+def _scan_as_nobody(path: str, out: Any) -> None:
+    os.setgid(65534)
+    os.setuid(65534)  # root reads every file: drop to nobody for a real permission failure
+    out.put(scan_file(path))
+
+
 def test_unreadable_file_reported_not_fatal(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root reads every file")
     p = tmp_path / "locked.bin"
     p.write_bytes(b"\0" * 16)
     p.chmod(0)
-    r = scan_file(str(p))
+    if os.geteuid() != 0:
+        r = scan_file(str(p))
+    else:
+        ctx = multiprocessing.get_context("fork")
+        q = ctx.Queue()
+        child = ctx.Process(target=_scan_as_nobody, args=(str(p), q))
+        child.start()
+        r = q.get(timeout=60)
+        child.join(60)
     assert r["status"] == "unreadable"
+    assert "ermission" in r["reason"]

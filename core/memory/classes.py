@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvscope.core.memory import dsv4
+import kvscope.core.memory.dsv4 as dsv4
 from kvscope.core.memory.cells import SlotInfo
 from kvscope.core.memory.kv_cache import KvCache
 from kvscope.core.memory.kv_state import read_kv, write_kv

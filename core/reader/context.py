@@ -7,7 +7,7 @@ lets a parser try an interpretation without committing its findings.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +50,9 @@ class ParseCtx:
     seq_hint: int | None = None  # the sequence a per-seq state belongs to, when known
     k_only_seen: bool = False  # a K-only (MLA-shaped) cache was read in this state
     seq_blob: bool = False  # a buffer-API blob: it may be PARTIAL_ONLY
+    # parses a section of a kind ("kv", "recurrent") with no plan at an offset, for probes of what
+    # follows; given by the memory walker (reader.memory), which knows every section parser
+    bare_section: Callable[[str, ParseCtx, Node, int, int], object] | None = None
 
     def resolve_paths(self) -> None:
         """Fill each finding's ``path`` from its node (nodes may move between trees while parsing)."""
@@ -68,7 +71,13 @@ class ParseCtx:
 
     def fork(self) -> ParseCtx:
         return ParseCtx(self.src, self.gen, self.ext_bytes, self.per_seq, self.profile, [], self.untrusted,
-                        self.seq_hint, self.k_only_seen, self.seq_blob)
+                        self.seq_hint, self.k_only_seen, self.seq_blob, self.bare_section)
+
+    def parse_bare(self, kind: str, parent: Node, off: int, limit: int) -> None:
+        """Parse a ``kind`` section without a plan at ``off`` (raises :class:`Stop` where it cannot)."""
+        if self.bare_section is None:
+            raise RuntimeError("no section parser given to this parse")
+        self.bare_section(kind, self, parent, off, limit)
 
     @property
     def n_errors(self) -> int:

@@ -316,8 +316,6 @@ def _next_structure(ctx: ParseCtx, off: int, limit: int, streams_after: int, k_o
     """Does the next stream of this section (or, after the last, another section) parse cleanly at ``off``?"""
     if off >= limit:
         return off >= ctx.src.size and not streams_after
-    from kvscope.core.reader.recurrent_section import parse_recurrent_section
-
     attempts = ["stream"] if streams_after else ["kv", "recurrent"]
     for attempt in attempts:
         probe = ctx.fork()
@@ -329,7 +327,7 @@ def _next_structure(ctx: ParseCtx, off: int, limit: int, streams_after: int, k_o
             elif attempt == "kv":
                 parse_kv_section(probe, scratch, off, limit, PlanItem("kv", "kv", None), None)
             else:
-                parse_recurrent_section(probe, scratch, off, limit, PlanItem("recurrent", "recurrent", None))
+                probe.parse_bare("recurrent", scratch, off, limit)
         except Stop:
             # a next structure cut short by the end of the file still is one
             errors = [f for f in probe.findings if f.severity == "error"]

@@ -16,7 +16,16 @@ from kvscope.core.reader.records import Section
 from kvscope.core.reader.recurrent_section import parse_recurrent_section
 from kvscope.core.reader.tree import Node
 
-__all__ = ["PlanItem", "parse_memory"]
+__all__ = ["PlanItem", "parse_bare_section", "parse_memory"]
+
+
+def parse_bare_section(kind: str, ctx: ParseCtx, parent: Node, off: int, limit: int) -> Section:
+    """A ``kind`` ("kv" or "recurrent") section with no plan at ``off``: the parsers' probes of
+    what follows them go through here (:attr:`ParseCtx.bare_section`), so neither section
+    parser imports the other."""
+    if kind == "kv":
+        return parse_kv_section(ctx, parent, off, limit, PlanItem("kv", "kv", None), None)[0]
+    return parse_recurrent_section(ctx, parent, off, limit, PlanItem("recurrent", "recurrent", None))[0]
 
 def _parse_section(
     ctx: ParseCtx, parent: Node, off: int, limit: int, item: PlanItem, tail_ok: TailCheck | None

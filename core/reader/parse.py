@@ -27,7 +27,7 @@ from kvscope.core.reader.layouts import (
     generation_named,
     generation_rank,
 )
-from kvscope.core.reader.memory import PlanItem
+from kvscope.core.reader.memory import PlanItem, parse_bare_section
 from kvscope.core.reader.meta import infer_cell_count
 from kvscope.core.reader.records import LayoutChoice, ParseResult
 from kvscope.core.reader.source import ByteSource
@@ -160,7 +160,7 @@ def _attempt(
     profile: ModelProfile | None,
 ) -> _Attempt:
     per_seq = kind in ("seq_file", "seq_blob")
-    ctx = ParseCtx(src, gen, ext, per_seq, profile, seq_blob=kind == "seq_blob")
+    ctx = ParseCtx(src, gen, ext, per_seq, profile, seq_blob=kind == "seq_blob", bare_section=parse_bare_section)
     root = Node(os.path.basename(src.path) or "<bytes>", "file", 0, src.size)
     cont: Container = parse_container(ctx, root, kind, plan)
     end = cont.memory_end if cont.memory_end is not None else src.size

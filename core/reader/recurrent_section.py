@@ -157,11 +157,9 @@ def _pairs_that_fit(ctx: ParseCtx, recs: list[LayerRecord], p_after: dict[int, L
 
 def _section_at(ctx: ParseCtx, off: int, limit: int) -> bool:
     """Does a KV section (an indexer cache after a hybrid's recurrent state) parse cleanly at ``off``?"""
-    from kvscope.core.reader.kv_section import parse_kv_section
-
     probe = ctx.fork()
     try:
-        parse_kv_section(probe, Node("probe", "probe", off, 0), off, limit, PlanItem("kv", "kv", None), None)
+        probe.parse_bare("kv", Node("probe", "probe", off, 0), off, limit)
     except Stop:
         return False
     return probe.n_errors == 0
