@@ -29,7 +29,7 @@ from kvscope.core import ggml_types as gt
 from kvscope.core.findings import Finding
 from kvscope.core.reader.records import LayerRecord, ParseResult
 from kvscope.core.reader.source import ByteSource, FileChangedError
-from kvscope.core.rotation import hadamard, rotate_blocks
+from kvscope.core.rotation import rotate_blocks
 from kvscope.core.textsafe import safe_text
 
 F32A = npt.NDArray[np.float32]
@@ -434,31 +434,48 @@ def _scan_step(src: ByteSource, rec: LayerRecord, st: _Step, scratch: _Scratch, 
             p.zero = (np.array([st.first]) if not w.any() else np.zeros(0, np.int64)) if st.piece else \
                 np.flatnonzero(~w.reshape(st.rows, -1).any(axis=1)) + st.first
     if decode and derotates(rec) and raw.size % rec.row_bytes == 0:
-        _rotated_stats(raw, rec.type_id, rec.rot_block, p)
+        _rotated_stats(raw, rec.type_id, rec.rot_block, rec.row_bytes, p)
     elif decode:
         _value_stats(raw, rec.type_id, scratch, blas, p)
     return p
 
 
+_ROT_PIECE = 256 << 10  # bytes de-rotated at a time: the float32 passes stay in cache (2x faster than 1 MiB)
+
+
 @np.errstate(all="ignore")
-def _rotated_stats(raw: U8A, type_id: int, block: int, p: _Part) -> None:
+def _rotated_stats(raw: U8A, type_id: int, block: int, row_bytes: int, p: _Part) -> None:
     """Value statistics of de-rotated rows. Non-finite counts are of the stored values (a NaN
     spreads over its whole block when de-rotated); min/max/mean/RMS are of the de-rotated values
-    of the blocks that hold no NaN/Inf (RMS is the same either way: the rotation is orthonormal)."""
-    f = dequantize_rows(raw, type_id).reshape(-1, block)
-    fin = np.isfinite(f)
-    nf = int(f.size - np.count_nonzero(fin))
-    p.n = int(f.size)
-    if nf:
-        p.n_nan = int(np.count_nonzero(np.isnan(f)))
-        p.n_inf = nf - p.n_nan
-        p.first_bad = int(np.argmin(fin.reshape(-1)))
-        f = f[fin.all(axis=1)]
-    if f.size:
-        d = f @ hadamard(block)
-        p.s, p.q = float(d.sum(dtype=np.float64)), float(np.dot(f.reshape(-1), f.reshape(-1)))
-        p.mn, p.mx = float(d.min()), float(d.max())
-        p.n_fin = int(f.size)
+    of the blocks that hold no NaN/Inf (RMS is the same either way: the rotation is orthonormal,
+    and so is the sum: of the rotated values only each block's first one adds up, times
+    sqrt(block), as every other Hadamard row sums to zero)."""
+    piece = max(row_bytes, _ROT_PIECE // row_bytes * row_bytes)
+    root = math.sqrt(block)
+    p.n, p.n_fin, done = 0, 0, 0
+    for lo in range(0, raw.size, piece):
+        f = dequantize_rows(raw[lo : lo + piece], type_id).reshape(-1, block)
+        flat = f.reshape(-1)
+        q = float(np.dot(flat, flat))  # non-finite when a value is (or when float32 overflows)
+        if not math.isfinite(q):
+            fin = np.isfinite(f)
+            nf = int(f.size - np.count_nonzero(fin))
+            if nf:
+                nan = int(np.count_nonzero(np.isnan(f)))
+                p.n_nan, p.n_inf = p.n_nan + nan, p.n_inf + nf - nan
+                if p.first_bad < 0:
+                    p.first_bad = done + int(np.argmin(fin.reshape(-1)))
+                f = f[fin.all(axis=1)]
+            g = f.reshape(-1).astype(np.float64)
+            q = float(np.dot(g, g))
+        done += flat.size
+        if f.size:
+            d = rotate_blocks(f, block)
+            p.s += root * float(f[:, 0].sum(dtype=np.float64))
+            p.q += q
+            p.mn, p.mx = min(p.mn, float(d.min())), max(p.mx, float(d.max()))
+            p.n_fin += int(f.size)
+    p.n = done
 
 
 @np.errstate(all="ignore")  # NaN/Inf/overflow are what we count, not errors
