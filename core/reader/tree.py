@@ -68,11 +68,14 @@ class Node:
         return child
 
     def leaves(self) -> Iterator[Node]:
-        if not self.children:
-            yield self
-            return
-        for c in self.children:
-            yield from c.leaves()
+        """The leaves under this node, in order (iteratively: no generator per level)."""
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            if node.children:
+                stack.extend(reversed(node.children))
+            else:
+                yield node
 
     def walk(self) -> Iterator[Node]:
         yield self
