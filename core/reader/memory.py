@@ -27,6 +27,7 @@ def parse_bare_section(kind: str, ctx: ParseCtx, parent: Node, off: int, limit: 
         return parse_kv_section(ctx, parent, off, limit, PlanItem("kv", "kv", None), None)[0]
     return parse_recurrent_section(ctx, parent, off, limit, PlanItem("recurrent", "recurrent", None))[0]
 
+
 def _parse_section(
     ctx: ParseCtx, parent: Node, off: int, limit: int, item: PlanItem, tail_ok: TailCheck | None
 ) -> tuple[Section, int]:
