@@ -149,7 +149,8 @@ class LayerView(LazyParts, QWidget):
         self.heatmap.drawn.connect(self._on_drawn)
         self.heatmap.failed.connect(self._on_failed)
         yield
-        self.stats = StatsPlot(self.theme)
+        self.stats = StatsPlot(self.theme, deferred=True)
+        yield from self.stats.build_steps()
         self.stats.layerClicked.connect(self._on_stats_click)
         layout = self.upper.layout()
         assert isinstance(layout, QVBoxLayout)

@@ -9,6 +9,7 @@ the legends sit in their own column beside the plots, in the plot's foreground c
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pyqtgraph as pg
@@ -58,17 +59,30 @@ class StatsPlot(QWidget):
 
     layerClicked = Signal(str, int)  # role, record index
 
-    def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
+    def __init__(self, theme: Theme, parent: QWidget | None = None, *, deferred: bool = False) -> None:
+        """``deferred``: the caller runs :meth:`build_steps` (one plot per step), else it is built here."""
         super().__init__(parent)
         self.theme = theme
         self.status = plain_label("")
+        self._steps = self._build()
+        if not deferred:
+            for _ in self._steps:
+                pass
+
+    def build_steps(self) -> Iterator[None]:
+        """The plots, one per step (see :mod:`kvscope.app.base.lazy`)."""
+        return self._steps
+
+    def _build(self) -> Iterator[None]:
         self.glw = pg.GraphicsLayoutWidget()
         self.rms_plot = self.glw.addPlot(row=0, col=0, axisItems={"left": ValueAxis("left"),
                                                                    "bottom": IntegerAxis("bottom")})
+        yield
         self.bad_plot = self.glw.addPlot(row=1, col=0, axisItems={"left": IntegerAxis("left", min_px=24),
                                                                    "bottom": IntegerAxis("bottom")})
         self.legend = side_legend(columns=1)
         place_legend(self.glw, self.legend, 0, 1)
+        yield
         self.verify_plot = pg.PlotItem(axisItems={"left": pg.AxisItem("left")})
         self.verify_plot.setMenuEnabled(False)
         self.verify_plot.setMouseEnabled(x=True, y=False)
@@ -109,8 +123,8 @@ class StatsPlot(QWidget):
         lay.addWidget(self.glw, 1)
         lay.addWidget(self.status)
         self.series: dict[str, list[LayerStats]] = {}
-        theme.changed.connect(self.apply_theme)
-        self.apply_theme(theme.dark)
+        self.theme.changed.connect(self.apply_theme)
+        self.apply_theme(self.theme.dark)
 
     def apply_theme(self, _dark: bool) -> None:
         bg, fg = self.theme.plot_colors()
