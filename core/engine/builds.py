@@ -142,6 +142,16 @@ def installed(build: LlamaBuild) -> InstalledBuild | None:
     return InstalledBuild(build, d, info)
 
 
+def require_built(name: str) -> InstalledBuild:
+    """The finished pinned build ``name``; :class:`BuildError` saying how to build it when it is not cached."""
+    b = by_name(name)
+    have = installed(b)
+    if have is None:
+        raise BuildError(f"llama.cpp build {b.name} is not built: run `kvscope llama-build --build {b.name}` "
+                         "(about 6 minutes on 2 cores)")
+    return have
+
+
 def sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

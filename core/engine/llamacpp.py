@@ -41,7 +41,7 @@ from kvscope.core.engine.abi import (
     LibIdentity,
     identify,
 )
-from kvscope.core.engine.builds import BuildError, by_name, installed
+from kvscope.core.engine.builds import BuildError, require_built
 
 PARTIAL_ONLY = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (= the older SWA_ONLY)
 ON_DEVICE = 2  # LLAMA_STATE_SEQ_FLAGS_ON_DEVICE
@@ -157,14 +157,9 @@ def resolve_library(build: str | None = None, lib_path: str | os.PathLike[str] |
             raise EngineSetupError(f"no libllama.so in {lib_dir}")
     else:
         try:
-            b = by_name(build or BINDING_ABI)
+            lib_dir = require_built(build or BINDING_ABI).lib_dir
         except BuildError as e:
             raise EngineSetupError(str(e)) from None
-        have = installed(b)
-        if have is None:
-            raise EngineSetupError(f"llama.cpp build {b.name} is not built: run `kvscope llama-build --build {b.name}` "
-                                   "(about 6 minutes on 2 cores)")
-        lib_dir = have.lib_dir
     try:
         return identify(lib_dir)
     except ABIMismatch as e:

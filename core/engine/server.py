@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kvscope.core.engine.abi import BINDING_ABI
-from kvscope.core.engine.builds import BuildError, LlamaBuild, by_name, installed
+from kvscope.core.engine.builds import BuildError, LlamaBuild, require_built
 
 _ENV_PREFIXES = ("LLAMA_", "GGML_")  # llama-server reads LLAMA_ARG_* from the environment
 _LOG_TAIL = 64 * 1024
@@ -290,14 +290,10 @@ class ServerProcess:
                 raise ServerSetupError(f"{binary}: not an executable llama-server")
             return None, str(path)
         try:
-            b = by_name(build or BINDING_ABI)
+            have = require_built(build or BINDING_ABI)
         except BuildError as e:
             raise ServerSetupError(str(e)) from None
-        have = installed(b)
-        if have is None:
-            raise ServerSetupError(f"llama.cpp build {b.name} is not built: run `kvscope llama-build --build {b.name}` "
-                                   "(about 6 minutes on 2 cores)")
-        return b, str(have.server)
+        return have.build, str(have.server)
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.timeout_s

@@ -66,22 +66,12 @@ class Inferred:
     profile: ModelProfile | None = None
 
 
-def _seq_ids(res: ParseResult) -> set[int]:
-    out: set[int] = set()
-    for sec in res.sections:
-        tables = [st.cells for st in sec.streams] if sec.kind == "kv" else [sec.cells]
-        for t in tables:
-            if t is not None:
-                out.update(int(x) for x in t.seq_ids.tolist())
-    return out
-
-
 def _source_seq(res: ParseResult, layout: Layout) -> int | None:
     if res.kind not in ("seq_file", "seq_blob"):
         return None
     if layout.blob_header and res.kind == "seq_blob" and res.header.get("seq_id") is not None:
         return int(res.header["seq_id"])
-    ids = _seq_ids(res)
+    ids = res.sequence_ids()
     if ids:
         return min(ids)
     for sec in res.sections:
@@ -220,7 +210,7 @@ def infer_context(res: ParseResult, profile: ModelProfile | None = None, device:
     kv_secs = [s for s in res.sections if s.kind == "kv"]
     n_stream = max([s.n_stream or 1 for s in kv_secs], default=1)
     seq = _source_seq(res, layout)
-    ids = _seq_ids(res)
+    ids = res.sequence_ids()
     rec = next((s for s in res.sections if s.kind == "recurrent"), None)
     if seq_id is not None:
         if seq is not None and seq != seq_id:

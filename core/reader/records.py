@@ -335,5 +335,15 @@ class ParseResult:
     def n_errors(self) -> int:
         return sum(1 for f in self.findings if f.severity == "error")
 
+    def sequence_ids(self) -> set[int]:
+        """Every sequence id the cell tables of every section hold."""
+        out: set[int] = set()
+        for sec in self.sections:
+            tables = [st.cells for st in sec.streams] if sec.kind == "kv" else [sec.cells]
+            for t in tables:
+                if t is not None:
+                    out.update(int(x) for x in t.seq_ids.tolist())
+        return out
+
     def layer_records(self) -> list[tuple[Section, LayerRecord]]:
         return [(sec, lr) for sec in self.sections for lr in sec.all_layers()]

@@ -75,22 +75,12 @@ def _first_data_stream(res: ParseResult) -> tuple[Section, KvStream] | None:
     return None
 
 
-def _seq_ids(res: ParseResult) -> set[int]:
-    out: set[int] = set()
-    for sec in res.sections:
-        tables = [st.cells for st in sec.streams] if sec.kind == "kv" else [sec.cells]
-        for t in tables:
-            if t is not None:
-                out.update(int(x) for x in t.seq_ids.tolist())
-    return out
-
-
 def source_seq(res: ParseResult) -> int:
     """The sequence a per-sequence file was saved from: the blob header's, else its cells', else the
     stream that holds cells (a per-sequence file of a multi-stream cache writes every stream), else 0."""
     if res.kind == "seq_blob" and res.header.get("seq_id") is not None:
         return max(0, int(res.header["seq_id"]))
-    ids = _seq_ids(res)
+    ids = res.sequence_ids()
     if ids:
         return max(0, min(ids))
     for sec in _kv_sections(res):
@@ -169,7 +159,7 @@ def context_for(res: ParseResult, profile: ModelProfile | None = None, n_tokens:
     n_stream = max([s.n_stream or 1 for s in kv], default=1)
     rec = next((s for s in res.sections if s.kind == "recurrent"), None)
     dest = source_seq(res) if per_seq else -1
-    ids = _seq_ids(res)
+    ids = res.sequence_ids()
     if n_stream > 1:
         n_seq_max = n_stream
     else:
