@@ -99,3 +99,30 @@ def test_sparse_cell_count_claim(tmp_path: Path) -> None:
     assert r.rc == 1, r.err
     assert "cell meta (8388608 of 16777216 records present)" in r.out
     assert r.hwm_mib < 600, f"peak RSS {r.hwm_mib:.0f} MiB for 8M records of 8 bytes (64 MiB of table)"
+
+
+def test_output_count_over_a_sparse_tail_is_bounded(tmp_path: Path) -> None:
+    """A damaged DSV4 context state over a 20 GB hole: read under an older layout (whose context
+    state has outputs) its n_outputs claims billions of output ids that the hole holds. They are
+    refused as implausible, not read into a list (that attempt hung the long fuzz for minutes).
+    """
+    src = DATA / "fuzz-regressions" / "sparse-outputs-ab37c6d5b6-67000.bin"
+    path = _sparse(tmp_path, 20 * GB, src)
+    r = run_kvscope("inspect", "--json", str(path), "--model", str(DATA / "gen-models" / "deepseek4.gguf"),
+                    stdout_to=tmp_path / "out.json", timeout=60)
+    assert r.rc == 1, r.err
+    assert r.hwm_mib < RSS_BOUND_MIB
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert doc["kind"] == "context_blob" and doc["size"] == 20 * GB
+
+
+def test_implausible_output_count_is_a_finding() -> None:
+    """The same refusal where the layout has outputs (a 2025-08 context state), at its offset."""
+    src = DATA / "llamacpp-2025-08-14" / "gemma2-f16-fa0-unified0-swafull1-ctx.state.bin"
+    res = read_state(src)
+    assert res.outputs is not None and not [f for f in res.findings if f.severity == "error"]
+    off = int(res.outputs["offset"])
+    data = bytearray(src.read_bytes())
+    data[off : off + 4] = struct.pack("<I", (1 << 24) + 1)
+    bad = read_state(data=bytes(data), layout=res.layout.name)
+    assert any(f.code == "value_invalid" and f.offset == off and "implausible" in f.message for f in bad.findings)

@@ -66,6 +66,12 @@ class Inferred:
     profile: ModelProfile | None = None
 
 
+
+def _outputs_needed(res: ParseResult) -> int:
+    """Outputs a context must reserve to read the file's output ids (older context states)."""
+    top = (res.outputs or {}).get("max_output_id")
+    return int(top) + 1 if top is not None else 0
+
 def _source_seq(res: ParseResult, layout: Layout) -> int | None:
     if res.kind not in ("seq_file", "seq_blob"):
         return None
@@ -238,7 +244,7 @@ def infer_context(res: ParseResult, profile: ModelProfile | None = None, device:
             type_v=gt.type_name(int(facts["type_v"])) if facts["type_v"] is not None else "f16",
             type_r=gt.type_name(int(facts.get("type_r") or 0)),
             type_s=gt.type_name(int(facts.get("type_s") or 0)),
-            n_batch=max([2048, *[i + 1 for i in (res.outputs or {}).get("output_ids", [])]]),
+            n_batch=max(2048, _outputs_needed(res)),
             kv_size=kv_size,
             kv_size_swa=ggml_pad(max(1, cells_swa), 256),
             kv_size_compressed=_compressed_sizes(res, spec, kv_size, per_seq),

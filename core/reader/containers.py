@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvscope.core.reader.cells import MAX_RECORDS
 from kvscope.core.reader.context import ParseCtx, Stop
 from kvscope.core.reader.layouts import BLOB_IO_MAGIC, SERVER_TOKENS_MARKER
 from kvscope.core.reader.memory import PlanItem, parse_memory
@@ -17,6 +18,7 @@ from kvscope.core.reader.records import Section
 from kvscope.core.reader.tree import Node
 
 MAX_ARCH_LEN = 128
+SHOWN_OUTPUT_IDS = 64  # output ids kept (and reported); the rest are counted and their largest kept
 MAX_TOKENS = 1 << 26  # token ids read at most (the longest known context is 10M tokens)
 
 
@@ -148,16 +150,19 @@ def _outputs(ctx: ParseCtx, root: Node, off: int, out: Container) -> int:
     node = root.add(Node("outputs", "outputs", off, 0, None, ctx.status()))
     n_out = ctx.u32(node, "n_outputs", off)
     cur = off + 4
-    if 4 * n_out > src.remaining(cur) and n_out <= 1 << 24:
-        raise ctx.truncated(node, f"the output ids ({n_out})", cur, 4 * n_out)
-    if 4 * n_out > src.remaining(cur):
-        ctx.find("error", "value_invalid", off, 4, f"n_outputs {n_out} runs past the end of the file", node)
+    if n_out > MAX_RECORDS:  # a fixed budget: llama.cpp reserves at most n_batch (<= n_ctx) outputs
+        ctx.find("error", "value_invalid", off, 4, f"n_outputs {n_out:,} is implausible (more than "
+                 f"{MAX_RECORDS:,})", node)
         raise Stop(cur)
-    ids = [int(x) for x in src.i32_array(cur, n_out).tolist()]
+    if 4 * n_out > src.remaining(cur):
+        raise ctx.truncated(node, f"the output ids ({n_out})", cur, 4 * n_out)
+    arr = src.i32_array(cur, n_out)
+    ids = [int(x) for x in arr[:SHOWN_OUTPUT_IDS].tolist()]
     if n_out:
         ctx.leaf(node, "output_ids", "outputs", cur, 4 * n_out, ids[:16])
     cur += 4 * n_out
-    info: dict[str, Any] = {"offset": off, "n_outputs": n_out, "output_ids": ids}
+    info: dict[str, Any] = {"offset": off, "n_outputs": n_out, "output_ids": ids,
+                            "max_output_id": int(arr.max()) if arr.size else None}
     for what in ("logits", "embd"):
         size = ctx.u64(node, f"{what}_size", cur)
         cur += 8
