@@ -31,7 +31,10 @@ from kvscope.core.fsutil import (
 
 # Starts an atomic write (streaming or a temporary folder), says so, then waits to be killed.
 _WRITER = """
-import sys, time
+import signal, sys, time
+# as started from a terminal: a job started in the background without job control (a CI runner's
+# shell) inherits SIGINT ignored, and Python then leaves it ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from kvscope.core.fsutil import atomic_writer, temporary_folder
 kind, dest = sys.argv[1], sys.argv[2]
 if kind == "file":
