@@ -481,7 +481,8 @@ def heatmap(name: str, title: str, matrix: npt.NDArray[np.float32], n_cells: int
     argb[..., 0], argb[..., 1], argb[..., 2], argb[..., 3] = rgb[..., 2], rgb[..., 1], rgb[..., 0], 255
     img = QImage(argb.tobytes(), cols, rows, cols * 4, QImage.Format.Format_ARGB32).copy()
     p.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
-    p.drawImage(plot, img.mirrored(False, True))  # cell 0 at the bottom, as the axis counts
+    # cell 0 at the bottom, as the axis counts (QImage.flipped is Qt 6.9+, mirrored() is deprecated there)
+    p.drawImage(plot, img.flipped(Qt.Orientation.Vertical) if hasattr(img, "flipped") else img.mirrored(False, True))
     c.axes(plot, (-0.5, n_dims - 0.5), (-0.5, n_cells - 0.5), "channel",
            "cell (file order)", int_fmt, int_fmt, xint=True, yint=True, grid=False)
     bar = QRectF(right + 24, plot.top(), 18, plot.height())
