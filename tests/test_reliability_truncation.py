@@ -28,7 +28,8 @@ from fixtures import DATA
 from kvscope.core.diff import diff_states
 from kvscope.core.reader.parse import read_source, read_state
 from kvscope.core.reader.source import CHANGED_MESSAGE, ByteSource, FileChangedError, FileIdentity
-from kvscope.core.stats import layer_matrix, scan_stats
+from kvscope.core.record_values import layer_matrix
+from kvscope.core.stats import scan_stats
 
 SEQ = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
 

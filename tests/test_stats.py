@@ -14,13 +14,8 @@ from gguf.quants import dequantize, quantize
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, LayerRecord, LayoutChoice, ParseResult, Section
 from kvscope.core.reader.tree import Node
-from kvscope.core.stats import (
-    _fast_f16,
-    dequantize_rows,
-    layer_matrix,
-    record_shape,
-    scan_stats,
-)
+from kvscope.core.record_values import dequantize_rows, layer_matrix, record_shape
+from kvscope.core.stats import _fast_f16, scan_stats
 
 D = Path(__file__).parent / "data" / "llamacpp-2026-10-01"
 CTX = D / "llama-f16-fa0-unified0-ctx.state.bin"  # 3 streams, v_trans=1, f16

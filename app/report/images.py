@@ -101,7 +101,7 @@ def stats_plots(data: ReportData) -> list[ReportImage]:
 
 def heatmaps(data: ReportData) -> list[ReportImage]:
     """A heatmap of each flagged record (cells × channels, at most :data:`HEATMAP_CAP` of each)."""
-    from kvscope.core.stats import layer_matrix, record_shape
+    from kvscope.core.record_values import layer_matrix, record_shape
 
     out = []
     for n, fl in enumerate(data.flagged, start=1):

@@ -14,7 +14,7 @@ from PySide6.QtGui import QGuiApplication  # noqa: E402
 from kvscope.app.views.bytes.byte_search import QueryError, find, find_wrapping, parse_query  # noqa: E402
 from kvscope.app.views.bytes.byte_text import TooLarge, as_c_array, as_hex, as_python, read_bytes  # noqa: E402
 from kvscope.app.views.bytes.hex_model import BYTES_PER_ROW  # noqa: E402
-from kvscope.core.stats import layer_matrix  # noqa: E402
+from kvscope.core.record_values import layer_matrix  # noqa: E402
 
 SESSION = STATE / "llama-f16-fa1-unified1-frag-ctx.session"
 Q8 = STATE / "llama-q8_0-fa1-unified0-ctx.session"

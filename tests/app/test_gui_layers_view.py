@@ -15,8 +15,8 @@ pytest.importorskip("PySide6")
 from gui_helpers import LAB, STATE  # noqa: E402
 
 from kvscope.app.views.layers.lod import Window, display_order, overview, plan  # noqa: E402
+from kvscope.core.record_values import layer_matrix  # noqa: E402
 from kvscope.core.rotation import rotate_blocks  # noqa: E402
-from kvscope.core.stats import layer_matrix  # noqa: E402
 
 BIG_CELLS = 131_072
 

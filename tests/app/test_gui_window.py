@@ -177,7 +177,7 @@ def test_cancel_drops_result(qtbot, window, monkeypatch):  # type: ignore[no-unt
 
 
 def test_heatmap_shape_per_layer(qtbot, open_doc):  # type: ignore[no-untyped-def]
-    from kvscope.core.stats import layer_matrix
+    from kvscope.core.record_values import layer_matrix
 
     w = open_doc(STATE / "lfm2-f16-fa0-unified0-ctx.session", "lfm2")
     lv = w.layers

@@ -16,7 +16,8 @@ from kvscope.core.modelgen.recipes import load_recipe
 from kvscope.core.modelgen.write import write_model
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.source import ByteSource
-from kvscope.core.stats import record_rows, scan_stats
+from kvscope.core.record_values import record_rows
+from kvscope.core.stats import scan_stats
 
 TOKENS = [1, 17, 33, 58, 91, 2, 44, 70, 12, 5, 99, 101]
 
