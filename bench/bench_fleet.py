@@ -45,21 +45,21 @@ BEFORE = "scan before the fleet engines (--baseline checkout)"
 OLD_LOOP = "the old scan loop, today's scan_file"
 SMALL = 6000
 
-# kvscope's main() in a child; the last stderr line is {"rc", "wall_s", "hwm_kib"} of this process
+# the end of every child: its last stderr line is {"rc", "wall_s", "hwm_kib"} of its own process
+_REPORT = """
+import resource
+sys.stdout.flush()
+hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux: VmHWM
+print(json.dumps({"rc": rc, "wall_s": time.perf_counter() - t0, "hwm_kib": hwm}), file=sys.stderr)
+"""
+
+# kvscope's main() in a child
 _CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
 from kvscope.core.cli import main
 rc = main(sys.argv[1:])
-wall = time.perf_counter() - t0
-hwm = 0
-with open("/proc/self/status") as fh:
-    for line in fh:
-        if line.startswith("VmHWM:"):
-            hwm = int(line.split()[1])
-sys.stdout.flush()
-print(json.dumps({"rc": rc, "wall_s": wall, "hwm_kib": hwm}), file=sys.stderr)
-"""
+""" + _REPORT
 
 
 # The scan loop of kvscope before the fleet engines (one ProcessPoolExecutor future per file, every
@@ -80,15 +80,8 @@ with ProcessPoolExecutor(max_workers=jobs) as pool:
         results.append(fut.result())
         sys.stdout.write(json.dumps(results[-1]) + "\\n")
 sys.stdout.write(json.dumps({"summary": summarise(results)}) + "\\n")
-wall = time.perf_counter() - t0
-hwm = 0
-with open("/proc/self/status") as fh:
-    for line in fh:
-        if line.startswith("VmHWM:"):
-            hwm = int(line.split()[1])
-sys.stdout.flush()
-print(json.dumps({"rc": 0, "wall_s": wall, "hwm_kib": hwm}), file=sys.stderr)
-"""
+rc = 0
+""" + _REPORT
 
 
 def small_fixtures() -> list[Path]:
