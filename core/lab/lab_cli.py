@@ -24,6 +24,8 @@ import json
 import sys
 from typing import Any
 
+from kvscope.core.engine.cli_options import add_engine_location
+
 EXIT_OK, EXIT_DISAGREE, EXIT_BAD_INPUT = 0, 1, 2
 
 
@@ -52,13 +54,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--engine", default="torch", choices=("torch", "llama.cpp", "server", "both"),
                    help="torch: the memory core (default); llama.cpp: libllama in a child process; server: a "
                    "llama-server (with the poisoned-slot check); both: the core and llama.cpp, with every disagreement")
-    lib = p.add_mutually_exclusive_group()
-    lib.add_argument("--build", metavar="NAME", help="the pinned llama.cpp build (0c1e5709, b11434; default: the one "
-                     "that writes the scenario's layout)")
-    lib.add_argument("--lib", metavar="PATH", help="your own libllama build folder")
-    p.add_argument("--server", metavar="URL", help="a running llama-server (with --engine server)")
-    p.add_argument("--slot-dir", metavar="DIR", help="that server's --slot-save-path folder")
-    p.add_argument("--server-bin", metavar="PATH", help="start this llama-server binary instead of the build's")
+    add_engine_location(p, "the one that writes the scenario's layout")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help='print {"results": [...]}, one entry per matrix cell')
     out.add_argument("--markdown", action="store_true", help="print the matrix as a Markdown table (default)")

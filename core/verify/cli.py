@@ -18,6 +18,8 @@ import json
 import sys
 from typing import Any
 
+from kvscope.core.engine.cli_options import add_engine_location
+
 EXIT_OK, EXIT_VERDICT, EXIT_SETUP = 0, 1, 2
 
 
@@ -34,14 +36,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--engine", default="llama.cpp", choices=("llama.cpp", "server", "torch"),
                    help="llama.cpp: libllama in a child process (default); server: llama-server over HTTP; torch: "
                         "the memory core (restore only)")
-    lib = p.add_mutually_exclusive_group()
-    lib.add_argument("--build", metavar="NAME", help="a pinned build (0c1e5709, b11434); default: the build that "
-                     "writes the file's layout generation, else the binding's own (0c1e5709)")
-    lib.add_argument("--lib", metavar="PATH", help="your own libllama build folder (its ABI is checked)")
-    p.add_argument("--server", metavar="URL", help="a running llama-server (with --engine server)")
-    p.add_argument("--slot-dir", metavar="DIR", help="that server's --slot-save-path folder")
-    p.add_argument("--server-bin", metavar="PATH", help="start this llama-server binary (on 127.0.0.1, a temporary "
-                   "slot folder) instead of the pinned build's")
+    add_engine_location(p, "the build that writes the file's layout generation, else the binding's own (0c1e5709)")
     p.add_argument("--ctx-param", action="append", metavar="KEY=VALUE", help="override a context parameter (n_ctx, "
                    "n_batch, n_ubatch, n_seq_max, kv_unified, flash_attn=true|false|auto, type_k, type_v, swa_full, "
                    "n_threads, env.NAME); repeatable")
