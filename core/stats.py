@@ -36,7 +36,7 @@ I64A = npt.NDArray[np.int64]
 
 _WORK = 1 << 20  # bytes per step actually used (faster than big steps: the passes stay in cache)
 _AHEAD = 64 << 20  # how far the read-ahead thread runs ahead of the scan
-_F16, _BF16, _F32 = GGMLQuantizationType.F16, GGMLQuantizationType.BF16, GGMLQuantizationType.F32
+_F16 = GGMLQuantizationType.F16
 _WORD = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
 _ROLE = {"k": "K", "v": "V"}
 
