@@ -19,6 +19,7 @@ replaces, or ``0o666`` less the umask for a new file (``mkstemp``'s 0600 is not 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -197,3 +198,11 @@ def temporary_folder(parent: str | os.PathLike[str], tag: str = "") -> Iterator[
     finally:
         _unregister(path)
 
+
+def sha256_file(path: str | os.PathLike[str], piece: int = 8 << 20) -> str:
+    """The SHA-256 (hex) of the file at ``path``, read in pieces of ``piece`` bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(piece):
+            h.update(chunk)
+    return h.hexdigest()

@@ -164,8 +164,8 @@ def _spread(hits: list[Flagged]) -> list[Flagged]:
 def report_overview(options: ReportOptions, res: ParseResult, profile: ModelProfile | None,
                     compat: list[GenCompat] | None = None, verify: dict[str, Any] | None = None) -> Overview:
     """The overview that heads the report: with the compatibility per generation and the file's sha256."""
-    from kvscope.app.report.names import sha256_of
     from kvscope.core.compat import compatibility
+    from kvscope.core.fsutil import sha256_file
     from kvscope.core.overview import build_overview
 
     if compat is None:
@@ -174,7 +174,7 @@ def report_overview(options: ReportOptions, res: ParseResult, profile: ModelProf
         except (OSError, ValueError) as e:
             raise ReportError(f"{options.file}: {e}") from None
     try:
-        sha = sha256_of(res.path)
+        sha = sha256_file(res.path)
     except OSError as e:
         raise ReportError(f"{options.file}: {e.strerror or e}") from None
     return build_overview(res, profile, compat, verify, options.full_paths, sha)

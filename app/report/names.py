@@ -8,21 +8,9 @@ text or a JSON value, to its base name. With ``full_paths`` it leaves everything
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any
-
-CHUNK = 8 << 20
-
-
-def sha256_of(path: str) -> str:
-    """The SHA-256 of the file at ``path`` (read in 8 MiB pieces)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while piece := f.read(CHUNK):
-            h.update(piece)
-    return h.hexdigest()
 
 
 @dataclass

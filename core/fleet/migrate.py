@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from kvscope.core.fleet.source import MANIFEST_NAME, Entry, local_copy
-from kvscope.core.fsutil import atomic_writer, temporary_folder
+from kvscope.core.fsutil import atomic_writer, sha256_file, temporary_folder
 
 CHUNK = 8 << 20
 COPY_TAG = "migrate-"
@@ -58,14 +58,6 @@ class MigrateOptions:
     model: str | None = None
     rotation: str = "auto"
     drop_trailing: bool = False
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _identity(path: str, entry: Entry) -> tuple[int, int]:
