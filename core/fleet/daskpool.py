@@ -10,7 +10,7 @@ so a death is charged to the task that was running.
 Items go out in tasks of ``batch`` files (one scheduler round trip per batch, not per file)
 with at most a few tasks per worker thread in flight (``as_completed`` refilled as tasks
 finish), and results stream back as tasks complete. A task whose worker died
-(``KilledWorker``, or a ``CommError`` fetching its result) costs at most its file: a batch is
+(``KilledWorker``, or a ``CommClosedError`` fetching its result) costs at most its file: a batch is
 sent again one file per task, so the file that kills its worker is isolated, and a lone file
 whose worker died gets ``on_error(item, "worker died: SIGKILL (dask worker ...)")`` (the
 signal is known on kvscope's own cluster, from its nannies). So a file that kills every worker
@@ -226,7 +226,7 @@ class DaskPool:
             try:
                 yield from fut.result()
                 return
-            except distributed.comm.CommError as e:  # the worker holding the result died
+            except distributed.comm.CommClosedError as e:  # the worker holding the result died
                 yield from self._died(task, None, f"result lost: {e}", on_error, retry)
                 return
         exc = fut.exception() if fut.status == "error" else None
@@ -235,7 +235,7 @@ class DaskPool:
             self._lost.add(str(ws.address))
             yield from self._died(task, ws, "", on_error, retry)
             return
-        if isinstance(exc, distributed.comm.CommError):
+        if isinstance(exc, distributed.comm.CommClosedError):
             yield from self._died(task, None, str(exc), on_error, retry)
             return
         if fut.status == "cancelled":
