@@ -27,6 +27,7 @@ from kvscope.app.views.layers.colour_bar import ColourBar
 from kvscope.app.views.layers.lod import I64A, Window, display_order, overview, plan, read_window, record_size
 from kvscope.app.views.plot_axes import IntegerAxis, style_plot, value_text
 from kvscope.core.reader.records import CellTable, LayerRecord
+from kvscope.core.reader.source import CHANGED_MESSAGE, FileChangedError
 
 if TYPE_CHECKING:
     from kvscope.app.document.doc_index import TableRef
@@ -121,7 +122,11 @@ class Heatmap(QWidget):
         self.ref = idx.table_of(rec) if idx is not None else None
         table = self.ref.table if self.ref is not None else None
         self.owner = implied_owner(res, self.ref.section if self.ref is not None else None, table)
-        self.n_rows, self.n_cols = record_size(res, rec, self.doc.data if self.doc.data.size else None)
+        try:
+            self.n_rows, self.n_cols = record_size(res, rec, self.doc.data if self.doc.data.size else None)
+        except FileChangedError:  # the document notices it too and offers Reload
+            self.failed.emit(CHANGED_MESSAGE)
+            return None
         self.order = display_order(table, self.n_rows, by_position)
         self._set_axes()
         for layer in self.layers.values():

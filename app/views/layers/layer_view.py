@@ -143,14 +143,16 @@ class LayerView(LazyParts, QWidget):
         self._reload()
 
     def build_steps(self) -> Iterator[None]:
-        """The heatmap, then the statistics plot (deferred: see :mod:`kvscope.app.base.lazy`)."""
-        self.heatmap = Heatmap(self.doc, self.theme)
-        self.heatmap.max_rows, self.heatmap.max_cols = self._caps
-        self.heatmap.drawn.connect(self._on_drawn)
-        self.heatmap.failed.connect(self._on_failed)
+        """The heatmap, then the statistics plot (deferred: see :mod:`kvscope.app.base.lazy`). Both are
+        published on the last step, so that code touching either before then builds the rest at once."""
+        heatmap = Heatmap(self.doc, self.theme)
+        heatmap.max_rows, heatmap.max_cols = self._caps
+        heatmap.drawn.connect(self._on_drawn)
+        heatmap.failed.connect(self._on_failed)
         yield
-        self.stats = StatsPlot(self.theme, deferred=True)
-        yield from self.stats.build_steps()
+        stats = StatsPlot(self.theme, deferred=True)
+        yield from stats.build_steps()
+        self.heatmap, self.stats = heatmap, stats
         self.stats.layerClicked.connect(self._on_stats_click)
         layout = self.upper.layout()
         assert isinstance(layout, QVBoxLayout)
