@@ -25,7 +25,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import re
+import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -84,6 +86,18 @@ class _NannyDeaths(logging.Handler):
 @dataclass
 class _Task:
     items: list[Any]
+    results_lost: int = 0  # times its finished result went with a dying worker (not the files' fault)
+    spared: int = 0  # times it died with a worker that was running another task
+    key: str = ""  # the dask key it was last submitted under
+
+
+def run_marked(fn: Callable[[Any], Result], items: list[Any], key: str, marks: str | None) -> list[Result]:
+    """:func:`run_batch`, first noting in ``marks/<pid>`` which task this worker process runs now
+    (read when the process dies: the task it was running is the one to charge)."""
+    if marks is not None:
+        with contextlib.suppress(OSError), open(os.path.join(marks, str(os.getpid())), "w") as fh:
+            fh.write(key)
+    return run_batch(fn, items)
 
 
 def _dask() -> tuple[Any, Any]:
@@ -110,6 +124,7 @@ class DaskPool:
         self._deaths: _NannyDeaths | None = None
         self._nanny_logger_state: tuple[int, bool] | None = None
         self._seq = itertools.count()
+        self._marks: tempfile.TemporaryDirectory[str] | None = None  # our LocalCluster's workers' running tasks
 
     @property
     def workers_lost(self) -> int:
@@ -138,6 +153,7 @@ class DaskPool:
                         scheduler_kwargs={"allowed_failures": 0},
                     )
                 self.client = distributed.Client(self._cluster, set_as_default=False)
+                self._marks = tempfile.TemporaryDirectory(prefix="kvscope-dask-")
         except (OSError, TimeoutError) as e:
             self.close()
             where = self.scheduler or "a local cluster"
@@ -179,6 +195,9 @@ class DaskPool:
             if self._cluster is not None:
                 self._cluster.close()
         self.client = self._cluster = None
+        if self._marks is not None:
+            self._marks.cleanup()
+            self._marks = None
         self._unwatch_nannies()
 
     def nthreads(self) -> int:
@@ -204,7 +223,9 @@ class DaskPool:
             if not task.items:
                 return False
             key = f"kvscope-{fn.func.__name__ if isinstance(fn, partial) else 'task'}-{next(self._seq)}"
-            fut = self.client.submit(run_batch, fn, task.items, key=key, pure=False, retries=0)
+            marks = self._marks.name if self._marks is not None else None
+            task.key = key
+            fut = self.client.submit(run_marked, fn, task.items, key, marks, key=key, pure=False, retries=0)
             tasks[fut.key] = task
             done.add(fut)
             return True
@@ -227,7 +248,7 @@ class DaskPool:
                 yield from fut.result()
                 return
             except distributed.comm.CommClosedError as e:  # the worker holding the result died
-                yield from self._died(task, None, f"result lost: {e}", on_error, retry)
+                yield from self._result_lost(task, str(e), on_error, retry)
                 return
         exc = fut.exception() if fut.status == "error" else None
         if isinstance(exc, distributed.KilledWorker):
@@ -236,7 +257,7 @@ class DaskPool:
             yield from self._died(task, ws, "", on_error, retry)
             return
         if isinstance(exc, distributed.comm.CommClosedError):
-            yield from self._died(task, None, str(exc), on_error, retry)
+            yield from self._result_lost(task, str(exc), on_error, retry)
             return
         if fut.status == "cancelled":
             raise EngineError("the dask scheduler cancelled the scan (lost connection, or the cluster was closed)")
@@ -246,11 +267,36 @@ class DaskPool:
 
     def _died(self, task: _Task, ws: Any, detail: str, on_error: Callable[[Any, str], Result],
               retry: deque[_Task]) -> Iterator[Result]:
-        """A task lost with its worker: a batch is split into one task per file, a lone file is charged."""
+        """A task lost with its worker: a batch is split into one task per file, a lone file is charged,
+        unless the worker was running another task then (dask fails every task a dying worker holds)."""
         if len(task.items) > 1:
             retry.extend(_Task([item]) for item in task.items)
             return
+        if task.spared < 2 and self._running_other(ws, task.key):
+            task.spared += 1
+            retry.append(task)
+            return
         yield on_error(task.items[0], self._reason(ws, detail))
+
+    def _running_other(self, ws: Any, key: str) -> bool:
+        """Was worker ``ws`` (by pid) running a task other than ``key`` when it died, by its mark?"""
+        pid = getattr(ws, "pid", None)
+        if self._marks is None or pid is None:
+            return False
+        try:
+            with open(os.path.join(self._marks.name, str(pid))) as fh:
+                return fh.read() != key
+        except OSError:
+            return False
+
+    def _result_lost(self, task: _Task, detail: str, on_error: Callable[[Any, str], Result],
+                     retry: deque[_Task]) -> Iterator[Result]:
+        """A result lost in transit (its worker died after computing it): run the task again, once."""
+        if task.results_lost == 0:
+            task.results_lost += 1
+            retry.append(task)
+            return
+        yield from self._died(task, None, f"result lost: {detail}", on_error, retry)
 
     def _reason(self, ws: Any, detail: str) -> str:
         if ws is None:

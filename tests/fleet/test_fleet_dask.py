@@ -65,7 +65,7 @@ def test_dask_worker_killed_twice_costs_one_file(tmp_path: Path, capsys: pytest.
         killer.join()
     assert len(killer.victims) == 2, "the slow file was not seen open twice"
     dead = [r for r in dask if r["status"] == "error"]
-    assert [r["path"] for r in dead] == [str(slow)]
+    assert [r["path"] for r in dead] == [str(slow)], dead
     assert dead[0]["reason"].startswith("worker died: SIGKILL") and "dask worker tcp://" in dead[0]["reason"]
     others = [r for r in dask if r["path"] != str(slow)]
     assert sorted(map(_key, others)) == sorted(_key(r) for r in local if r["path"] != str(slow))
