@@ -14,7 +14,7 @@ from typing import TypeAlias
 
 import numpy as np
 import numpy.typing as npt
-from gguf import GGMLQuantizationType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 from kvscope.core import ggml_types as gt
@@ -84,8 +84,34 @@ def dequantize_rows(raw: U8A, type_id: int) -> F32A:
     if qt == _F32:
         return raw.view(np.float32).copy()
     shape = raw.shape
+    fast = _FAST.get(qt)
+    if fast is not None:
+        bs, ts = GGML_QUANT_SIZES[qt]
+        blocks = raw.reshape(-1, ts)
+        out = np.empty((blocks.shape[0], bs), np.float32)
+        fast(blocks, np.ascontiguousarray(blocks[:, :2]).view(np.float16).astype(np.float32), out)
+        return out.reshape(*shape[:-1], -1)
     flat = np.asarray(dequantize(np.ascontiguousarray(raw).reshape(1, -1), qt), dtype=np.float32)
     return flat.reshape(*shape[:-1], -1)
+
+
+# The two quantized K/V types llama-server users pick most, decoded in one pass into the result
+# (gguf-py's split/astype/multiply makes four: 6x slower): the same float32 products, bit for bit.
+@np.errstate(all="ignore")  # a NaN/Inf scale is data here
+def _q8_0(blocks: U8A, d: F32A, out: F32A) -> None:
+    np.multiply(blocks[:, 2:].view(np.int8), d, out=out, casting="unsafe")  # int8 -> float32 is exact
+
+
+@np.errstate(all="ignore")
+def _q4_0(blocks: U8A, d: F32A, out: F32A) -> None:
+    qs, half = blocks[:, 2:], out.shape[1] // 2
+    np.bitwise_and(qs, np.uint8(0x0F), out=out[:, :half], casting="unsafe")  # low nibbles first
+    np.right_shift(qs, np.uint8(4), out=out[:, half:], casting="unsafe")
+    np.subtract(out, np.float32(8), out=out)
+    np.multiply(out, d, out=out)
+
+
+_FAST = {GGMLQuantizationType.Q8_0: _q8_0, GGMLQuantizationType.Q4_0: _q4_0}
 
 
 _GATHER_SPAN = 4 << 20  # bytes one read of a gather covers at most

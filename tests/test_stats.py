@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize, quantize
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, LayerRecord, LayoutChoice, ParseResult, Section
@@ -302,6 +304,23 @@ def test_dequantize_rows_shapes() -> None:
     out = dequantize_rows(raw, int(GGMLQuantizationType.Q4_0))
     assert out.shape == (3, 64) and out.dtype == np.float32
     assert np.abs(out - x).max() < 0.15
+
+
+@settings(max_examples=200, deadline=None)
+@given(qt=st.sampled_from([GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0]),
+       rows=st.integers(1, 5), blocks=st.integers(1, 6), data=st.data())
+def test_fast_q8_0_q4_0_decode_is_gguf_py_bit_for_bit(qt: GGMLQuantizationType, rows: int, blocks: int,
+                                                      data: st.DataObject) -> None:
+    """The one-pass decoders give gguf-py's float32 values bit for bit, NaN/Inf/subnormal scales included."""
+    ts = GGML_QUANT_SIZES[qt][1]
+    raw = np.frombuffer(data.draw(st.binary(min_size=rows * blocks * ts, max_size=rows * blocks * ts)),
+                        np.uint8).reshape(rows, blocks * ts)
+    got = dequantize_rows(raw, int(qt))
+    with np.errstate(all="ignore"):
+        want = np.asarray(dequantize(raw.copy(), qt), np.float32)
+    assert got.shape == want.shape and got.dtype == np.float32
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert raw.flags.writeable is False  # the input bytes were only read
 
 
 def test_f16_sign_and_bit_pattern_edge_cases(tmp_path: Path) -> None:
