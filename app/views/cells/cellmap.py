@@ -16,24 +16,21 @@ from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QVBoxLayout, QWidget
 
 from kvscope.app.base.lazy import LazyParts
+from kvscope.app.base.tasks import CancelToken, Report, Task
 from kvscope.app.base.theme import SEQ_COLORS, Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.doc_index import Selection, TableRef
 from kvscope.app.document.document import Document
-from kvscope.app.document.seq_owner import UNNAMED_SEQ, SeqOwner, implied_owner
-from kvscope.app.views.cells.cellmap_image import CellImage, build_cell_image, hex_rgb, with_owner
-from kvscope.app.views.cells.swa import swa_masked_pairs
+from kvscope.app.document.seq_owner import SeqOwner
+from kvscope.app.views.cells.cellmap_image import CellImage
+from kvscope.app.views.cells.picture import CellPicture, draw_picture, seq_label
 from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.plot_axes import IntegerAxis, style_plot
 from kvscope.core.reader.records import CellTable
+from kvscope.core.verdict import plural
 
-POS_POINTS = 8192  # at most this many points in the position plot
 BUILD_MS = 40  # the plots are made this long after the view (kvscope.app.base.lazy)
-EMPTY_BRUSH = "#969696"
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
+ASYNC_CELLS = 32_768  # a bigger table's picture is computed on a pool thread
 
 
 class CellMapView(LazyParts, QWidget):
@@ -50,6 +47,9 @@ class CellMapView(LazyParts, QWidget):
         self.owner: SeqOwner | None = None  # whose state the id-less cells of the shown table hold
         self.shown: CellTable | None = None  # the table as drawn (id-less cells filed under ``owner``)
         self._dirty = True
+        self._generation = 0  # bumped by each redraw: a picture computed for an older one is dropped
+        self._pending: Task | None = None
+        self._picture_ref: TableRef | None = None  # the table of the picture on screen
         self.table_combo = QComboBox()
         self.order_combo = QComboBox()
         self.order_combo.addItems(["file order", "by position"])
@@ -162,11 +162,14 @@ class CellMapView(LazyParts, QWidget):
 
     def seq_label(self, s: int) -> str:
         """The column label of sequence id ``s`` (the file's unnamed sequence has no id)."""
-        owner = self.owner
-        return owner.label if s == UNNAMED_SEQ and owner is not None else f"seq {s}"
+        return seq_label(self.owner, s)
 
     def _redraw(self) -> None:
-        """Rebuild the picture now when shown, else when next shown (a big table costs a few 100 ms)."""
+        """Rebuild the picture now when shown, else when next shown.
+
+        A table of more than ``ASYNC_CELLS`` cells has its picture computed on a pool thread (a few
+        100 ms for 262,144 cells on a loaded machine) and shown when it is in; a smaller one at once.
+        """
         ref = self.ref
         ok, why = self.swa_state(ref)
         self.swa_check.setEnabled(ok)
@@ -175,63 +178,62 @@ class CellMapView(LazyParts, QWidget):
             self._dirty = True
             return
         self._dirty = False
+        self._generation += 1
+        if self._pending is not None and not self._pending.done:
+            self._pending.cancel()
+        self._pending = None
         if ref is None:
-            self.image = self.shown = self.owner = None
+            self.image = self.shown = self.owner = self._picture_ref = None
             self.img.clear()
             self._set_positions([])
             return
-        self.owner = implied_owner(self.doc.result, ref.section, ref.table)
-        t = self.shown = with_owner(ref.table, self.owner.column) if self.owner is not None else ref.table
-        masked = None
-        if ok and self.swa_check.isChecked() and self.doc.profile is not None:
-            prof = self.doc.profile
-            masked = swa_masked_pairs(t.pos, t.seq_start, t.seq_ids, prof.n_swa, chunked=prof.arch == "llama4")
-        colors = [hex_rgb(c) for c in SEQ_COLORS]
-        by_pos = self.order_combo.currentIndex() == 1
-        self.image = build_cell_image(t, colors, by_pos, masked, self.theme.dark)
-        im = self.image
+        prof = self.doc.profile
+        swa = (prof.n_swa, prof.arch == "llama4") if ok and self.swa_check.isChecked() and prof is not None else None
+        args = (self.doc.result, ref, swa, self.order_combo.currentIndex() == 1, self.theme.dark, SEQ_COLORS)
+        if ref.table.count <= ASYNC_CELLS:
+            self._show_picture(draw_picture(*args))
+            return
+        gen = self._generation
+        if self._picture_ref is not ref:  # another table's picture must not stand for this one meanwhile
+            self.image = self.shown = self.owner = self._picture_ref = None
+            self.img.clear()
+            self._set_positions([])
+        self.summary.setText(f"{ref.label}: drawing the map of {plural(ref.table.count, 'cell')}…")
+
+        def job(token: CancelToken, report: Report) -> tuple[int, CellPicture]:
+            return gen, draw_picture(*args)
+
+        # bound methods: Qt drops the connection when the view is deleted before the picture is in
+        self._pending = self.doc.runner.submit(f"cell map of {ref.label}", job, self._on_picture,
+                                               self._on_picture_failed)
+
+    def _on_picture(self, out: tuple[int, CellPicture]) -> None:
+        gen, pic = out
+        if gen == self._generation:
+            self._show_picture(pic)
+
+    def _on_picture_failed(self, message: str) -> None:  # a redraw since cancelled this task: no call
+        ref = self.ref
+        if ref is not None:
+            self.summary.setText(f"{ref.label}: the cell map could not be drawn: {message}")
+
+    def _show_picture(self, pic: CellPicture) -> None:
+        """Put a computed picture on screen (GUI thread: pyqtgraph calls only)."""
+        im, t = pic.image, pic.shown
+        self.owner, self.shown, self.image, self._picture_ref = pic.owner, t, im, pic.ref
         self.img.setImage(im.rgba, autoLevels=False, levels=(0, 255))
         self.img.setRect(0, 0, im.rgba.shape[1], max(1, im.rgba.shape[0]))
-        step = max(1, t.count // POS_POINTS)  # a 100,000-cell table plots every k-th row
-        rows = np.arange(0, t.count, step) + 0.5
-        shown = im.order[::step]
-        first = t.seq_ids[np.minimum(t.seq_start[shown], max(0, t.seq_ids.size - 1))] if t.seq_ids.size else None
-        palette = [*SEQ_COLORS, EMPTY_BRUSH]
-        color = np.full(shown.size, len(SEQ_COLORS), dtype=np.int64)  # empty cells: the last colour
-        if first is not None:
-            filled = t.n_seq[shown] > 0
-            color[filled] = np.maximum(first[filled].astype(np.int64), 0) % len(SEQ_COLORS)
-        xs = im.pos[::step].astype(np.float64)
-        size = 7 if t.count <= 256 else 4 if t.count <= 4096 else 2
-        self._set_positions([(palette[k], xs[color == k], rows[color == k], size) for k in np.unique(color)])
+        self._set_positions(pic.positions)
         ticks = [(j + 0.5, self.seq_label(s)) for j, s in enumerate(im.seqs)] + [(len(im.seqs) + 0.5, "shared")]
         self.plot.getAxis("bottom").setTicks([ticks])
         pos = im.pos
-        self.row_axis.set_labeler((lambda r: f"{int(pos[r]):,}" if 0 <= r < pos.size else "") if by_pos else None)
-        self.plot.setLabel("left", "position (rows sorted by position)" if by_pos else "cell (file order)")
+        self.row_axis.set_labeler((lambda r: f"{int(pos[r]):,}" if 0 <= r < pos.size else "")
+                                  if pic.by_position else None)
+        self.plot.setLabel("left", "position (rows sorted by position)" if pic.by_position else "cell (file order)")
         pad = 0.02 * max(1, t.count)  # one range update (two calls would lay the view out twice)
         self.plot.vb.setRange(xRange=(0, len(im.seqs) + 1), yRange=(-pad, max(1, t.count) + pad), padding=0)
-        self.summary.setText(self._summary(ref, t, im, masked is not None))
+        self.summary.setText(pic.summary)
         self._mark(self.doc.bus.current)
-
-    def _summary(self, ref: TableRef, t: CellTable, im: CellImage, masked: bool) -> str:
-        if self.owner is not None:
-            pos = sorted({int(p) for p in t.pos})
-            at = f"position {pos[0]:,}" if len(pos) == 1 else f"positions {pos[0]:,}..{pos[-1]:,}"
-            return (f"{ref.label}: {plural(t.count, 'cell')}: the state of {self.owner.label} at {at}. A per-sequence "
-                    f"file names no sequence in its recurrent cells; the sequence is {self.owner.why}.")
-        parts = []
-        for j, s in enumerate(im.seqs):
-            p = im.pos[im.occupancy[:, j]]
-            parts.append(f"{self.seq_label(s)}: {plural(p.size, 'cell')}, pos {int(p.min()):,}..{int(p.max()):,}")
-        n_empty = int((t.n_seq == 0).sum())
-        n_shared = int((t.n_seq > 1).sum())
-        extra = [f"{n_empty:,} empty"] if n_empty else []
-        extra += [f"{n_shared:,} shared"] if n_shared else []
-        if masked and self.doc.profile is not None:
-            extra.append(f"{int(im.masked.any(axis=1).sum()):,} outside the window (n_swa={self.doc.profile.n_swa})")
-        return (f"{ref.label}: {plural(t.count, 'cell')}" + (f" ({', '.join(extra)})" if extra else "")
-                + ("; " + "; ".join(parts) if parts else ""))
 
     def _set_positions(self, groups: list[tuple[str, np.ndarray, np.ndarray, int]]) -> None:
         """One curve per colour (created on demand, emptied when unused): a stroke across each row at its position,
