@@ -83,16 +83,18 @@ def dequantize_rows(raw: U8A, type_id: int) -> F32A:
         return np.left_shift(raw.view(np.uint16), 16, dtype=np.uint32).view(np.float32)
     if qt == _F32:
         return raw.view(np.float32).copy()
-    shape = raw.shape
+    bs, ts = GGML_QUANT_SIZES[qt]
+    shape = (*raw.shape[:-1], raw.shape[-1] // ts * bs)  # explicit: no -1 to infer when there are 0 rows
     fast = _FAST.get(qt)
     if fast is not None:
-        bs, ts = GGML_QUANT_SIZES[qt]
         blocks = raw.reshape(-1, ts)
         out = np.empty((blocks.shape[0], bs), np.float32)
         fast(blocks, np.ascontiguousarray(blocks[:, :2]).view(np.float16).astype(np.float32), out)
-        return out.reshape(*shape[:-1], -1)
+        return out.reshape(shape)
+    if not raw.size:
+        return np.zeros(shape, np.float32)
     flat = np.asarray(dequantize(np.ascontiguousarray(raw).reshape(1, -1), qt), dtype=np.float32)
-    return flat.reshape(*shape[:-1], -1)
+    return flat.reshape(shape)
 
 
 # The two quantized K/V types llama-server users pick most, decoded in one pass into the result

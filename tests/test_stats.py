@@ -323,6 +323,14 @@ def test_fast_q8_0_q4_0_decode_is_gguf_py_bit_for_bit(qt: GGMLQuantizationType, 
     assert raw.flags.writeable is False  # the input bytes were only read
 
 
+@pytest.mark.parametrize("qt", [GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q5_0,
+                                GGMLQuantizationType.F16])
+def test_no_rows_decode_to_no_values(qt: GGMLQuantizationType) -> None:
+    bs, ts = GGML_QUANT_SIZES[qt]
+    out = dequantize_rows(np.zeros((0, 3 * ts), np.uint8), int(qt))
+    assert out.shape == (0, 3 * bs) and out.dtype == np.float32
+
+
 def test_f16_sign_and_bit_pattern_edge_cases(tmp_path: Path) -> None:
     rng = np.random.default_rng(11)
     pos = np.abs(rng.standard_normal((16, 32))).astype("<f2")
