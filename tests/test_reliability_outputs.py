@@ -149,7 +149,6 @@ def test_temporary_folder_mode_and_cleanup(tmp_path: Path) -> None:
 
 def test_memory_core_save_file_is_atomic(tmp_path: Path) -> None:
     """The memory core's ``*_save_file`` streams through atomic_writer: the mode of a plain write."""
-    pytest.importorskip("torch")
     from fixtures import profile
     from kvscope.core.memory.context import MemoryContext
 
@@ -165,7 +164,6 @@ def test_memory_core_save_file_is_atomic(tmp_path: Path) -> None:
 
 def test_rewrite_output_mode(tmp_path: Path) -> None:
     """``kvscope rewrite`` replaces a 0644 output with a 0644 output, leaving no temporary file."""
-    pytest.importorskip("torch")
     src = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
     dest = tmp_path / "out.seqstate"
     dest.write_bytes(b"old")

@@ -116,7 +116,6 @@ def test_replaced_file_is_a_change(tmp_path: Path) -> None:
 
 def test_memory_core_file_reader_does_not_fault(tmp_path: Path) -> None:
     """The memory core's FileReader preads tensor rows: a file cut after it was sized raises."""
-    pytest.importorskip("torch")
     code = f"""
 import os, torch, numpy as np
 from kvscope.core.memory.io import FileReader

@@ -4,15 +4,11 @@ made meanwhile wins over the picture still being computed."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
+from gui_helpers import STATE
 
-pytest.importorskip("PySide6")
-
-from gui_helpers import STATE  # noqa: E402
-
-from kvscope.app.base.theme import SEQ_COLORS  # noqa: E402
-from kvscope.app.views.cells import cellmap  # noqa: E402
-from kvscope.app.views.cells.picture import draw_picture  # noqa: E402
+from kvscope.app.base.theme import SEQ_COLORS
+from kvscope.app.views.cells import cellmap
+from kvscope.app.views.cells.picture import draw_picture
 
 FRAG = STATE / "llama-f16-fa1-unified1-frag-ctx.session"  # several sequences, empty and shared cells
 

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gui_helpers import LAB, STATE
 
-pytest.importorskip("PySide6")
-
-from gui_helpers import LAB, STATE  # noqa: E402
-
-from kvscope.app.views.cells.cellmap_image import build_cell_image  # noqa: E402
-from kvscope.app.views.cells.swa import seq_max_pos, swa_masked_cells, swa_masked_pairs  # noqa: E402
-from kvscope.core.reader.records import CellTable  # noqa: E402
+from kvscope.app.views.cells.cellmap_image import build_cell_image
+from kvscope.app.views.cells.swa import seq_max_pos, swa_masked_cells, swa_masked_pairs
+from kvscope.core.reader.records import CellTable
 
 
 @pytest.mark.parametrize("name,key", [

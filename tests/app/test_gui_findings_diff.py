@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+from gui_helpers import LAB, STATE, model
+from PySide6.QtCore import Qt
 
-pytest.importorskip("PySide6")
-
-from gui_helpers import LAB, STATE, model  # noqa: E402
-from PySide6.QtCore import Qt  # noqa: E402
-
-from kvscope.app.views.findings.findings_view import FINDING_ROLE  # noqa: E402
-from kvscope.core.diff import diff_states  # noqa: E402
-from kvscope.core.model_profile import load_model_profile  # noqa: E402
-from kvscope.core.reader.parse import read_state  # noqa: E402
+from kvscope.app.views.findings.findings_view import FINDING_ROLE
+from kvscope.core.diff import diff_states
+from kvscope.core.model_profile import load_model_profile
+from kvscope.core.reader.parse import read_state
 
 
 def _click_row(qtbot, table, row: int) -> None:  # type: ignore[no-untyped-def]

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gui_helpers import STATE
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QGuiApplication
 
-pytest.importorskip("PySide6")
-
-from gui_helpers import STATE  # noqa: E402
-from PySide6.QtCore import QPoint, Qt  # noqa: E402
-from PySide6.QtGui import QGuiApplication  # noqa: E402
-
-from kvscope.app.views.bytes.byte_search import QueryError, find, find_wrapping, parse_query  # noqa: E402
-from kvscope.app.views.bytes.byte_text import TooLarge, as_c_array, as_hex, as_python, read_bytes  # noqa: E402
-from kvscope.app.views.bytes.hex_model import BYTES_PER_ROW  # noqa: E402
-from kvscope.core.record_values import layer_matrix  # noqa: E402
+from kvscope.app.views.bytes.byte_search import QueryError, find, find_wrapping, parse_query
+from kvscope.app.views.bytes.byte_text import TooLarge, as_c_array, as_hex, as_python, read_bytes
+from kvscope.app.views.bytes.hex_model import BYTES_PER_ROW
+from kvscope.core.record_values import layer_matrix
 
 SESSION = STATE / "llama-f16-fa1-unified1-frag-ctx.session"
 Q8 = STATE / "llama-q8_0-fa1-unified0-ctx.session"
@@ -34,9 +31,9 @@ def test_byte_text_formats() -> None:
     raw = bytes([0x71, 0x73, 0x67, 0x67])
     assert as_hex(raw) == "71 73 67 67"
     assert as_c_array(raw) == "unsigned char data[4] = { 0x71, 0x73, 0x67, 0x67 };"
-    assert as_python(raw) == 'b"\\x71\\x73\\x67\\x67"' and eval(as_python(raw)) == raw  # noqa: S307
+    assert as_python(raw) == 'b"\\x71\\x73\\x67\\x67"' and eval(as_python(raw)) == raw
     long = as_c_array(bytes(range(30)))
-    assert long.count("\n") == 4 and eval("[" + long.split("{")[1].split("}")[0] + "]") == list(range(30))  # noqa: S307
+    assert long.count("\n") == 4 and eval("[" + long.split("{")[1].split("}")[0] + "]") == list(range(30))
     data = np.arange(100, dtype=np.uint8)
     assert read_bytes(data, 98, 10) == bytes([98, 99])
     with pytest.raises(TooLarge):

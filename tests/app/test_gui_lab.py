@@ -7,16 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
+from gui_helpers import LAB, model
+from PySide6.QtCore import Qt
 
-pytest.importorskip("PySide6")
-pytest.importorskip("torch")
-
-from gui_helpers import LAB, model  # noqa: E402
-from PySide6.QtCore import Qt  # noqa: E402
-
-from kvscope.app.lab.model import CELL_ROLE, OUTCOME_ROLE, matrix_text, short_text  # noqa: E402
-from kvscope.core.lab.lab_cli import main as lab_main  # noqa: E402
-from kvscope.core.lab.report import cell_text, cell_to_json, run_to_json  # noqa: E402
+from kvscope.app.lab.model import CELL_ROLE, OUTCOME_ROLE, matrix_text, short_text
+from kvscope.core.lab.lab_cli import main as lab_main
+from kvscope.core.lab.report import cell_text, cell_to_json, run_to_json
 
 FA0 = LAB.parent / "llama" / "fa0-unified1"
 CONTEXT = FA0 / "context.state.bin"

@@ -6,16 +6,12 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from gui_helpers import LAB, STATE, model
+from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtWidgets import QAbstractButton, QComboBox, QLabel, QWidget
 
-pytest.importorskip("PySide6")
-pytest.importorskip("torch")
-
-from gui_helpers import LAB, STATE, model  # noqa: E402
-from PySide6.QtCore import QPoint, QRect, Qt  # noqa: E402
-from PySide6.QtWidgets import QAbstractButton, QComboBox, QLabel, QWidget  # noqa: E402
-
-from kvscope.app.lab.detail import PLOT_MIN  # noqa: E402
-from kvscope.app.lab.jobs import beside_inputs  # noqa: E402
+from kvscope.app.lab.detail import PLOT_MIN
+from kvscope.app.lab.jobs import beside_inputs
 
 CONTEXT = LAB.parent / "llama" / "fa0-unified1" / "context.state.bin"
 CASES = ["truncated_half", "cell_count_zero", "nan_rows_valid", "nan_rows_valid_then_seq_rm", "nan_rows_late_fail",

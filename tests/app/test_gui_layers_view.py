@@ -9,14 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gui_helpers import LAB, STATE
 
-pytest.importorskip("PySide6")
-
-from gui_helpers import LAB, STATE  # noqa: E402
-
-from kvscope.app.views.layers.lod import Window, display_order, overview, plan  # noqa: E402
-from kvscope.core.record_values import layer_matrix  # noqa: E402
-from kvscope.core.rotation import rotate_blocks  # noqa: E402
+from kvscope.app.views.layers.lod import Window, display_order, overview, plan
+from kvscope.core.record_values import layer_matrix
+from kvscope.core.rotation import rotate_blocks
 
 BIG_CELLS = 131_072
 

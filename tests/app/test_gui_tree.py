@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from gui_helpers import LAB, STATE
+from PySide6.QtCore import QModelIndex
 
-pytest.importorskip("PySide6")
-
-from gui_helpers import LAB, STATE  # noqa: E402
-from PySide6.QtCore import QModelIndex  # noqa: E402
-
-from kvscope.app.views.structure.tree_model import CHUNK, COLUMNS, StructureModel  # noqa: E402
-from kvscope.core.reader.parse import read_state  # noqa: E402
-from kvscope.core.reader.tree import Node  # noqa: E402
+from kvscope.app.views.structure.tree_model import CHUNK, COLUMNS, StructureModel
+from kvscope.core.reader.parse import read_state
+from kvscope.core.reader.tree import Node
 
 
 def _walk(model: StructureModel, parent: QModelIndex) -> list[Node]:

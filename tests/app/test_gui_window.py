@@ -8,18 +8,14 @@ import threading
 import time
 
 import numpy as np
-import pytest
+from gui_helpers import LAB, STATE, model
+from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
+from PySide6.QtGui import QDropEvent
 
-pytest.importorskip("PySide6")
-
-from gui_helpers import LAB, STATE, model  # noqa: E402
-from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QTimer, QUrl  # noqa: E402
-from PySide6.QtGui import QDropEvent  # noqa: E402
-
-from kvscope.app.base.theme import Theme  # noqa: E402
-from kvscope.app.document.model_files import best_match, suggest_models  # noqa: E402
-from kvscope.app.shell.main_window import MainWindow  # noqa: E402
-from kvscope.app.shell.settings import RECENT_MAX, AppSettings  # noqa: E402
+from kvscope.app.base.theme import Theme
+from kvscope.app.document.model_files import best_match, suggest_models
+from kvscope.app.shell.main_window import MainWindow
+from kvscope.app.shell.settings import RECENT_MAX, AppSettings
 
 
 def test_recent_files_capped_and_pruned(tmp_path, app_settings):  # type: ignore[no-untyped-def]

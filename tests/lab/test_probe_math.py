@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from kvscope.core.lab.probe_math import attention_readout, cells_read, max_abs_diff, probe_queries  # noqa: E402
+from kvscope.core.lab.probe_math import attention_readout, cells_read, max_abs_diff, probe_queries
 
 
 def _kv(n: int = 8, h: int = 2, d: int = 4) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

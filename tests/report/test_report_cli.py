@@ -7,13 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from report_paths import EXAMPLES, LAB, MODEL, NAN_FILE
 
-pytest.importorskip("PySide6")
-
-from report_paths import EXAMPLES, LAB, MODEL, NAN_FILE  # noqa: E402
-
-from kvscope.app.report.cli import main, register  # noqa: E402
-from kvscope.core import cli as core_cli  # noqa: E402
+from kvscope.app.report.cli import main, register
+from kvscope.core import cli as core_cli
 
 EXTRA_KEYS = {"overview", "report", "diff", "lab"}
 NAMED = {"file", "model"}  # the report names these by base name unless --full-paths
@@ -143,7 +140,6 @@ def test_lab_needs_a_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_lab_runs_in_a_scenario_folder(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
     clean = LAB / "fa0-unified1" / "seq0.clean.seqdata.bin"
     assert main([str(clean), "--lab", "-o", str(tmp_path / "r")]) == 0  # the model comes from context.json
     report = _json(tmp_path / "r" / "report.json")
@@ -160,7 +156,6 @@ def test_lab_runs_in_a_scenario_folder(tmp_path: Path) -> None:
 
 
 def test_bad_lab_context_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("torch")
     empty = tmp_path / "ctx"
     empty.mkdir()
     assert main([str(NAN_FILE), "--lab-context", str(empty), "-o", str(tmp_path / "r")]) == 2

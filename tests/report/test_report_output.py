@@ -9,16 +9,13 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from report_paths import MODEL, NAN_FILE
 
-pytest.importorskip("PySide6")
-
-from report_paths import MODEL, NAN_FILE  # noqa: E402
-
-from kvscope.app.report import writer  # noqa: E402
-from kvscope.app.report.builder import build_report  # noqa: E402
-from kvscope.app.report.cli import main  # noqa: E402
-from kvscope.app.report.collect import collect  # noqa: E402
-from kvscope.app.report.model import MAX_HEATMAPS, ReportError, ReportOptions  # noqa: E402
+from kvscope.app.report import writer
+from kvscope.app.report.builder import build_report
+from kvscope.app.report.cli import main
+from kvscope.app.report.collect import collect
+from kvscope.app.report.model import MAX_HEATMAPS, ReportError, ReportOptions
 
 
 class _Refs(HTMLParser):

@@ -6,15 +6,11 @@ import hashlib
 import json
 from pathlib import Path
 
-import pytest
+from report_paths import LAB, MODEL, NAN_FILE
 
-pytest.importorskip("PySide6")
-
-from report_paths import LAB, MODEL, NAN_FILE  # noqa: E402
-
-from kvscope.app.report import figures  # noqa: E402
-from kvscope.app.report.cli import main  # noqa: E402
-from kvscope.core.reader.layouts import GENERATIONS  # noqa: E402
+from kvscope.app.report import figures
+from kvscope.app.report.cli import main
+from kvscope.core.reader.layouts import GENERATIONS
 
 TRUNCATED = LAB / "truncated_half.seqdata.bin"  # 3,688 of 7,376 bytes
 
