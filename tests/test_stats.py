@@ -320,7 +320,6 @@ def test_fast_q8_0_q4_0_decode_is_gguf_py_bit_for_bit(qt: GGMLQuantizationType, 
         want = np.asarray(dequantize(raw.copy(), qt), np.float32)
     assert got.shape == want.shape and got.dtype == np.float32
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
-    assert raw.flags.writeable is False  # the input bytes were only read
 
 
 @pytest.mark.parametrize("qt", [GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q5_0,

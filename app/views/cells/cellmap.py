@@ -47,8 +47,7 @@ class CellMapView(LazyParts, QWidget):
         self.owner: SeqOwner | None = None  # whose state the id-less cells of the shown table hold
         self.shown: CellTable | None = None  # the table as drawn (id-less cells filed under ``owner``)
         self._dirty = True
-        self._generation = 0  # bumped by each redraw: a picture computed for an older one is dropped
-        self._pending: Task | None = None
+        self._pending: Task | None = None  # the picture being computed; a redraw cancels it (its result is dropped)
         self._picture_ref: TableRef | None = None  # the table of the picture on screen
         self.table_combo = QComboBox()
         self.order_combo = QComboBox()
@@ -178,7 +177,6 @@ class CellMapView(LazyParts, QWidget):
             self._dirty = True
             return
         self._dirty = False
-        self._generation += 1
         if self._pending is not None and not self._pending.done:
             self._pending.cancel()
         self._pending = None
@@ -193,24 +191,18 @@ class CellMapView(LazyParts, QWidget):
         if ref.table.count <= ASYNC_CELLS:
             self._show_picture(draw_picture(*args))
             return
-        gen = self._generation
         if self._picture_ref is not ref:  # another table's picture must not stand for this one meanwhile
             self.image = self.shown = self.owner = self._picture_ref = None
             self.img.clear()
             self._set_positions([])
         self.summary.setText(f"{ref.label}: drawing the map of {plural(ref.table.count, 'cell')}…")
 
-        def job(token: CancelToken, report: Report) -> tuple[int, CellPicture]:
-            return gen, draw_picture(*args)
+        def job(token: CancelToken, report: Report) -> CellPicture:
+            return draw_picture(*args)
 
         # bound methods: Qt drops the connection when the view is deleted before the picture is in
-        self._pending = self.doc.runner.submit(f"cell map of {ref.label}", job, self._on_picture,
+        self._pending = self.doc.runner.submit(f"cell map of {ref.label}", job, self._show_picture,
                                                self._on_picture_failed)
-
-    def _on_picture(self, out: tuple[int, CellPicture]) -> None:
-        gen, pic = out
-        if gen == self._generation:
-            self._show_picture(pic)
 
     def _on_picture_failed(self, message: str) -> None:  # a redraw since cancelled this task: no call
         ref = self.ref
