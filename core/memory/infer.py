@@ -66,11 +66,11 @@ class Inferred:
     profile: ModelProfile | None = None
 
 
-
 def _outputs_needed(res: ParseResult) -> int:
     """Outputs a context must reserve to read the file's output ids (older context states)."""
     top = (res.outputs or {}).get("max_output_id")
     return int(top) + 1 if top is not None else 0
+
 
 def _source_seq(res: ParseResult, layout: Layout) -> int | None:
     if res.kind not in ("seq_file", "seq_blob"):

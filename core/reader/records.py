@@ -337,13 +337,9 @@ class ParseResult:
 
     def sequence_ids(self) -> set[int]:
         """Every sequence id the cell tables of every section hold."""
-        out: set[int] = set()
-        for sec in self.sections:
-            tables = [st.cells for st in sec.streams] if sec.kind == "kv" else [sec.cells]
-            for t in tables:
-                if t is not None:
-                    out.update(int(x) for x in t.seq_ids.tolist())
-        return out
+        ids = [t.seq_ids for sec in self.sections
+               for t in ([st.cells for st in sec.streams] if sec.kind == "kv" else [sec.cells]) if t is not None]
+        return {int(x) for x in np.unique(np.concatenate(ids))} if ids else set()
 
     def layer_records(self) -> list[tuple[Section, LayerRecord]]:
         return [(sec, lr) for sec in self.sections for lr in sec.all_layers()]
