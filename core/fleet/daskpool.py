@@ -10,7 +10,8 @@ so a death is charged to the task that was running.
 Items go out in tasks of ``batch`` files (one scheduler round trip per batch, not per file)
 with at most a few tasks per worker thread in flight (``as_completed`` refilled as tasks
 finish), and results stream back as tasks complete. A task whose worker died
-(``KilledWorker``, or a ``CommClosedError`` fetching its result) costs at most its file: a batch is
+(``KilledWorker``, a ``CommClosedError`` fetching its result, or a finished future gone ``lost``
+with its worker before its result was fetched) costs at most its file: a batch is
 sent again one file per task, so the file that kills its worker is isolated, and a lone file
 whose worker died gets ``on_error(item, "worker died: SIGKILL (dask worker ...)")`` (the
 signal is known on kvscope's own cluster, from its nannies). So a file that kills every worker
@@ -250,6 +251,9 @@ class DaskPool:
             except distributed.comm.CommClosedError as e:  # the worker holding the result died
                 yield from self._result_lost(task, str(e), on_error, retry)
                 return
+        if fut.status == "lost":  # it had finished, but its result went with a dying worker
+            yield from self._result_lost(task, "its worker died after the task finished", on_error, retry)
+            return
         exc = fut.exception() if fut.status == "error" else None
         if isinstance(exc, distributed.KilledWorker):
             ws = exc.last_worker

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +94,38 @@ def test_external_scheduler_retries_a_killed_worker(tmp_path: Path, capsys: pyte
         assert summary["engine"] == "dask"
         assert client.submit(sum, [1, 2], pure=False).result() == 3  # kvscope left the cluster running
     assert rc == 1
+
+
+def test_results_lost_with_their_workers_are_run_again(tmp_path: Path) -> None:
+    """Workers killed while finished results wait on them (the scan paused) cost no file: each such
+    task, its future gone ``lost``, is run once more."""
+    from functools import partial
+
+    from kvscope.core.fleet.cli import scan_error
+    from kvscope.core.fleet.daskpool import DaskPool
+    from kvscope.core.fleet.scanfile import scan_entry
+    from kvscope.core.fleet.source import open_source
+
+    root = _tree(tmp_path)
+    source = open_source(str(root))
+    fn = partial(scan_entry, model=None, target=None)
+    expected = sorted(_key(fn(e)) for e in source.walk())
+    with DaskPool(jobs=2, batch=1) as pool:
+        results = pool.map(fn, source.walk(), scan_error)
+        got = [next(results)]
+        client = pool.client
+        deadline = time.monotonic() + 60
+        held = running = 0  # finished results waiting on the workers; tasks still running there
+        while time.monotonic() < deadline and (held < 3 or running):
+            held = sum(len(keys) for keys in client.has_what().values())
+            running = sum(len(keys) for keys in client.processing().values())
+            time.sleep(0.01)
+        assert held >= 3 and not running, (held, running)
+        pids = client.run(os.getpid)
+        for pid in pids.values():
+            os.kill(pid, signal.SIGKILL)
+        while time.monotonic() < deadline and set(pids) & set(client.scheduler_info()["workers"]):
+            time.sleep(0.01)  # until the scheduler has seen them go (the waiting results are lost then)
+        got.extend(results)
+    assert not [r for r in got if r["status"] == "error"]
+    assert sorted(map(_key, got)) == expected
