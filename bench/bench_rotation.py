@@ -14,6 +14,10 @@ and measures, each against a baseline taken in the same run:
 * the same ``--stats`` throughput on the F16 file, and the ratio of the two: de-rotation must not
   bring ``--stats`` below half of the F16 throughput (goal >= 50 %).
 
+The de-rotated statistics come from the compiled kernel (``core/_derotate.c``) where it runs
+(x86-64 with AVX2) and from numpy elsewhere; the bench prints which, and ``--numpy`` measures the
+numpy path on a machine with the kernel (the kernel's gain, against the same f16 baseline).
+
 Usage::
 
     .venv/bin/python bench/bench_rotation.py              # 2 GiB each in a temp dir, deleted afterwards
@@ -38,6 +42,8 @@ import bench_reader as br  # noqa: E402
 from gguf import GGMLQuantizationType  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
 
+from kvscope.core import stats  # noqa: E402
+from kvscope.core.derotate_kernel import kernel  # noqa: E402
 from kvscope.core.reader.parse import read_state  # noqa: E402
 from kvscope.core.reader.records import LayerRecord  # noqa: E402
 from kvscope.core.record_values import dequantize_rows  # noqa: E402
@@ -174,9 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, help="folder for the files (default: a temp dir)")
     ap.add_argument("--quick", action="store_true", help="32 MiB files: a smoke test")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a goal is missed")
+    ap.add_argument("--numpy", action="store_true", help="de-rotate with numpy even where the compiled kernel runs")
     args = ap.parse_args(argv)
     if args.quick:
         args.size_gib, args.cells, args.n_layer = 1 / 32, 4096, 4
+    if args.numpy:
+        stats.supports = lambda type_id, block: False  # the kernel's gate in --stats
+    print(f"de-rotation: {'compiled kernel (' + str(kernel()) + ')' if kernel() and not args.numpy else 'numpy'}")
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         rows = run(args, Path(tmp))
     br.print_table(rows)

@@ -23,6 +23,7 @@ import numpy.typing as npt
 from gguf import GGMLQuantizationType
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.derotate_kernel import rotated_stats, supports
 from kvscope.core.findings import Finding
 from kvscope.core.reader.records import LayerRecord, ParseResult
 from kvscope.core.reader.source import ByteSource
@@ -287,7 +288,13 @@ def _rotated_stats(raw: U8A, type_id: int, block: int, row_bytes: int, p: _Part)
     piece = max(row_bytes, _ROT_PIECE // row_bytes * row_bytes)
     root = math.sqrt(block)
     p.n, p.n_fin, done = 0, 0, 0
+    fused, kernel = supports(type_id, block), supports(int(GGMLQuantizationType.F32), block)
     for lo in range(0, raw.size, piece):
+        r = rotated_stats(raw[lo : lo + piece], type_id, block) if fused else None
+        if r is not None:  # q8_0 / q4_0 decoded and de-rotated in one compiled pass
+            p.s, p.q, p.n_fin, done = p.s + r.sum, p.q + r.sum_squares, p.n_fin + r.n_values, done + r.n_values
+            p.mn, p.mx = min(p.mn, r.min), max(p.mx, r.max)
+            continue
         f = dequantize_rows(raw[lo : lo + piece], type_id).reshape(-1, block)
         flat = f.reshape(-1)
         q = float(np.dot(flat, flat))  # non-finite when a value is (or when float32 overflows)
@@ -304,10 +311,15 @@ def _rotated_stats(raw: U8A, type_id: int, block: int, row_bytes: int, p: _Part)
             q = float(np.dot(g, g))
         done += flat.size
         if f.size:
-            d = rotate_blocks(f, block)
+            k = rotated_stats(f, int(GGMLQuantizationType.F32), block) if kernel else None
+            if k is not None:  # the extremes from the compiled transform (f is finite here)
+                mn, mx = k.min, k.max
+            else:
+                d = rotate_blocks(f, block)
+                mn, mx = float(d.min()), float(d.max())
             p.s += root * float(f[:, 0].sum(dtype=np.float64))
             p.q += q
-            p.mn, p.mx = min(p.mn, float(d.min())), max(p.mx, float(d.max()))
+            p.mn, p.mx = min(p.mn, mn), max(p.mx, mx)
             p.n_fin += int(f.size)
     p.n = done
 
