@@ -36,6 +36,14 @@ def test_the_kernel_is_built_and_runs_where_the_cpu_has_avx2() -> None:
     assert dk.kernel() == ("avx2" if _cpu_has_avx2() else None)
 
 
+def _stats(data: np.ndarray, qt: GGMLQuantizationType, block: int) -> dk.RotatedStats | None:
+    """The kernel's answer for data it takes: statistics where it runs, None where it does not
+    (on such a CPU the tests below check only that, and numpy does the work)."""
+    got = dk.rotated_stats(data, int(qt), block)
+    assert (got is None) == (dk.kernel() is None)
+    return got
+
+
 def _blocks(qt: GGMLQuantizationType, n_blocks: int, scales: np.ndarray, seed: int) -> np.ndarray:
     """Raw ggml blocks of ``qt`` with the given f16 scales and random quants."""
     _, ts = GGML_QUANT_SIZES[qt]
@@ -65,8 +73,10 @@ def test_quantized_blocks_equal_an_exact_transform(qt: GGMLQuantizationType, blo
     n_blocks = n_rot * block // 32
     d = np.array(scales.draw(st.lists(scale, min_size=n_blocks, max_size=n_blocks)), np.float32)
     raw = _blocks(qt, n_blocks, d, seed)
-    got = dk.rotated_stats(raw, int(qt), block)
-    assert got is not None and got.n_values == n_rot * block
+    got = _stats(raw, qt, block)
+    if got is None:
+        return
+    assert got.n_values == n_rot * block
     if n_rot == 0:
         return
     values = dequantize_rows(raw, int(qt))
@@ -82,8 +92,9 @@ def test_quantized_blocks_equal_an_exact_transform(qt: GGMLQuantizationType, blo
        spread=st.floats(1e-6, 1e6))
 def test_float32_values_equal_an_exact_transform(block: int, n_rot: int, seed: int, spread: float) -> None:
     values = (np.random.default_rng(seed).standard_normal(n_rot * block) * spread).astype(np.float32)
-    got = dk.rotated_stats(values, int(F32), block)
-    assert got is not None
+    got = _stats(values, F32, block)
+    if got is None:
+        return
     mn, mx, total, squares = _exact(values, block)
     tol = 1e-6 * float(np.abs(values).max()) * np.sqrt(block)
     assert got.min == pytest.approx(mn, abs=tol) and got.max == pytest.approx(mx, abs=tol)
@@ -97,7 +108,7 @@ def test_a_non_finite_scale_leaves_it_to_numpy(qt: GGMLQuantizationType, bad: fl
     d[37] = bad  # in the last of 10 rotation blocks of 128: after the first float32 flush
     assert dk.rotated_stats(_blocks(qt, 40, d, 1), int(qt), 128) is None
     d[37] = 0.5
-    assert dk.rotated_stats(_blocks(qt, 40, d, 1), int(qt), 128) is not None
+    _stats(_blocks(qt, 40, d, 1), qt, 128)  # not None where the kernel runs
 
 
 @pytest.mark.parametrize("bad", [np.inf, np.nan, 3e19])  # 3e19 is finite, its square is not in float32
@@ -114,7 +125,7 @@ def test_what_the_kernel_does_not_take_is_refused() -> None:
     assert dk.rotated_stats(raw, int(Q8), 1024) is None  # larger than the kernel's buffer
     assert not dk.supports(int(Q8), 16)  # smaller than one q8_0 block
     assert not dk.supports(int(GGMLQuantizationType.Q5_1), 128)  # another layout: numpy decodes it
-    assert dk.supports(int(F32), 16) and dk.supports(int(Q4), 512)
+    assert dk.supports(int(F32), 16) == dk.supports(int(Q4), 512) == (dk.kernel() is not None)
     assert dk.rotated_stats(np.ones(64, np.float32)[1:].view(np.uint8)[3:-1].view(np.float32), int(F32), 16) \
         is None  # 63 values: not whole blocks (and the kernel never reads past them)
 
@@ -161,3 +172,17 @@ def test_a_nan_scale_in_a_real_rotated_file_is_counted_as_numpy_counts_it(tmp_pa
     assert len(hit) == 1 and hit[0][0].n_nan == hit[0][1].n_nan == 32
     a, b = hit[0]
     assert (a.min, a.max, a.first_nonfinite) == (b.min, b.max, b.first_nonfinite)
+
+
+def test_without_the_kernel_stats_fall_back_to_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where it did not compile or the CPU lacks AVX2: nothing is taken, --stats still de-rotates."""
+    path = ROTATED[0]
+    with_kernel = stats.scan_stats(read_state(path))
+    monkeypatch.setattr(dk, "_MOD", None)
+    assert dk.kernel() is None and not dk.supports(int(Q8), 128) and not dk.supports(int(F32), 64)
+    assert dk.rotated_stats(_blocks(Q8, 4, np.ones(4, np.float32), 3), int(Q8), 128) is None
+    without = stats.scan_stats(read_state(path))
+    assert [ls.derotated for ls in without.layers] == [ls.derotated for ls in with_kernel.layers]
+    assert any(ls.derotated for ls in without.layers)
+    for a, b in zip(with_kernel.layers, without.layers, strict=True):
+        assert np.isclose(a.max, b.max, rtol=1e-5, equal_nan=True) and a.n_values == b.n_values
