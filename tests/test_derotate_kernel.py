@@ -58,9 +58,7 @@ def _exact(values: np.ndarray, block: int) -> tuple[float, float, float, float]:
     return float(d.min()), float(d.max()), float(d.sum()), float((d * d).sum())
 
 
-scale = st.one_of(st.floats(-2.0, 2.0, width=16), st.sampled_from([0.0, -0.0, 6e-8, -6e-8, 65504.0, -65504.0]))
-
-
+SCALES = st.one_of(st.floats(-2.0, 2.0, width=16), st.sampled_from([0.0, -0.0, 6e-8, -6e-8, 65504.0, -65504.0]))
 
 
 @settings(max_examples=150, deadline=None)
@@ -71,7 +69,7 @@ def test_quantized_blocks_equal_an_exact_transform(qt: GGMLQuantizationType, blo
     """Random q8_0/q4_0 blocks (zero, subnormal and the largest scales among them), any number of
     rotation blocks (past the kernel's float32 flush of 16 blocks too), every block size it takes."""
     n_blocks = n_rot * block // 32
-    d = np.array(scales.draw(st.lists(scale, min_size=n_blocks, max_size=n_blocks)), np.float32)
+    d = np.array(scales.draw(st.lists(SCALES, min_size=n_blocks, max_size=n_blocks)), np.float32)
     raw = _blocks(qt, n_blocks, d, seed)
     got = _stats(raw, qt, block)
     if got is None:
