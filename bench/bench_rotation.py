@@ -42,7 +42,7 @@ import bench_reader as br  # noqa: E402
 from gguf import GGMLQuantizationType  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
 
-from kvscope.core import stats  # noqa: E402
+from kvscope.core import derotate_kernel  # noqa: E402
 from kvscope.core.derotate_kernel import kernel  # noqa: E402
 from kvscope.core.reader.parse import read_state  # noqa: E402
 from kvscope.core.reader.records import LayerRecord  # noqa: E402
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.size_gib, args.cells, args.n_layer = 1 / 32, 4096, 4
     if args.numpy:
-        stats.supports = lambda type_id, block: False  # the kernel's gate in --stats
+        derotate_kernel.disable()
     print(f"de-rotation: {'compiled kernel (' + str(kernel()) + ')' if kernel() and not args.numpy else 'numpy'}")
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         rows = run(args, Path(tmp))

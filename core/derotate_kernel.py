@@ -37,6 +37,12 @@ _MOD = _load()
 _KINDS = {int(t): kind for t, (kind, layout) in _LAYOUTS.items() if GGML_QUANT_SIZES.get(t) == layout}
 
 
+def disable() -> None:
+    """From now on numpy does the work in this process (``bench_rotation --numpy`` measures the kernel's gain)."""
+    global _MOD
+    _MOD = None
+
+
 def kernel() -> str | None:
     """The instruction set the kernel runs with here ("avx2"), or None: numpy does the work."""
     return None if _MOD is None else str(_MOD.KERNEL)

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from gguf import GGMLQuantizationType
 
 from kvscope.core import ggml_types as gt
-from kvscope.core.derotate_kernel import rotated_stats, supports
+from kvscope.core.derotate_kernel import rotated_stats
 from kvscope.core.findings import Finding
 from kvscope.core.reader.records import LayerRecord, ParseResult
 from kvscope.core.reader.source import ByteSource
@@ -37,7 +37,7 @@ I64A = npt.NDArray[np.int64]
 
 _WORK = 1 << 20  # bytes per step actually used (faster than big steps: the passes stay in cache)
 _AHEAD = 64 << 20  # how far the read-ahead thread runs ahead of the scan
-_F16 = GGMLQuantizationType.F16
+_F16, _F32 = GGMLQuantizationType.F16, int(GGMLQuantizationType.F32)
 _WORD = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
 _ROLE = {"k": "K", "v": "V"}
 
@@ -288,9 +288,8 @@ def _rotated_stats(raw: U8A, type_id: int, block: int, row_bytes: int, p: _Part)
     piece = max(row_bytes, _ROT_PIECE // row_bytes * row_bytes)
     root = math.sqrt(block)
     p.n, p.n_fin, done = 0, 0, 0
-    fused, kernel = supports(type_id, block), supports(int(GGMLQuantizationType.F32), block)
     for lo in range(0, raw.size, piece):
-        r = rotated_stats(raw[lo : lo + piece], type_id, block) if fused else None
+        r = rotated_stats(raw[lo : lo + piece], type_id, block)
         if r is not None:  # q8_0 / q4_0 decoded and de-rotated in one compiled pass
             p.s, p.q, p.n_fin, done = p.s + r.sum, p.q + r.sum_squares, p.n_fin + r.n_values, done + r.n_values
             p.mn, p.mx = min(p.mn, r.min), max(p.mx, r.max)
@@ -311,8 +310,8 @@ def _rotated_stats(raw: U8A, type_id: int, block: int, row_bytes: int, p: _Part)
             q = float(np.dot(g, g))
         done += flat.size
         if f.size:
-            k = rotated_stats(f, int(GGMLQuantizationType.F32), block) if kernel else None
-            if k is not None:  # the extremes from the compiled transform (f is finite here)
+            k = rotated_stats(f, _F32, block)  # the extremes from the compiled transform (f is finite here)
+            if k is not None:
                 mn, mx = k.min, k.max
             else:
                 d = rotate_blocks(f, block)
