@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-BUILD_NAMES_HELP = "0c1e5709, b11434"
+from kvscope.core.engine.builds import BUILDS
 
 
 def add_engine_location(p: argparse.ArgumentParser, build_default: str) -> None:
@@ -12,9 +12,9 @@ def add_engine_location(p: argparse.ArgumentParser, build_default: str) -> None:
 
     ``build_default`` says, for ``--build``'s help, which build is used when none is given.
     """
+    names = ", ".join(b.name for b in BUILDS)
     lib = p.add_mutually_exclusive_group()
-    lib.add_argument("--build", metavar="NAME", help=f"a pinned llama.cpp build ({BUILD_NAMES_HELP}); default: "
-                     f"{build_default}")
+    lib.add_argument("--build", metavar="NAME", help=f"a pinned llama.cpp build ({names}); default: {build_default}")
     lib.add_argument("--lib", metavar="PATH", help="your own libllama build folder (its ABI is checked)")
     p.add_argument("--server", metavar="URL", help="a running llama-server (with --engine server)")
     p.add_argument("--slot-dir", metavar="DIR", help="that server's --slot-save-path folder")
