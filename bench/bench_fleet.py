@@ -57,7 +57,7 @@ print(json.dumps({"rc": rc, "wall_s": time.perf_counter() - t0, "hwm_kib": hwm})
 _CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
-from kvscope.core.cli import main
+from kvscope.core.cli.main import main
 rc = main(sys.argv[1:])
 """ + _REPORT
 
@@ -68,7 +68,7 @@ _OLD_LOOP = """
 import json, os, sys, time
 from concurrent.futures import ProcessPoolExecutor
 t0 = time.perf_counter()
-from kvscope.core.scan import scan_file, summarise
+from kvscope.core.fleet.tree_scan import scan_file, summarise
 root, jobs = sys.argv[1], int(sys.argv[2])
 files = []
 for dirpath, dirnames, filenames in os.walk(root):

@@ -97,9 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from PySide6.QtCore import QEvent, QObject, QTimer
 
-    import kvscope.core.diff
-    import kvscope.core.reader.parse
-    import kvscope.core.stats  # noqa: F401  (imported before the clock starts, as a running app has them)
+    import kvscope.core.analysis.diff
+    import kvscope.core.analysis.stats  # noqa: F401  (imported before the clock starts, as a running app has them)
     from kvscope.app.base.application import ensure_app
     from kvscope.app.shell.main_window import MainWindow
 

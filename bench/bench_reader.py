@@ -54,10 +54,10 @@ from typing import Any
 
 import numpy as np
 
+from kvscope.core.analysis.stats import scan_stats
 from kvscope.core.reader.cells import scan_cells
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.source import ByteSource
-from kvscope.core.stats import scan_stats
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL_FIXTURE = ROOT / "tests" / "data" / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
@@ -218,7 +218,7 @@ print(json.dumps({"peak": hwm(), "ru_maxrss": resource.getrusage(resource.RUSAGE
 # kvscope inspect --json in this process, output discarded: {"rc", "peak" (VmHWM KiB), "seconds"}.
 _SPARSE_CHILD = """
 import contextlib, io, json, os, sys, time
-from kvscope.core.cli import main
+from kvscope.core.cli.main import main
 t0 = time.perf_counter()
 with open(os.devnull, "w") as out, contextlib.redirect_stdout(out):
     rc = main(["inspect", "--json", sys.argv[1]])
@@ -230,7 +230,7 @@ print(json.dumps({"rc": rc, "peak": peak, "seconds": dt}))
 
 _MODULES_CHILD = """
 import contextlib, io, json, sys
-from kvscope.core.cli import main
+from kvscope.core.cli.main import main
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
     rc = main(["inspect", "--json", sys.argv[1]])
@@ -248,7 +248,7 @@ def child_json(code: str, *args: str) -> dict[str, Any]:
 
 def kvscope_command() -> list[str]:
     script = Path(sys.executable).parent / "kvscope"
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "kvscope.core.cli"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "kvscope.core.cli.main"]
 
 
 def profile_top(fn: Callable[[], Any], n: int = 25) -> str:

@@ -43,11 +43,11 @@ from gguf import GGMLQuantizationType  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
 
 from kvscope.core import derotate_kernel  # noqa: E402
+from kvscope.core.analysis.record_values import dequantize_rows  # noqa: E402
+from kvscope.core.analysis.stats import scan_stats  # noqa: E402
 from kvscope.core.derotate_kernel import kernel  # noqa: E402
 from kvscope.core.reader.parse import read_state  # noqa: E402
 from kvscope.core.reader.records import LayerRecord  # noqa: E402
-from kvscope.core.record_values import dequantize_rows  # noqa: E402
-from kvscope.core.stats import scan_stats  # noqa: E402
 
 GGML_TYPE_Q8_0 = 8
 Q8_BLOCK, Q8_BYTES = 32, 34

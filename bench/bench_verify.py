@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench/out")
     args = ap.parse_args(argv)
     from kvscope.core.engine.llamacpp import CtxParams, LlamaProcess
-    from kvscope.core.model_profile import load_model_profile
+    from kvscope.core.model.profile import load_model_profile
     from kvscope.core.reader.parse import read_state
     from kvscope.core.verify.params import context_for
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvscope.core.model_profile import ModelProfile, load_model_profile
+from kvscope.core.model.profile import ModelProfile, load_model_profile
 from kvscope.core.reader.parse import read_state
 
 ROOT = Path(__file__).resolve().parent.parent

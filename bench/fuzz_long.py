@@ -57,12 +57,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from kvscope.core.model_profile import ModelProfile, ModelProfileError, load_model_profile
+from kvscope.core.analysis.stats import scan_stats
+from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.source import FileChangedError
 from kvscope.core.reader.tree import check_tiling, coverage
-from kvscope.core.stats import scan_stats
 
 ROOT = Path(__file__).resolve().parent.parent
 from fuzz_inputs import (  # noqa: E402  (the run's inputs: seeds, models, mutations)

@@ -1,7 +1,7 @@
 /* kvscope.core._derotate: statistics of Hadamard-rotated K/V rows, de-rotated in one pass.
  *
  * llama.cpp (2026-04 and later) stores the rows of a quantized K/V cache multiplied, block by
- * block, by the orthonormal Walsh-Hadamard matrix (kvscope.core.rotation). `kvscope inspect
+ * block, by the orthonormal Walsh-Hadamard matrix (kvscope.core.reader.rotation). `kvscope inspect
  * --stats` needs the extremes of the de-rotated values, which numpy only gets by materialising
  * the whole transform (several passes over memory per value). This module decodes q8_0 / q4_0
  * blocks (or takes float32 values) and transforms one rotation block at a time in registers and
@@ -251,7 +251,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_derotate",
-    "Statistics of Hadamard-rotated K/V rows, de-rotated in one compiled pass (see kvscope.core.rotation).", -1,
+    "Statistics of Hadamard-rotated K/V rows, de-rotated in one compiled pass (see kvscope.core.reader.rotation).", -1,
     methods, NULL, NULL, NULL, NULL,
 };
 

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 _PREAD_MAX = 0x7FFFF000  # Linux moves at most this many bytes per read call
 
+# what a reader says when a file's identity changed under it (state files and GGUF models alike)
+CHANGED_MESSAGE = "the file changed while it was read"
+
 
 @dataclass(frozen=True)
 class FileIdentity:

@@ -16,7 +16,7 @@ NEEDS_MEMORY_CORE = ("kvscope: this command needs kvscope's memory core (torch),
 def main() -> int:
     """Run the core CLI; its plugin commands (gui, report) come from the bundled entry-point metadata."""
     multiprocessing.freeze_support()  # kvscope scan --jobs starts worker processes from this executable
-    from kvscope.core.cli import main as cli_main
+    from kvscope.core.cli.main import main as cli_main
 
     try:
         return cli_main()

@@ -25,7 +25,7 @@ F16 = 1
 # Runs kvscope's main() in this child and prints {"rc", "hwm_kib"} as the last stderr line.
 _CHILD = """
 import json, sys
-from kvscope.core.cli import main
+from kvscope.core.cli.main import main
 try:
     rc = main(sys.argv[1:])
 finally:

@@ -42,7 +42,7 @@ from kvscope.core.lab.engine_live import EngineLabError, LiveSpec, LlamaLive
 from kvscope.core.lab.report import CellResult
 from kvscope.core.lab.runner import LabCase
 from kvscope.core.memory import ContextParams
-from kvscope.core.model_profile import ModelProfile, ModelProfileError, load_model_profile
+from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
 

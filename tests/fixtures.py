@@ -56,7 +56,7 @@ def model_path(key: str) -> Path:
 
 @cache
 def profile(key: str) -> Any:
-    from kvscope.core.model_profile import load_model_profile
+    from kvscope.core.model.profile import load_model_profile
 
     return load_model_profile(model_path(key))
 
@@ -70,7 +70,7 @@ def entry_model(path: Path, entry: dict[str, Any]) -> Path:
 
 @cache
 def _profile_at(model: Path) -> Any:
-    from kvscope.core.model_profile import load_model_profile
+    from kvscope.core.model.profile import load_model_profile
 
     return load_model_profile(model)
 

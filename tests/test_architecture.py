@@ -154,3 +154,49 @@ def test_the_core_never_imports_qt_or_the_app() -> None:
     bad = [f"{m} imports {i.name}" for m, imps in IMPORTS.items() if m.startswith("kvscope.core")
            for i in imps if i.name.split(".")[0] in QT_MODULES or i.name.startswith("kvscope.app")]
     assert bad == []
+
+
+# kvscope.core's packages (and its loose leaf modules), bottom up: a module may import its own
+# package, and any package of a lower layer; the packages of one layer do not import each other.
+# pyproject.toml's import-linter contract says the same for the run-time graph.
+CORE_LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer.split()) for layer in (
+    "findings ggml_types textsafe fileio fsutil jsonout derotate_kernel modelgen",
+    "model",
+    "reader",
+    "memory",
+    "convert",
+    "analysis",
+    "engine",
+    "verify fleet",
+    "lab",
+    "cli",
+))
+
+
+def _core_part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["kvscope", "core"] else None
+
+
+def _core_layer(module: str) -> int | None:
+    part = _core_part(module)
+    return next((i for i, layer in enumerate(CORE_LAYERS) if part in layer), None)
+
+
+def test_every_core_module_sits_in_a_layer() -> None:
+    stray = sorted({m for m in MODULES if m.startswith("kvscope.core.") and _core_layer(m) is None})
+    assert stray == [], f"core modules outside the layers {CORE_LAYERS}: {stray}"
+
+
+def test_core_packages_import_only_the_layers_below_them() -> None:
+    """Type-only and function-level imports count: an arrow that runs upward is an arrow all the same."""
+    wrong = [f"{m} imports {d}" for m, deps in _graph("kvscope.core.", True).items() for d in sorted(deps)
+             if (lm := _core_layer(m)) is not None and (ld := _core_layer(d)) is not None
+             and _core_part(m) != _core_part(d) and ld >= lm]
+    assert wrong == []
+
+
+def test_the_core_layer_check_sees_an_upward_import() -> None:
+    assert _core_layer("kvscope.core.reader.parse") == 2 and _core_layer("kvscope.core.analysis.stats") == 5
+    assert _core_layer("kvscope.core.findings") == 0 and _core_layer("kvscope.core.nonesuch") is None
+    assert _core_layer("kvscope.core.verify.run") == _core_layer("kvscope.core.fleet.cli")

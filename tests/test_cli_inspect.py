@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import DATA, model_path
-from kvscope.core.cli import main
+from kvscope.core.cli.main import main
 
 SLOT = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq1.slot-emulated.seqstate"
 LAB = DATA / "lab/llamacpp-2026-10-01/llama"
@@ -99,7 +99,7 @@ def test_input_not_modified(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
 
 
 def test_console_script_imports_neither_torch_nor_qt() -> None:
-    code = ("import sys, io, contextlib; from kvscope.core.cli import main; "
+    code = ("import sys, io, contextlib; from kvscope.core.cli.main import main; "
             "buf = io.StringIO(); contextlib.redirect_stdout(buf).__enter__(); "
             f"main(['inspect', r'{SLOT}', '--json']); "
             "sys.stderr.write(','.join(m for m in ('torch', 'PySide6', 'pyqtgraph') if m in sys.modules))")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvscope.core.cli import main
+from kvscope.core.cli.main import main
 from kvscope.core.reader.parse import read_state
 
 D = Path(__file__).parent / "data" / "llamacpp-2026-10-01"

@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvscope.core import derotate_kernel as dk
-from kvscope.core import stats
+from kvscope.core.analysis import stats
+from kvscope.core.analysis.record_values import dequantize_rows
 from kvscope.core.reader.parse import read_state
-from kvscope.core.record_values import dequantize_rows
-from kvscope.core.rotation import hadamard
+from kvscope.core.reader.rotation import hadamard
 
 Q8, Q4, F32 = GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.F32
 GEN = Path(__file__).parent / "data" / "gen-b11434"

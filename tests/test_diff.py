@@ -1,4 +1,4 @@
-"""State diff (core/diff.py): real fixtures, single-value edits (plain and transposed), cell reordering."""
+"""State diff (core/analysis/diff.py): real fixtures, single-value edits (plain and transposed), cell reordering."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import kvscope.core.diff as diffmod
-from kvscope.core.diff import diff_states, first_differing_byte
+import kvscope.core.analysis.diff as diffmod
+from kvscope.core.analysis.diff import diff_states, first_differing_byte
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult
 

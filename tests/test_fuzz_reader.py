@@ -45,12 +45,12 @@ from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 
 from fixtures import DATA, model_path, profile
-from kvscope.core.model_profile import ModelProfileError, load_model_profile
+from kvscope.core.analysis.stats import scan_stats
+from kvscope.core.model.profile import ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.source import FileChangedError
 from kvscope.core.reader.tree import check_tiling, coverage
-from kvscope.core.stats import scan_stats
 
 # (fixture relative to tests/data, model key of the tiny GGUF that wrote it)
 FIXTURES: tuple[tuple[str, str], ...] = (

@@ -1,4 +1,4 @@
-"""Tests for kvscope.core.model_profile: GGUF model -> expected llama.cpp state memory layout."""
+"""Tests for kvscope.core.model.profile: GGUF model -> expected llama.cpp state memory layout."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvscope.core.gguf_metadata import read_gguf_metadata
-from kvscope.core.model_profile import (
+from kvscope.core.model.gguf_metadata import read_gguf_metadata
+from kvscope.core.model.profile import (
     ExpectedSection,
     ModelProfile,
     load_model_profile,
@@ -343,7 +343,7 @@ def test_hand_built_profiles_derive_layers() -> None:
 
 def test_no_qt_or_torch_import() -> None:
     code = (
-        "import sys, kvscope.core.model_profile;"
+        "import sys, kvscope.core.model.profile;"
         "roots = ('PySide6', 'PyQt5', 'PyQt6', 'torch', 'pyqtgraph');"
         "bad = [m for m in sys.modules if m.split('.')[0] in roots];"
         "print(bad)"

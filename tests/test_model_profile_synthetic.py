@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from fixtures import model_path
-from kvscope.core.model_profile import (
+from kvscope.core.model.profile import (
     ModelProfile,
     ModelProfileError,
     load_model_profile,

@@ -24,7 +24,7 @@ from fixtures import DATA, manifest_entries
 from kvscope.core.jsonout import JsonArray, materialize, write_json
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import CellTable
-from kvscope.core.reader.report import result_to_json
+from kvscope.core.reader.render import result_to_json
 
 MIB = 1 << 20
 

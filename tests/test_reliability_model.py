@@ -25,8 +25,8 @@ from bigstate import run_kvscope
 from fuzz_mutations import T_ARR, T_STR, T_U8, T_U32, gguf_header, gguf_str
 
 from fixtures import DATA, model_path
-from kvscope.core.gguf_metadata import MAX_ARRAY_BYTES, MAX_STRINGS, SKIPPED, read_gguf_metadata
-from kvscope.core.model_profile import ModelProfileError, load_model_profile
+from kvscope.core.model.gguf_metadata import MAX_ARRAY_BYTES, MAX_STRINGS, SKIPPED, read_gguf_metadata
+from kvscope.core.model.profile import ModelProfileError, load_model_profile
 from kvscope.core.textsafe import safe_text
 
 SEQ = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
@@ -93,7 +93,7 @@ def test_fifo_as_model_does_not_hang(tmp_path: Path) -> None:
     fifo = tmp_path / "model.gguf"
     os.mkfifo(fifo)
     assert "not a regular file" in _cli_one_line(fifo, timeout=60)
-    code = ("import sys\nfrom kvscope.core.model_profile import ModelProfileError, load_model_profile\n"
+    code = ("import sys\nfrom kvscope.core.model.profile import ModelProfileError, load_model_profile\n"
             "for b in ('fast', 'gguf'):\n"
             "    try:\n        load_model_profile(sys.argv[1], backend=b)\n"
             "    except ModelProfileError as e:\n        print(e)\n")

@@ -169,7 +169,7 @@ def test_rewrite_output_mode(tmp_path: Path) -> None:
     dest.write_bytes(b"old")
     dest.chmod(0o644)
     model = DATA / "llamacpp-2026-10-01" / "tiny-llama.gguf"
-    p = subprocess.run([sys.executable, "-m", "kvscope.core.cli", "rewrite", str(src), "-o", str(dest),
+    p = subprocess.run([sys.executable, "-m", "kvscope.core.cli.main", "rewrite", str(src), "-o", str(dest),
                         "--model", str(model)], capture_output=True, text=True, timeout=300, check=False)
     assert p.returncode == 0, p.stderr
     assert _mode(dest) == 0o644 and dest.read_bytes() == src.read_bytes()

@@ -25,11 +25,11 @@ import pytest
 from bigstate import run_kvscope, write_seq_state
 
 from fixtures import DATA
-from kvscope.core.diff import diff_states
+from kvscope.core.analysis.diff import diff_states
+from kvscope.core.analysis.record_values import layer_matrix
+from kvscope.core.analysis.stats import scan_stats
 from kvscope.core.reader.parse import read_source, read_state
 from kvscope.core.reader.source import CHANGED_MESSAGE, ByteSource, FileChangedError, FileIdentity
-from kvscope.core.record_values import layer_matrix
-from kvscope.core.stats import scan_stats
 
 SEQ = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
 

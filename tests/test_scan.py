@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from fixtures import DATA, manifest_entries
-from kvscope.core.cli import main
-from kvscope.core.scan import scan_file, scan_tree, summarise
+from kvscope.core.cli.main import main
+from kvscope.core.fleet.tree_scan import scan_file, scan_tree, summarise
 
 
 def test_scan_file_is_pure_and_jsonable(tmp_path: Path) -> None:

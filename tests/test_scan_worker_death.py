@@ -15,8 +15,8 @@ import pytest
 from fleet_tree import Killer, write_slow_state
 
 from fixtures import DATA
-from kvscope.core.cli import main
-from kvscope.core.scan import scan_file, scan_tree
+from kvscope.core.cli.main import main
+from kvscope.core.fleet.tree_scan import scan_file, scan_tree
 
 SMALL = ("llama-f16-fa0-unified0-seq0.seqstate", "llama-f16-fa0-unified1-seq1.seqstate",
          "lfm2-f16-fa0-unified0-seq1.seqstate", "llama-f16-fa0-unified0-ctx.session",

@@ -1,4 +1,4 @@
-"""Payload statistics (core/stats.py): real fixtures, injected NaN/zero rows, every KV cache type."""
+"""Payload statistics (core/analysis/stats.py): real fixtures, injected NaN/zero rows, every KV cache type."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from gguf.quants import dequantize, quantize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvscope.core.analysis.record_values import dequantize_rows, layer_matrix, record_shape
+from kvscope.core.analysis.stats import _fast_f16, scan_stats
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, LayerRecord, LayoutChoice, ParseResult, Section
 from kvscope.core.reader.tree import Node
-from kvscope.core.record_values import dequantize_rows, layer_matrix, record_shape
-from kvscope.core.stats import _fast_f16, scan_stats
 
 D = Path(__file__).parent / "data" / "llamacpp-2026-10-01"
 CTX = D / "llama-f16-fa0-unified0-ctx.state.bin"  # 3 streams, v_trans=1, f16
@@ -351,7 +351,7 @@ def test_f16_sign_and_bit_pattern_edge_cases(tmp_path: Path) -> None:
 def test_read_ahead_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    import kvscope.core.stats as stats_mod
+    import kvscope.core.analysis.stats as stats_mod
 
     x = np.random.default_rng(5).standard_normal((400, 256)).astype("<f2")
     res = synthetic(tmp_path, [(1, x.tobytes(), 400, False), (1, x.tobytes(), 400, True)])

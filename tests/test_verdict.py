@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from fixtures import DATA, MODELS, profile
-from kvscope.core.compat import compatibility
+from kvscope.core.analysis.compat import compatibility
+from kvscope.core.analysis.overview import NOT_VERIFIED, build_overview, verify_lines
+from kvscope.core.analysis.verdict import counts_text, missing_bytes, plural, verdict
 from kvscope.core.findings import Finding
-from kvscope.core.overview import NOT_VERIFIED, build_overview, verify_lines
 from kvscope.core.reader.layouts import GENERATIONS
 from kvscope.core.reader.parse import read_state
-from kvscope.core.verdict import counts_text, missing_bytes, plural, verdict
 
 LAB = DATA / "lab" / "llamacpp-2026-10-01"
 CLEAN = {"seqdata.bin": "seq0.clean.seqdata.bin", "seqstate": "seq0.clean.seqstate",

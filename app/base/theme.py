@@ -34,7 +34,7 @@ SEQ_COLORS: tuple[str, ...] = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
 )
 THEMES = ("system", "light", "dark")
-# Verdict levels (kvscope.core.verdict) -> (light, dark) colour: readable as text on either palette.
+# Verdict levels (kvscope.core.analysis.verdict) -> (light, dark) colour: readable as text on either palette.
 VERDICT_COLORS: dict[str, tuple[str, str]] = {
     "healthy": ("#2e7d32", "#7bd389"), "suspicious": ("#b35c00", "#ffb454"),
     "damaged": ("#c62828", "#ff7b7b"), "not_state": ("#6a1b9a", "#d59cff"),

@@ -17,10 +17,10 @@ import numpy as np
 import numpy.typing as npt
 
 from kvscope.app.document.seq_owner import implied_owner
+from kvscope.core.analysis.verdict import plural
 from kvscope.core.findings import Finding
 from kvscope.core.reader.records import CellTable, KvStream, LayerRecord, ParseResult, Section
 from kvscope.core.reader.tree import Node
-from kvscope.core.verdict import plural
 
 
 @dataclass(frozen=True)

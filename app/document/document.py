@@ -23,15 +23,15 @@ from kvscope.app.document.doc_index import DocumentIndex
 from kvscope.app.document.selection import SelectionBus
 from kvscope.app.document.source import ViewSource, describe_change, empty_source
 from kvscope.app.document.verify_job import NEEDS_MODEL, EngineChoice, verify_job
+from kvscope.core.analysis.verdict import Verdict, plural, verdict
 from kvscope.core.reader.source import CHANGED_MESSAGE, FileChangedError
-from kvscope.core.verdict import Verdict, plural, verdict
 
 if TYPE_CHECKING:
-    from kvscope.core.compat import GenCompat
-    from kvscope.core.diff import StateDiff
-    from kvscope.core.model_profile import ModelProfile
+    from kvscope.core.analysis.compat import GenCompat
+    from kvscope.core.analysis.diff import StateDiff
+    from kvscope.core.analysis.stats import StatsReport
+    from kvscope.core.model.profile import ModelProfile
     from kvscope.core.reader.records import ParseResult
-    from kvscope.core.stats import StatsReport
 
 WATCH_DELAY_MS = 300  # a writer's burst of events becomes one check
 
@@ -66,7 +66,7 @@ class DiffState:
 def _load_profile(model_path: str | None) -> tuple[ModelProfile | None, str | None]:
     if not model_path:
         return None, None
-    from kvscope.core.model_profile import ModelProfileError, load_model_profile
+    from kvscope.core.model.profile import ModelProfileError, load_model_profile
 
     try:
         return load_model_profile(model_path), None
@@ -105,10 +105,10 @@ def load_job(path: str, model_path: str | None) -> Any:
 
 
 def diff_available() -> bool:
-    """True when the core ships the diff (``kvscope.core.diff``)."""
+    """True when the core ships the diff (``kvscope.core.analysis.diff``)."""
     import importlib.util
 
-    return importlib.util.find_spec("kvscope.core.diff") is not None
+    return importlib.util.find_spec("kvscope.core.analysis.diff") is not None
 
 
 class Document(QObject):
@@ -343,7 +343,7 @@ class Document(QObject):
     @staticmethod
     def _stats_job(res: ParseResult, data: ViewSource) -> Any:
         def job(token: CancelToken, report: Report) -> StatsReport | Changed:
-            from kvscope.core.stats import scan_stats
+            from kvscope.core.analysis.stats import scan_stats
 
             report(None, "scanning payloads")
             try:
@@ -374,7 +374,7 @@ class Document(QObject):
     @staticmethod
     def _compat_job(res: ParseResult, profile: ModelProfile | None, data: ViewSource) -> Any:
         def job(token: CancelToken, report: Report) -> list[GenCompat] | Changed:
-            from kvscope.core.compat import compatibility
+            from kvscope.core.analysis.compat import compatibility
 
             report(None, "which llama.cpp builds load it")
             try:
@@ -404,7 +404,7 @@ class Document(QObject):
         profile = self.profile
 
         def job(token: CancelToken, report: Report) -> DiffState:
-            from kvscope.core.diff import diff_states
+            from kvscope.core.analysis.diff import diff_states
             from kvscope.core.reader.parse import read_state
 
             report(None, f"parsing {os.path.basename(other_path)}")

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QPushButto
 
 from kvscope.app.document.document import Document
 from kvscope.app.document.model_files import suggest_models
-from kvscope.core.verdict import plural
+from kvscope.core.analysis.verdict import plural
 
 WITHOUT_MODEL = "token text, head split and sliding-window marks need a model"
 

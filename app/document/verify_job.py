@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kvscope.app.base.tasks import Cancelled, CancelToken, Job, Report
 
 if TYPE_CHECKING:
-    from kvscope.core.model_profile import ModelProfile
+    from kvscope.core.model.profile import ModelProfile
 
 VERIFY_ENGINES = ("llama.cpp", "server", "torch")  # kvscope.core.verify.engines.ENGINES, without importing it
 ENGINE_TITLES = {"llama.cpp": "llama.cpp (libllama in a child process)", "server": "llama-server (HTTP)",

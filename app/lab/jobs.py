@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from kvscope.core.lab.report import CellResult, LabRun
     from kvscope.core.lab.runner import LabCase
     from kvscope.core.lab.scenario import Scenario
-    from kvscope.core.model_profile import ModelProfile
+    from kvscope.core.model.profile import ModelProfile
     from kvscope.core.reader.records import CellTable, ParseResult
 
 WHOLE_KINDS = ("context_blob", "session_file")

@@ -2,7 +2,7 @@
 
 The ``inspect`` object is built exactly as ``kvscope inspect --json --stats`` builds it, so a
 report's ``report.json`` is that object plus the report's own keys (``overview``, ``report``,
-``diff``, ``lab``); the overview (:func:`kvscope.core.overview.build_overview`) carries the verdict,
+``diff``, ``lab``); the overview (:func:`kvscope.core.analysis.overview.build_overview`) carries the verdict,
 which llama.cpp generations load the file, its size and sha256.
 """
 
@@ -25,12 +25,12 @@ from kvscope.app.report.model import (
 )
 
 if TYPE_CHECKING:
-    from kvscope.core.compat import GenCompat
-    from kvscope.core.diff import StateDiff
-    from kvscope.core.model_profile import ModelProfile
-    from kvscope.core.overview import Overview
+    from kvscope.core.analysis.compat import GenCompat
+    from kvscope.core.analysis.diff import StateDiff
+    from kvscope.core.analysis.overview import Overview
+    from kvscope.core.analysis.stats import StatsReport
+    from kvscope.core.model.profile import ModelProfile
     from kvscope.core.reader.records import ParseResult
-    from kvscope.core.stats import StatsReport
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def load_profile(path: str | None) -> ModelProfile | None:
     """The model profile of ``path`` (None without one); ReportError when it cannot be used."""
     if path is None:
         return None
-    from kvscope.core.model_profile import ModelProfileError, load_model_profile
+    from kvscope.core.model.profile import ModelProfileError, load_model_profile
 
     try:
         return load_model_profile(path)
@@ -109,7 +109,7 @@ def read(path: str, profile: ModelProfile | None) -> ParseResult:
 
 def inspect_object(res: ParseResult, profile: ModelProfile | None, stats: StatsReport | None) -> dict[str, object]:
     """What ``kvscope inspect --json --stats`` prints for ``res``."""
-    from kvscope.core.reader.report import result_to_json
+    from kvscope.core.reader.render import result_to_json
 
     out = result_to_json(res, profile)
     if stats is not None:
@@ -164,9 +164,9 @@ def _spread(hits: list[Flagged]) -> list[Flagged]:
 def report_overview(options: ReportOptions, res: ParseResult, profile: ModelProfile | None,
                     compat: list[GenCompat] | None = None, verify: dict[str, Any] | None = None) -> Overview:
     """The overview that heads the report: with the compatibility per generation and the file's sha256."""
-    from kvscope.core.compat import compatibility
+    from kvscope.core.analysis.compat import compatibility
+    from kvscope.core.analysis.overview import build_overview
     from kvscope.core.fsutil import sha256_file
-    from kvscope.core.overview import build_overview
 
     if compat is None:
         try:
@@ -201,8 +201,8 @@ def collect(options: ReportOptions, progress: Progress = no_progress, cancelled:
         check()
         progress(None, "scanning payloads")
         stats = None
+        from kvscope.core.analysis.stats import scan_stats
         from kvscope.core.reader.source import FileChangedError
-        from kvscope.core.stats import scan_stats
 
         try:
             stats = scan_stats(res)
@@ -222,7 +222,7 @@ def collect(options: ReportOptions, progress: Progress = no_progress, cancelled:
         data.diff = preloaded.diff if preloaded is not None and preloaded.diff is not None else None
         if data.diff is None:
             progress(None, f"comparing with {os.path.basename(options.compare)}")
-            from kvscope.core.diff import diff_states
+            from kvscope.core.analysis.diff import diff_states
             from kvscope.core.reader.source import FileChangedError
 
             other = read(options.compare, profile)

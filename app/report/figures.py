@@ -24,10 +24,10 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QImage, QPainter, QPen
 
 from kvscope.app.base.theme import SEQ_COLORS, UNTRUSTED_HATCH, WARNING_COLOR, kind_color
+from kvscope.core.analysis.stats import LayerStats
+from kvscope.core.analysis.verdict import MissingBytes, plural
 from kvscope.core.reader.records import CellTable
 from kvscope.core.reader.tree import Node
-from kvscope.core.stats import LayerStats
-from kvscope.core.verdict import MissingBytes, plural
 
 WIDTH = 900
 MARGIN = 16

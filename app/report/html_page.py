@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from kvscope.app.report.model import ReportData, ReportImage
 from kvscope.app.report.summary import counts_text, flagged_note, kvscope_version, overview, top_findings
-from kvscope.core.verdict import plural
+from kvscope.core.analysis.verdict import plural
 
 if TYPE_CHECKING:
     from kvscope.core.lab.report import LabRun
@@ -167,7 +167,7 @@ def _compat(data: ReportData) -> str:
 
 def render_html(data: ReportData, images: list[ReportImage]) -> str:
     """The whole page."""
-    from kvscope.core.reader.report import result_to_text
+    from kvscope.core.reader.render import result_to_text
 
     names = data.options.names()
     c = data.finding_counts()

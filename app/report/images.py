@@ -19,7 +19,7 @@ from kvscope.app.report import figures
 from kvscope.app.report.model import MAX_CELL_TABLES, Progress, ReportData, ReportImage, no_progress
 from kvscope.app.report.snapshot import png_bytes
 from kvscope.app.views.cells.cellmap_image import with_owner
-from kvscope.core.verdict import plural
+from kvscope.core.analysis.verdict import plural
 
 HEATMAP_CAP = 512  # rows and columns a heatmap shows at most (fixed, not the screen's size)
 
@@ -101,7 +101,7 @@ def stats_plots(data: ReportData) -> list[ReportImage]:
 
 def heatmaps(data: ReportData) -> list[ReportImage]:
     """A heatmap of each flagged record (cells × channels, at most :data:`HEATMAP_CAP` of each)."""
-    from kvscope.core.record_values import layer_matrix, record_shape
+    from kvscope.core.analysis.record_values import layer_matrix, record_shape
 
     out = []
     for n, fl in enumerate(data.flagged, start=1):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from kvscope.app.report.model import Cancelled, LabSection, Progress, ReportError, ReportOptions
 
 if TYPE_CHECKING:
-    from kvscope.core.model_profile import ModelProfile
+    from kvscope.core.model.profile import ModelProfile
 
 NEEDS_SCENARIO = ("--lab needs a live context to restore into, and this file is not in a lab scenario folder "
                   "(one with a context.json): give --lab-context CTX (a whole-context state such as "

@@ -16,8 +16,8 @@ from kvscope.app.lab.model import OUTCOME_LEGEND, LabMatrixModel, OutcomeDelegat
 from kvscope.app.lab.view import COLUMN_WIDTH
 from kvscope.app.report.model import ReportImage
 from kvscope.app.report.snapshot import dispose, grab, png_bytes, prepare, settle
+from kvscope.core.analysis.verdict import plural
 from kvscope.core.lab.report import LabRun
-from kvscope.core.verdict import plural
 
 MIN_WIDTH = 400
 

@@ -25,7 +25,7 @@ def _figures(images: list[ReportImage], prefix: str) -> list[str]:
 
 def render_markdown(data: ReportData, images: list[ReportImage]) -> str:
     """The whole Markdown page."""
-    from kvscope.core.reader.report import result_to_text
+    from kvscope.core.reader.render import result_to_text
 
     names = data.options.names()
     v = data.overview.verdict

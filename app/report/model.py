@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kvscope.app.document.doc_index import DocumentIndex
     from kvscope.app.report.names import PathNames
-    from kvscope.core.diff import StateDiff
+    from kvscope.core.analysis.diff import StateDiff
+    from kvscope.core.analysis.overview import Overview
+    from kvscope.core.analysis.stats import LayerStats, StatsReport
     from kvscope.core.lab.report import LabRun
-    from kvscope.core.model_profile import ModelProfile
-    from kvscope.core.overview import Overview
+    from kvscope.core.model.profile import ModelProfile
     from kvscope.core.reader.records import LayerRecord, ParseResult
-    from kvscope.core.stats import LayerStats, StatsReport
 
 Progress = Callable[[float | None, str], None]  # (fraction or None for "busy", text)
 Cancelled = Callable[[], bool]
@@ -103,7 +103,7 @@ class ReportData:
 
     def finding_counts(self) -> dict[str, int]:
         """Findings per severity (error, warning, info)."""
-        from kvscope.core.verdict import finding_counts
+        from kvscope.core.analysis.verdict import finding_counts
 
         return finding_counts(self.result)
 

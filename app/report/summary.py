@@ -1,6 +1,6 @@
 """Facts every rendering of a report shares: the overview rows, finding counts, the summary line, report.json.
 
-The overview rows start with the core overview (:mod:`kvscope.core.overview`: verdict, file with
+The overview rows start with the core overview (:mod:`kvscope.core.analysis.overview`: verdict, file with
 size and sha256, kind and writer, layout, model, sequences, sections, compatibility,
 verification), so the report says what the app's Overview says. Paths are base names unless the
 report was asked for ``full_paths`` (:mod:`kvscope.app.report.names`).
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvscope.app.report.model import GENERATOR, ReportData, ReportImage
-from kvscope.core.verdict import plural
+from kvscope.core.analysis.verdict import plural
 
 MAX_TEXT = 300  # characters of detokenized text shown in the overview
 
@@ -27,7 +27,7 @@ def kvscope_version() -> str:
 
 def counts_text(data: ReportData) -> str:
     """``8 findings (8 errors, 0 warnings, 0 info)``."""
-    from kvscope.core.verdict import counts_text as text
+    from kvscope.core.analysis.verdict import counts_text as text
 
     return text(data.finding_counts())
 

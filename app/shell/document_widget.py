@@ -26,7 +26,7 @@ from kvscope.app.views.layers.layer_view import LayerView
 from kvscope.app.views.overview.overview_view import OverviewView
 from kvscope.app.views.structure.tree_view import StructureView
 from kvscope.app.views.tokens.tokens_view import TokensView
-from kvscope.core.verdict import plural
+from kvscope.core.analysis.verdict import plural
 
 # Names accepted by ``--view`` and the View menu, in tab order; tree and bytemap are always shown.
 VIEW_NAMES = ("overview", "tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")

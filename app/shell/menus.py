@@ -67,7 +67,7 @@ class Actions:
         can_diff = loaded and diff_available()
         act = self.by_name["diff"]
         act.setEnabled(can_diff)
-        act.setToolTip("" if can_diff else ("needs kvscope.core.diff" if not diff_available()
+        act.setToolTip("" if can_diff else ("needs kvscope.core.analysis.diff" if not diff_available()
                                             else "open a state file first"))
         has_diff = w is not None and w.doc.diff is not None
         for name in ("next_diff", "prev_diff"):

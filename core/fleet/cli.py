@@ -111,7 +111,7 @@ def _check_common(args: argparse.Namespace) -> None:
     if args.scheduler is not None and args.engine != "dask":
         raise UsageError("--scheduler needs --engine dask")
     if args.model is not None:
-        from kvscope.core.model_profile import ModelProfileError, load_model_profile
+        from kvscope.core.model.profile import ModelProfileError, load_model_profile
 
         try:
             load_model_profile(args.model)  # fail early with one message, not once per file

@@ -31,7 +31,7 @@ from kvscope.core.fleet.engines import Result
 T = TypeVar("T")
 BATCH = 8  # items per message to a worker
 LOW_WATER = 4  # send more when a worker holds fewer unanswered items than this
-PRELOAD = ["kvscope.core.fleet.scanfile", "kvscope.core.reader.parse", "kvscope.core.verdict"]
+PRELOAD = ["kvscope.core.fleet.scanfile", "kvscope.core.reader.parse", "kvscope.core.analysis.verdict"]
 _END = None
 
 

@@ -6,7 +6,7 @@
   record, and so do the sha256 of the source and of the output in DEST (``already``);
 - copies it, byte for byte, when a build of the target generation already loads it as it is
   (``copied``), so DEST is a whole slot store for the new build;
-- rewrites it with :func:`kvscope.core.rewrite.rewrite_file` when that can be exact
+- rewrites it with :func:`kvscope.core.convert.rewrite.rewrite_file` when that can be exact
   (``migrated``: framing-only changes such as 2026-10 -> 2026-10-v4 are streamed without torch,
   others go through the memory core);
 - otherwise writes nothing and says why: ``cannot`` (the target layout cannot say everything the
@@ -106,10 +106,10 @@ def _already(path: str, size: int, mtime_ns: int, prior: dict[str, Any] | None, 
 
 
 def _migrate(path: str, ident: tuple[int, int], item: MigrateItem, opts: MigrateOptions) -> dict[str, Any]:
+    from kvscope.core.analysis.verdict import verdict
     from kvscope.core.fleet.scanfile import _profile, target_check
     from kvscope.core.reader.parse import read_source
     from kvscope.core.reader.source import ByteSource, FileChangedError
-    from kvscope.core.verdict import verdict
 
     dst = output_path(opts.dest, item.entry.rel)
     size, mtime_ns = ident
@@ -139,7 +139,7 @@ def _migrate(path: str, ident: tuple[int, int], item: MigrateItem, opts: Migrate
         return facts | {"action": "cannot", "reason": tgt["reason"]}
     if tgt["loads"] is None:
         return facts | {"action": "cannot", "reason": f"whether a {opts.layout} build loads it: {tgt['reason']}"}
-    from kvscope.core.rewrite import RewriteOutcome, rewrite_file
+    from kvscope.core.convert.rewrite import RewriteOutcome, rewrite_file
 
     with temporary_folder(opts.dest, "migrate") as tmp:  # no folder appears in DEST for a file not written
         staged = os.path.join(tmp, os.path.basename(dst))

@@ -1,9 +1,9 @@
 """The per-file scan every engine runs: a path (or an :class:`~.source.Entry`) in, a JSON-able dict out.
 
 :func:`scan_file` is pure: it opens the file read-only, parses it, and summarises kind, layout,
-sequences, tokens, findings by severity and the verdict (:mod:`kvscope.core.verdict`); with
+sequences, tokens, findings by severity and the verdict (:mod:`kvscope.core.analysis.verdict`); with
 ``target`` also whether a build of that layout generation loads it and, if not, whether
-``kvscope rewrite``/``migrate`` can convert it exactly (:func:`kvscope.core.compat.compatibility`).
+``kvscope rewrite``/``migrate`` can convert it exactly (:func:`kvscope.core.analysis.compat.compatibility`).
 It never raises: an unreadable file, a file that changed while it was read, a model that cannot
 be loaded or a reader bug each give a result with a ``status`` and a ``reason``. Results depend
 on nothing but the file's bytes and the arguments, so every engine reports the same lines.
@@ -24,7 +24,7 @@ TARGET_STATUSES = ("loads", "migratable", "unknown", "not migratable")
 
 @lru_cache(maxsize=4)
 def _profile(model: str) -> Any:
-    from kvscope.core.model_profile import load_model_profile
+    from kvscope.core.model.profile import load_model_profile
 
     return load_model_profile(model)
 
@@ -65,8 +65,8 @@ def scan_entry(entry: Entry, model: str | None = None, target: str | None = None
 
 
 def _summarise(src: Any, model: str | None, target: str | None) -> dict[str, Any]:
+    from kvscope.core.analysis.verdict import verdict
     from kvscope.core.reader.parse import read_source
-    from kvscope.core.verdict import verdict
 
     profile = _profile(model) if model else None
     res = read_source(src, profile=profile)
@@ -117,7 +117,7 @@ def target_check(res: Any, profile: Any, src: Any, target: str, damage: str) -> 
     the file holds: ``reason``); ``unknown`` (more than framing changes: the memory core decides
     when ``migrate`` runs, or the model is needed to tell).
     """
-    from kvscope.core.compat import compatibility
+    from kvscope.core.analysis.compat import compatibility
     from kvscope.core.reader.layouts import generation_named
 
     gen = generation_named(target)

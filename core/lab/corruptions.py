@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from kvscope.core import ggml_types as gt
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
 

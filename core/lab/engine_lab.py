@@ -56,7 +56,7 @@ from kvscope.core.lab.report import (
 from kvscope.core.lab.runner import LabCase, LabRunner, one_thread
 from kvscope.core.lab.scenario import READER_BY_KIND, RestoreInput, Scenario, blank_like
 from kvscope.core.memory import ContextParams, MemoryContext
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 from kvscope.core.verify.engines import engine_message
 
 ENGINES = ("torch", "llama.cpp", "server", "both")

@@ -32,7 +32,7 @@ from kvscope.core.engine.llamacpp import CtxParams, LlamaProcess, Outcome
 from kvscope.core.engine.server import ServerClient, ServerError, ServerProcess
 from kvscope.core.lab.scenario import RestoreInput, Scenario, ScenarioError, create_scenario
 from kvscope.core.memory import ContextParams
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 
 F32A = npt.NDArray[np.float32]
 

@@ -175,7 +175,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (``python -m kvscope.core.lab.lab_cli``), until ``kvscope lab`` is wired in core/cli.py."""
+    """Standalone entry (``python -m kvscope.core.lab.lab_cli``), until ``kvscope lab`` is wired in core/cli/main.py."""
     parser = argparse.ArgumentParser(prog="kvscope")
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)

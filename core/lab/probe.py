@@ -27,7 +27,7 @@ from kvscope.core.memory.kv_state import swa_masked, write_kv
 from kvscope.core.memory.recurrent_state import write_recurrent
 from kvscope.core.memory.state_ctx import WriteCtx
 from kvscope.core.memory.tensors import dequantize_rows
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 
 Rows = tuple[torch.Tensor, torch.Tensor, int]  # K, V (float32, cells read), cells read
 

@@ -2,7 +2,7 @@
 
 A :class:`Scenario` is where every corrupt-and-restore experiment starts:
 
-* the model's :class:`~kvscope.core.model_profile.ModelProfile` and the :class:`ContextParams` of the
+* the model's :class:`~kvscope.core.model.profile.ModelProfile` and the :class:`ContextParams` of the
   context (from a lab ``context.json``: ``context_params_struct``, else its summary fields; without one,
   inferred from the live state);
 * the **live** context, built once: a whole-context state restored with ``set_data`` (``context.state.bin``),
@@ -27,7 +27,7 @@ import torch
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.memory import ContextParams, Layout, MemoryContext, ParamsError, ReadResult, SpecError
-from kvscope.core.model_profile import ModelProfile, ModelProfileError, load_model_profile
+from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.layouts import GENERATIONS
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult

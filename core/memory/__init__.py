@@ -4,7 +4,7 @@ The only part of kvscope that imports torch. Every memory class of the 2026-10 b
 (kv, iswa, recurrent, hybrid, hybrid_iswa, hybrid_idx, dsa, dsa_iswa, msa, dsv4: see
 :mod:`.composite` and :mod:`.classes`), with each KV sub-cache's Hadamard rotation block sizes
 (:mod:`.rot_rule`). Build a context with :meth:`MemoryContext.create` (a
-:class:`~kvscope.core.model_profile.ModelProfile` or a :class:`MemorySpec`, and
+:class:`~kvscope.core.model.profile.ModelProfile` or a :class:`MemorySpec`, and
 :class:`ContextParams`), or infer one from a state file with :func:`infer_context`; then write any
 layout generation (``state_write``, ``seq_get_data``, ``get_data``, ``save_file`` ...) and restore
 with llama.cpp's checks and a chosen failure policy (``state_read``, ``seq_set_data``,

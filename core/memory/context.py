@@ -38,7 +38,7 @@ from kvscope.core.memory.policy import FailurePolicy, make_policy
 from kvscope.core.memory.result import ReadResult, RestoreFailure
 from kvscope.core.memory.spec import MemorySpec
 from kvscope.core.memory.state_ctx import ReadCtx, WriteCtx
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.layouts import SEQ_MAGIC, SESSION_MAGIC
 
 Data = bytes | bytearray | memoryview | np.ndarray

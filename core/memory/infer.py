@@ -34,7 +34,7 @@ from kvscope.core.memory.result import ReadResult
 from kvscope.core.memory.retarget import context_for_layout, target_spec
 from kvscope.core.memory.rot_rule import cache_rotation
 from kvscope.core.memory.spec import MemorySpec, SpecError
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult
 
 __all__ = ["UNKNOWN_SWA", "InferError", "Inferred", "infer_context", "load", "write"]

@@ -20,7 +20,7 @@ from kvscope.core.memory.kv_cache import KvCache
 from kvscope.core.memory.layout import Layout
 from kvscope.core.memory.recurrent import RecurrentMemory
 from kvscope.core.memory.spec import MemorySpec
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 
 
 def target_spec(spec: MemorySpec, profile: ModelProfile | None, source: Layout, target: Layout) -> MemorySpec | None:

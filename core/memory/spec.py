@@ -1,8 +1,8 @@
 """What a memory needs to know about the model: the hparams subset llama.cpp's memories read.
 
-:class:`MemorySpec` is built from a :class:`~kvscope.core.model_profile.ModelProfile`
+:class:`MemorySpec` is built from a :class:`~kvscope.core.model.profile.ModelProfile`
 (:meth:`MemorySpec.from_profile`, which follows the model's memory plan,
-:mod:`kvscope.core.memory_plan`) or, without a model, from the structure of a state file
+:mod:`kvscope.core.model.memory_plan`) or, without a model, from the structure of a state file
 (``infer.py``). It holds the KV sub-caches of the memory class in write order
 (:class:`CacheSpec`: layers, K/V widths, the inputs of the rotation rule, cell ext, PARTIAL_ONLY
 handling), the recurrent row widths (and PLE ``p`` rows), DeepSeek-V4's compressed blocks
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from kvscope.core.memory_plan import DSA_ROTATED_LID, ExpectedSection
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.memory_plan import DSA_ROTATED_LID, ExpectedSection
+from kvscope.core.model.profile import ModelProfile
 
 # llama_swa_type (include/llama.h)
 SWA_NONE, SWA_STANDARD, SWA_CHUNKED, SWA_SYMMETRIC = 0, 1, 2, 3

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.context import ParseCtx
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult, Section
 

@@ -13,7 +13,7 @@ from typing import Any
 from kvscope.core.reader.cells import MAX_RECORDS
 from kvscope.core.reader.context import ParseCtx, Stop
 from kvscope.core.reader.layouts import BLOB_IO_MAGIC, SERVER_TOKENS_MARKER
-from kvscope.core.reader.memory import PlanItem, parse_memory
+from kvscope.core.reader.memory_state import PlanItem, parse_memory
 from kvscope.core.reader.records import Section
 from kvscope.core.reader.tree import Node
 

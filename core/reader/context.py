@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscope.core.findings import Finding, Severity
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.layouts import Generation
 from kvscope.core.reader.source import ByteSource
 from kvscope.core.reader.tree import Node, Status
@@ -51,7 +51,7 @@ class ParseCtx:
     k_only_seen: bool = False  # a K-only (MLA-shaped) cache was read in this state
     seq_blob: bool = False  # a buffer-API blob: it may be PARTIAL_ONLY
     # parses a section of a kind ("kv", "recurrent") with no plan at an offset, for probes of what
-    # follows; given by the memory walker (reader.memory), which knows every section parser
+    # follows; given by the memory walker (reader.memory_state), which knows every section parser
     bare_section: Callable[[str, ParseCtx, Node, int, int], object] | None = None
 
     def resolve_paths(self) -> None:

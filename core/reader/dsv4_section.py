@@ -11,13 +11,13 @@ Layout (``docs/state-format-classes.md`` C8)::
 
 The iSWA sections are parsed by :mod:`kvscope.core.reader.kv_section`; this module parses the
 rest, checks what llama.cpp's ``state_read`` checks (with its messages), and with a model also
-the layer lists and row geometry the model plans (:mod:`kvscope.core.memory_plan`).
+the layer lists and row geometry the model plans (:mod:`kvscope.core.model.memory_plan`).
 """
 
 from __future__ import annotations
 
 from kvscope.core import ggml_types as gt
-from kvscope.core.memory_plan import ExpectedSection
+from kvscope.core.model.memory_plan import ExpectedSection
 from kvscope.core.reader.context import ParseCtx, Stop, mark_bad
 from kvscope.core.reader.meta import MAX_LAYERS, MAX_STREAMS, PlanItem, give_up
 from kvscope.core.reader.records import LayerRecord, Section

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvscope.core.memory_plan import ExpectedSection
+from kvscope.core.model.memory_plan import ExpectedSection
 from kvscope.core.reader.cells import MAX_RECORDS, min_record_bytes, scan_cells, scan_extent
 from kvscope.core.reader.context import ParseCtx, Stop
 from kvscope.core.reader.records import KvStream, Section

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from kvscope.core.findings import Finding, Severity
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.checks import check_model_only, check_result
 from kvscope.core.reader.containers import MAX_ARCH_LEN, Container, parse_container
 from kvscope.core.reader.context import ParseCtx
@@ -27,7 +27,7 @@ from kvscope.core.reader.layouts import (
     generation_named,
     generation_rank,
 )
-from kvscope.core.reader.memory import PlanItem, parse_bare_section
+from kvscope.core.reader.memory_state import PlanItem, parse_bare_section
 from kvscope.core.reader.meta import infer_cell_count
 from kvscope.core.reader.records import LayoutChoice, ParseResult
 from kvscope.core.reader.source import ByteSource
@@ -385,7 +385,7 @@ def read_source(
     if n_tied > 1:
         names = sorted({x["name"] for x in alts if x["indistinguishable"]} | {best.gen.name})
         res.layout.features["byte_identical_layouts"] = names
-    from kvscope.core.rotation import annotate
+    from kvscope.core.reader.rotation import annotate
 
     annotate(res, profile)
     head = res.sections[0] if res.sections else None

@@ -161,7 +161,7 @@ class LayerRecord:
     trusted: bool = True
     node: Node | None = field(default=None, repr=False)
     # K/V rows stored Hadamard-rotated in blocks of ``rot_block`` elements: True/False, or None
-    # where it cannot be known (set by ``kvscope.core.rotation.annotate``)
+    # where it cannot be known (set by ``kvscope.core.reader.rotation.annotate``)
     rotated: bool | None = None
     rot_block: int = 0
 

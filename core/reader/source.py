@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from kvscope.core.fileio import FileIdentity, open_regular, pread_into
+from kvscope.core.fileio import CHANGED_MESSAGE, FileIdentity, open_regular, pread_into
 
 __all__ = ["CHANGED_MESSAGE", "ByteSource", "FileChangedError", "FileIdentity"]
 
@@ -39,8 +39,6 @@ BLOCK = 1 << 12  # bytes per cached block of small reads
 CACHE_BLOCKS = 256  # blocks kept (1 MiB); the cache is dropped whole when full
 CHUNK = 1 << 20  # bytes per step of chunked reads (find, chunks)
 MAX_SLICE = 64 << 20  # the largest ``src[a:b]`` copy (bigger reads go through chunks())
-
-CHANGED_MESSAGE = "the file changed while it was read"
 
 
 class FileChangedError(Exception):

@@ -31,10 +31,10 @@ import numpy as np
 import numpy.typing as npt
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.analysis.record_values import derotates, record_rows, record_shape
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult, Section
+from kvscope.core.reader.rotation import rotate_blocks
 from kvscope.core.reader.source import ByteSource
-from kvscope.core.record_values import derotates, record_rows, record_shape
-from kvscope.core.rotation import rotate_blocks
 
 F32A = npt.NDArray[np.float32]
 I64A = npt.NDArray[np.int64]

@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from kvscope.core.engine.llamacpp import ABIWarning, CtxParams, EngineError, LlamaProcess, Outcome, short_line
 from kvscope.core.engine.server import ServerClient, ServerDied, ServerError, ServerHTTPError, ServerProcess
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.verify.params import ContextPlan
 from kvscope.core.verify.prefill import PrefillPlan

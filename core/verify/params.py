@@ -28,9 +28,9 @@ from typing import Any
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.engine.llamacpp import PARTIAL_ONLY, CtxParams
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import KvStream, ParseResult, Section
-from kvscope.core.rotation import default_rotation, section_heads
+from kvscope.core.reader.rotation import default_rotation, section_heads
 
 PAD = 256
 PER_SEQ_KINDS = ("seq_file", "seq_blob")

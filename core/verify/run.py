@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kvscope.core.compat import compatibility
+from kvscope.core.analysis.compat import compatibility
 from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.choose import build_for_layout
 from kvscope.core.engine.llamacpp import EngineError, EngineSetupError
-from kvscope.core.model_profile import ModelProfile, ModelProfileError, load_model_profile
+from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import ReadError, read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.source import ByteSource

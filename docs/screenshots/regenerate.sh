@@ -58,7 +58,7 @@ if [[ ${VERIFY:-1} != 0 ]]; then
     "$PY" - "$G" "$M" "$tmp/llama-damaged.seqstate" <<'PYEOF'
 import sys
 from kvscope.core.lab.corruptions import parse_spec
-from kvscope.core.model_profile import load_model_profile
+from kvscope.core.model.profile import load_model_profile
 src, model, out = sys.argv[1:]
 prof, data = load_model_profile(model), open(src, "rb").read()
 for spec in ("fill:value=nan,role=v,il=1,cells=1-2", "fill:value=0,role=k,il=0,cells=2-3"):

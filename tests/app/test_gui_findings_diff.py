@@ -6,8 +6,8 @@ from gui_helpers import LAB, STATE, model
 from PySide6.QtCore import Qt
 
 from kvscope.app.views.findings.findings_view import FINDING_ROLE
-from kvscope.core.diff import diff_states
-from kvscope.core.model_profile import load_model_profile
+from kvscope.core.analysis.diff import diff_states
+from kvscope.core.model.profile import load_model_profile
 from kvscope.core.reader.parse import read_state
 
 

@@ -11,7 +11,7 @@ from PySide6.QtGui import QGuiApplication
 from kvscope.app.views.bytes.byte_search import QueryError, find, find_wrapping, parse_query
 from kvscope.app.views.bytes.byte_text import TooLarge, as_c_array, as_hex, as_python, read_bytes
 from kvscope.app.views.bytes.hex_model import BYTES_PER_ROW
-from kvscope.core.record_values import layer_matrix
+from kvscope.core.analysis.record_values import layer_matrix
 
 SESSION = STATE / "llama-f16-fa1-unified1-frag-ctx.session"
 Q8 = STATE / "llama-q8_0-fa1-unified0-ctx.session"

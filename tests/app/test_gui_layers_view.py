@@ -12,8 +12,8 @@ import pytest
 from gui_helpers import LAB, STATE
 
 from kvscope.app.views.layers.lod import Window, display_order, overview, plan
-from kvscope.core.record_values import layer_matrix
-from kvscope.core.rotation import rotate_blocks
+from kvscope.core.analysis.record_values import layer_matrix
+from kvscope.core.reader.rotation import rotate_blocks
 
 BIG_CELLS = 131_072
 

@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 def test_the_app_names_the_verify_engines_and_statuses_of_the_core() -> None:
     from kvscope.app.document.verify_marks import STATUSES
     from kvscope.app.lab.engine_jobs import LAB_ENGINES
+    from kvscope.core.analysis.overview import VERIFY_STATUSES
     from kvscope.core.lab.engine_lab import ENGINES as LAB_CORE_ENGINES
-    from kvscope.core.overview import VERIFY_STATUSES
     from kvscope.core.verify.compare import STATUSES as CORE_STATUSES
     from kvscope.core.verify.engines import ENGINES
 

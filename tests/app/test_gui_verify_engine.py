@@ -14,7 +14,7 @@ from llama_builds import need_build
 
 from kvscope.app.document.verify_job import EngineChoice
 from kvscope.core.lab.corruptions import parse_spec
-from kvscope.core.model_profile import load_model_profile
+from kvscope.core.model.profile import load_model_profile
 
 GEN = DATA / "gen-b11434"
 LLAMA = DATA / "gen-models" / "llama.gguf"

@@ -173,7 +173,7 @@ def test_cancel_drops_result(qtbot, window, monkeypatch):  # type: ignore[no-unt
 
 
 def test_heatmap_shape_per_layer(qtbot, open_doc):  # type: ignore[no-untyped-def]
-    from kvscope.core.record_values import layer_matrix
+    from kvscope.core.analysis.record_values import layer_matrix
 
     w = open_doc(STATE / "lfm2-f16-fa0-unified0-ctx.session", "lfm2")
     lv = w.layers
@@ -235,7 +235,7 @@ def test_cli_screenshot(qtbot, tmp_path):  # type: ignore[no-untyped-def]
 
 def test_core_cli_finds_gui_command() -> None:
     from kvscope.app.shell.cli import cmd_gui, main, register
-    from kvscope.core.cli import build_parser
+    from kvscope.core.cli.main import build_parser
 
     ap = build_parser({"gui": register})
     args = ap.parse_args(["gui", "a.session", "--model", "m.gguf", "--view", "cells"])

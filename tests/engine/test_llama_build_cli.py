@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvscope.core.cli import main
+from kvscope.core.cli.main import main
 from kvscope.core.engine.builds import InstalledBuild
 
 

@@ -18,7 +18,7 @@ import pytest
 from distributed import Client, LocalCluster
 from fleet_tree import Killer, build_tree, write_slow_state
 
-from kvscope.core.cli import main
+from kvscope.core.cli.main import main
 
 
 def _scan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:

@@ -17,7 +17,7 @@ import pytest
 from fleet_tree import build_tree, tree_digest
 
 from fixtures import DATA
-from kvscope.core.cli import main
+from kvscope.core.cli.main import main
 from kvscope.core.fleet.source import MANIFEST_NAME
 from kvscope.core.reader.parse import read_state
 

@@ -12,7 +12,7 @@ import pytest
 from fleet_tree import build_tree
 
 from fixtures import DATA
-from kvscope.core.cli import main
+from kvscope.core.cli.main import main
 from kvscope.core.fleet.progress import Progress, status_line
 from kvscope.core.fleet.scanfile import scan_entry, scan_file
 from kvscope.core.fleet.source import SourceError, open_source

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from llama_builds import BUILD_NAMES
 
 from kvscope.core.engine.builds import InstalledBuild
-from kvscope.core.model_profile import ModelProfileError, load_model_profile
+from kvscope.core.model.profile import ModelProfileError, load_model_profile
 
 CASES_PER_BUILD = 100
 CORE_CLASSES = {"kv", "iswa", "recurrent", "hybrid"}  # the tiny fixtures' classes: never skipped

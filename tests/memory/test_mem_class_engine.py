@@ -24,7 +24,7 @@ from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.engine.llamacpp import PARTIAL_ONLY, CtxParams, LlamaProcess
 from kvscope.core.memory import ContextParams, MemoryContext
 from kvscope.core.memory.infer import infer_context, load, write
-from kvscope.core.model_profile import ModelProfile, load_model_profile
+from kvscope.core.model.profile import ModelProfile, load_model_profile
 from kvscope.core.modelgen import load_recipe, write_model
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, ParseResult, Section
@@ -244,7 +244,7 @@ def test_converted_indexer_rows_load_in_the_other_build(source: str, target: str
                                                         builds: dict[str, InstalledBuild], tmp_path: Path) -> None:
     """Qwen4exp's states converted through the core (indexer rows widened or narrowed) restore in the other
     build, and the next token's logits are those of a fresh prefill of the same tokens there."""
-    from kvscope.core.rewrite import rewrite_file
+    from kvscope.core.convert.rewrite import rewrite_file
 
     path, prof = models["qwen4exp"]
     cp, _ = _params(type_kv)
@@ -286,7 +286,7 @@ def test_migrated_states_load_in_b11434(model: str, models: dict[str, tuple[Path
                                         builds: dict[str, InstalledBuild], tmp_path: Path) -> None:
     """0c1e5709's quantized states of every class, rewritten as 2026-10-v4 (framing or through the core, with
     rotation words from the model's rule for each sub-cache), restore in b11434."""
-    from kvscope.core.rewrite import rewrite_file
+    from kvscope.core.convert.rewrite import rewrite_file
 
     path, prof = models[model]
     cp, _ = _params("q8_0")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kvscope.core.memory import ContextParams, MemoryContext
-from kvscope.core.model_profile import ModelProfile, load_model_profile
+from kvscope.core.model.profile import ModelProfile, load_model_profile
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FOLDERS = {"gen-0c1e5709": "2026-10", "gen-b11434": "2026-10-v4"}

@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 import torch
 
+from kvscope.core.convert.rewrite import rewrite_file
 from kvscope.core.memory import ContextParams, MemoryContext, Ubatch
 from kvscope.core.memory.convert import conversion_problems
 from kvscope.core.memory.infer import infer_context, load, write
 from kvscope.core.memory.layout import Layout
-from kvscope.core.model_profile import ModelProfile, load_model_profile
+from kvscope.core.model.profile import ModelProfile, load_model_profile
 from kvscope.core.modelgen import load_recipe, write_model
 from kvscope.core.reader.parse import read_state
-from kvscope.core.rewrite import rewrite_file
 
 V3, V4 = Layout.named("2026-10"), Layout.named("2026-10-v4")
 

@@ -1,11 +1,11 @@
-"""Which generations load a file, and llama.cpp's answer for the others (core/compat.py)."""
+"""Which generations load a file, and llama.cpp's answer for the others (core/analysis/compat.py)."""
 
 from __future__ import annotations
 
 import struct
 
 from fixtures import DATA, profile
-from kvscope.core.compat import compat_text, compatibility
+from kvscope.core.analysis.compat import compat_text, compatibility
 from kvscope.core.reader.parse import read_state
 
 V3 = DATA / "llamacpp-2026-10-01"

@@ -1,4 +1,4 @@
-"""Framing-only migration (core/migrate.py) on the real llama.cpp fixtures: v3 <-> v4 and back."""
+"""Framing-only migration (core/convert/to_generation.py) on the real llama.cpp fixtures: v3 <-> v4 and back."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fixtures import manifest_entries, profile
-from kvscope.core.migrate import MigrationPlan, plan_migration, write_plan
+from kvscope.core.convert.to_generation import MigrationPlan, plan_migration, write_plan
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.tree import coverage

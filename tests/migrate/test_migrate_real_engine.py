@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from fixtures import DATA, load_manifest, profile
-from kvscope.core.compat import compatibility
+from kvscope.core.analysis.compat import compatibility
+from kvscope.core.convert.to_generation import plan_migration, write_plan
 from kvscope.core.engine.llamacpp import PARTIAL_ONLY, CtxParams, LlamaProcess
-from kvscope.core.migrate import plan_migration, write_plan
 from kvscope.core.reader.parse import read_state
 
 V3 = DATA / "llamacpp-2026-10-01"

@@ -1,4 +1,4 @@
-"""Hadamard rotation as llama.cpp applies it (core/rotation.py): the matrix, the block rule, the round trip."""
+"""Hadamard rotation as llama.cpp applies it (core/reader/rotation.py): the matrix, the block rule, the round trip."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvscope.core import ggml_types as gt
-from kvscope.core.rotation import expected_rotation, hadamard, k_block, rotate_blocks, v_block
+from kvscope.core.reader.rotation import expected_rotation, hadamard, k_block, rotate_blocks, v_block
 
 
 def _sylvester(n: int) -> np.ndarray:

@@ -10,14 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kvscope.core.analysis.record_values import record_rows
+from kvscope.core.analysis.stats import scan_stats
 from kvscope.core.engine.llamacpp import CtxParams, LlamaProcess
-from kvscope.core.model_profile import load_model_profile
+from kvscope.core.model.profile import load_model_profile
 from kvscope.core.modelgen.recipes import load_recipe
 from kvscope.core.modelgen.write import write_model
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.source import ByteSource
-from kvscope.core.record_values import record_rows
-from kvscope.core.stats import scan_stats
 
 TOKENS = [1, 17, 33, 58, 91, 2, 44, 70, 12, 5, 99, 101]
 

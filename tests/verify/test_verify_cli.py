@@ -12,7 +12,7 @@ import pytest
 from states import PROMPT, drop_records, kv_records, write_states
 
 from fixtures import MODELS, model_path
-from kvscope.core.cli import main
+from kvscope.core.cli.main import main
 from kvscope.core.engine.builds import InstalledBuild
 
 SEQ = MODELS / "llama-f16-fa0-unified0-seq1.seqstate"
@@ -88,7 +88,7 @@ def test_usage_and_setup_errors_exit_2_with_one_line(builds: dict[str, Installed
 
 def test_without_the_binding_it_says_how_to_install_it(builds: dict[str, InstalledBuild]) -> None:
     code = ("import sys; sys.modules['llama_cpp'] = None\n"  # as on a machine without the engine extra
-            "from kvscope.core.cli import main\n"
+            "from kvscope.core.cli.main import main\n"
             f"sys.exit(main(['verify', {str(SEQ)!r}, '--model', {str(model_path('llama'))!r}]))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2, p.stderr

@@ -7,7 +7,7 @@ is outlined. Painting samples one leaf per pixel column, and draws warning range
 least 2 px wide, so a 4-byte hole in a 2 GiB file stays visible.
 
 A truncated file is drawn on to the size it should have: the missing bytes past its end
-(:func:`kvscope.core.verdict.missing_bytes`) are a cross-hatched region labelled with how much is
+(:func:`kvscope.core.analysis.verdict.missing_bytes`) are a cross-hatched region labelled with how much is
 missing, split at the records that should be there. When far more is missing than the file holds,
 the region is drawn at twice the file's width and marked "not to scale".
 
@@ -30,8 +30,8 @@ from kvscope.app.base.theme import UNTRUSTED_HATCH, WARNING_COLOR, kind_color
 from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
 from kvscope.app.views.export import CsvTable, ExportButton
+from kvscope.core.analysis.verdict import MissingBytes, MissingRecord, plural
 from kvscope.core.reader.tree import Node
-from kvscope.core.verdict import MissingBytes, MissingRecord, plural
 
 _OVERVIEW_H = 14
 _STRIP_H = 34

@@ -1,9 +1,9 @@
 """The values a byte selection holds, decoded as the record's own type (pure Python + numpy, no Qt).
 
 A selection inside a K/V/r/s payload is widened to whole elements (whole blocks for a quantized type)
-and dequantized with gguf-py (:func:`kvscope.core.record_values.dequantize_rows`): an f16 row shows as 64 floats,
-a q8_0 row as its 32-value blocks. Token ids are int32. Anything else has no type of its own; the
-inspector then shows its per-type readings of the cursor byte only.
+and dequantized with gguf-py (:func:`kvscope.core.analysis.record_values.dequantize_rows`): an f16 row
+shows as 64 floats, a q8_0 row as its 32-value blocks. Token ids are int32. Anything else has no type
+of its own; the inspector then shows its per-type readings of the cursor byte only.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from kvscope.app.document.doc_index import DocumentIndex
 from kvscope.core import ggml_types as gt
-from kvscope.core.record_values import dequantize_rows, derotates
+from kvscope.core.analysis.record_values import dequantize_rows, derotates
 
 VALUE_LIMIT = 1 << 16  # values decoded at most (a bigger selection shows its first ones)
 

@@ -26,8 +26,8 @@ from kvscope.app.views.cells.cellmap_image import CellImage
 from kvscope.app.views.cells.picture import CellPicture, draw_picture, seq_label
 from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.plot_axes import IntegerAxis, style_plot
+from kvscope.core.analysis.verdict import plural
 from kvscope.core.reader.records import CellTable
-from kvscope.core.verdict import plural
 
 BUILD_MS = 40  # the plots are made this long after the view (kvscope.app.base.lazy)
 ASYNC_CELLS = 32_768  # a bigger table's picture is computed on a pool thread

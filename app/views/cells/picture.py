@@ -17,8 +17,8 @@ from kvscope.app.document.doc_index import TableRef
 from kvscope.app.document.seq_owner import UNNAMED_SEQ, SeqOwner, implied_owner
 from kvscope.app.views.cells.cellmap_image import CellImage, build_cell_image, hex_rgb, with_owner
 from kvscope.app.views.cells.swa import swa_masked_pairs
+from kvscope.core.analysis.verdict import plural
 from kvscope.core.reader.records import CellTable, ParseResult
-from kvscope.core.verdict import plural
 
 POS_POINTS = 8192  # at most this many points in the position plot
 EMPTY_BRUSH = "#969696"

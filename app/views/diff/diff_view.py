@@ -35,10 +35,10 @@ from kvscope.app.views.layers.stats_plot import ROLE_COLORS, ROLE_LABEL
 from kvscope.app.views.plot_axes import IntegerAxis, ValueAxis, place_legend, side_legend, style_legend, style_plot
 from kvscope.app.views.row_model import RIGHT, RowTableModel
 from kvscope.app.views.table_tools import copy_text, install_copy, install_menu, rows_text, selected_rows
-from kvscope.core.verdict import plural
+from kvscope.core.analysis.verdict import plural
 
 if TYPE_CHECKING:
-    from kvscope.core.diff import DiffItem, StateDiff
+    from kvscope.core.analysis.diff import DiffItem, StateDiff
 
 Index = QModelIndex | QPersistentModelIndex
 COLUMNS = ("kind", "offset A", "offset B", "layer", "description")
@@ -104,7 +104,7 @@ class DiffView(LazyParts, QWidget):
         self.detail.setWordWrap(True)
         if not diff_available():
             self.open_button.setEnabled(False)
-            self.open_button.setToolTip("needs kvscope.core.diff")
+            self.open_button.setToolTip("needs kvscope.core.analysis.diff")
         top = QHBoxLayout()
         top.addWidget(self.open_button)
         top.addWidget(self.prev_button)

@@ -8,7 +8,7 @@ Heatmap coordinates are real units throughout: display row ``r`` covers ``[r, r 
 channel ``c`` covers ``[c, c + 1)`` on the x axis, whatever the stride.
 
 Records stored Hadamard-rotated (``LayerRecord.rotated``) come back de-rotated from
-:func:`kvscope.core.record_values.record_rows` (whole rows are de-rotated before channels are picked);
+:func:`kvscope.core.analysis.record_values.record_rows` (whole rows are de-rotated before channels are picked);
 :func:`rotation_block` says when, for the heatmap's caption.
 """
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from kvscope.core.analysis.record_values import Bytes, derotates, record_rows, record_shape, source_of
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult
-from kvscope.core.record_values import Bytes, derotates, record_rows, record_shape, source_of
 
 F32A = npt.NDArray[np.float32]
 I64A = npt.NDArray[np.int64]

@@ -1,4 +1,4 @@
-"""Per-layer statistics across layers (from ``kvscope.core.stats.scan_stats``): RMS, non-finite, zero rows,
+"""Per-layer statistics across layers (from ``kvscope.core.analysis.stats.scan_stats``): RMS, non-finite, zero rows,
 and once ``kvscope verify`` has run, each record's status (match / differs / nonfinite / missing / extra)
 in a strip below them, one row per role, with its own legend.
 
@@ -24,7 +24,7 @@ from kvscope.app.views.export import CsvTable
 from kvscope.app.views.plot_axes import IntegerAxis, ValueAxis, place_legend, side_legend, style_legend, style_plot
 
 if TYPE_CHECKING:
-    from kvscope.core.stats import LayerStats, StatsReport
+    from kvscope.core.analysis.stats import LayerStats, StatsReport
 
 ROLE_COLORS = {"k": "#4e79a7", "v": "#59a14f", "r": "#b07aa1", "s": "#9c755f", "p": "#76b7b2"}
 ROLE_LABEL = {"k": "K", "v": "V", "r": "r", "s": "s", "p": "p"}

@@ -1,6 +1,6 @@
 """The Overview, the page every file opens on: the verdict first, then what the file is.
 
-It renders :func:`kvscope.core.overview.build_overview` (the same object the report starts with):
+It renders :func:`kvscope.core.analysis.overview.build_overview` (the same object the report starts with):
 the verdict in one line with its reason, the top findings and the missing bytes as links that
 select their bytes in the shared selection (and bring the hex view up), what the file is (kind,
 the llama.cpp API that writes it, layout generation with confidence and runners-up, model and
@@ -26,10 +26,10 @@ from kvscope.app.document.verify_job import NEEDS_MODEL
 from kvscope.app.document.verify_marks import verify_marks
 from kvscope.app.views.export import doc_export_button
 from kvscope.app.views.overview import verify_html
+from kvscope.core.analysis.overview import Overview, build_overview
+from kvscope.core.analysis.verdict import Verdict, plural
 from kvscope.core.findings import Finding
-from kvscope.core.overview import Overview, build_overview
 from kvscope.core.reader.records import ParseResult
-from kvscope.core.verdict import Verdict, plural
 
 STAGE_MARK = {"ok": "✔", "silent": "⚠", "header": "✘", "memory": "✘", "unknown": "?"}
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from kvscope.app.base.theme import VERIFY_LEVELS, VERIFY_STATUS_COLORS, verdict_color
 from kvscope.app.document.verify_marks import status_counts
-from kvscope.core.overview import NOT_VERIFIED
+from kvscope.core.analysis.overview import NOT_VERIFIED
 
 MAX_LISTED = 24  # records that are not a match, listed one by one
 MAX_NOTES = 6

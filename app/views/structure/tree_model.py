@@ -18,9 +18,9 @@ from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelInde
 from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPen, QPixmap, QPolygonF
 
 from kvscope.app.base.theme import SEVERITY_COLORS, WARNING_COLOR
+from kvscope.core.analysis.verdict import MissingBytes
 from kvscope.core.findings import SEVERITY_RANK, Finding
 from kvscope.core.reader.tree import Node
-from kvscope.core.verdict import MissingBytes
 
 COLUMNS = ("name", "kind", "offset", "size", "value", "status")
 CHUNK = 1000

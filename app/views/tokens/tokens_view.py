@@ -26,7 +26,7 @@ from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
 from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.table_tools import copy_text, install_copy, install_menu, rows_text, selected_rows
-from kvscope.core.verdict import plural
+from kvscope.core.analysis.verdict import plural
 
 Index = QModelIndex | QPersistentModelIndex
 NEEDS_MODEL = "needs a model: token text comes from the GGUF vocabulary (File → Model…)"

@@ -9,9 +9,9 @@ into a :class:`ModelProfile`, mirroring the rules of llama.cpp's ``src/llama-mod
 (``load_hparams`` / ``create_memory``), ``src/llama-hparams.cpp`` and ``src/llama-arch.cpp``.
 The profile also carries the vocabulary so token ids found in state files can be shown as text.
 
-The work is split over small modules: :mod:`kvscope.core.gguf_metadata` reads the GGUF metadata
-(a fast scanner, with ``gguf.GGUFReader`` as the reference backend), :mod:`kvscope.core.architectures`
-holds the per-architecture rules, and :mod:`kvscope.core.detokenize` turns token ids into text. This
+The work is split over small modules: :mod:`kvscope.core.model.gguf_metadata` reads the GGUF metadata
+(a fast scanner, with ``gguf.GGUFReader`` as the reference backend), :mod:`kvscope.core.model.architectures`
+holds the per-architecture rules, and :mod:`kvscope.core.model.detokenize` turns token ids into text. This
 module puts them together and keeps the public API.
 
 This module never imports Qt or torch.
@@ -26,8 +26,8 @@ from typing import Literal
 
 import numpy as np
 
-from kvscope.core import detokenize as _detok
-from kvscope.core.architectures import (
+from kvscope.core.model import detokenize as _detok
+from kvscope.core.model.architectures import (
     DEFAULT_ATTENTION_INTERVAL,
     HYBRID_RULES,
     MROPE_ARCHES,
@@ -38,8 +38,8 @@ from kvscope.core.architectures import (
     recurrent_sizes,
     swa_setup,
 )
-from kvscope.core.gguf_metadata import Backend, GGUFMetadata, GGUFMetadataError, read_gguf_metadata
-from kvscope.core.memory_plan import ExpectedSection, PlanInputs, build_plan
+from kvscope.core.model.gguf_metadata import Backend, GGUFMetadata, GGUFMetadataError, read_gguf_metadata
+from kvscope.core.model.memory_plan import ExpectedSection, PlanInputs, build_plan
 from kvscope.core.textsafe import safe_text
 
 __all__ = [
@@ -105,7 +105,7 @@ class ModelProfile:
     # derives it from n_head_kv and recurrent_layers.
     attn_layers_override: tuple[int, ...] | None = None
     notes: tuple[str, ...] = ()  # caveats about how well this profile models the architecture
-    # the memory sections in write order (kvscope.core.memory_plan); () derives the classic ones
+    # the memory sections in write order (kvscope.core.model.memory_plan); () derives the classic ones
     plan: tuple[ExpectedSection, ...] = ()
     ple_layers: tuple[int, ...] = ()  # recurrent layers with a PLE conv-history ``p`` record
     n_embd_p: int = 0  # elements of a ``p`` row (hparams.ple_conv_state())
@@ -174,7 +174,7 @@ class ModelProfile:
 
         Mirrors llama.cpp's memory classes (``create_memory``): ``llama_kv_cache`` ignores the
         flag, ``llama_kv_cache_iswa`` writes only its SWA cache and ``llama_memory_hybrid``
-        only its recurrent part when it is set, and so on (:mod:`kvscope.core.memory_plan`).
+        only its recurrent part when it is set, and so on (:mod:`kvscope.core.model.memory_plan`).
         ``kv_rot``: the layout is v11/v4 or later (Qwen4exp's indexer rows are wider there).
         """
         plan = self.plan or self._classic_plan()

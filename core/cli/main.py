@@ -36,7 +36,7 @@ def _version() -> str:
 def _load_profile(path: str | None) -> Any:
     if path is None:
         return None
-    from kvscope.core.model_profile import ModelProfileError, load_model_profile
+    from kvscope.core.model.profile import ModelProfileError, load_model_profile
 
     try:
         return load_model_profile(path)
@@ -88,24 +88,24 @@ def _changed_means_exit(*paths: str) -> Iterator[None]:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from kvscope.core.reader.report import result_to_json, result_to_text
+    from kvscope.core.reader.render import result_to_json, result_to_text
 
     profile = _load_profile(args.model)
     with _changed_means_exit(args.file):
         res, src = _read(args.file, profile, args.kind, args.layout)
         stats = None
         if args.stats and res.kind != "unknown":
-            from kvscope.core.stats import scan_stats
+            from kvscope.core.analysis.stats import scan_stats
 
             stats = scan_stats(res, data=src)
         compat = None
         if res.kind != "unknown":
-            from kvscope.core.compat import compatibility
+            from kvscope.core.analysis.compat import compatibility
 
             compat = compatibility(res, profile, data=src)
             src.check()
     src.close()
-    from kvscope.core.verdict import verdict
+    from kvscope.core.analysis.verdict import verdict
 
     judged = verdict(res, profile)
     if args.json:
@@ -127,7 +127,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
         text = f"{head}\n\n{'**verdict**' if args.markdown else 'verdict:'} {safe_text(judged.line())}\n{rest}"
         if compat:
-            from kvscope.core.compat import compat_text
+            from kvscope.core.analysis.compat import compat_text
 
             text += "\n" + ("## " if args.markdown else "") + "compatibility (which llama.cpp layouts load it)\n"
             text += "\n".join(compat_text(compat)) + "\n"
@@ -142,7 +142,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from kvscope.core.diff import diff_states
+    from kvscope.core.analysis.diff import diff_states
 
     profile = _load_profile(args.model)
     with _changed_means_exit(args.a, args.b):
@@ -197,7 +197,7 @@ def build_parser(extra: dict[str, Registrar] | None = None) -> argparse.Argument
 
     register_fleet(sub)
 
-    from kvscope.core.rewrite_cli import register as register_rewrite  # stdlib-only import: no torch here
+    from kvscope.core.convert.cli import register as register_rewrite  # stdlib-only import: no torch here
 
     register_rewrite(sub)
     from kvscope.core.lab.lab_cli import register as register_lab  # stdlib-only import: no torch here

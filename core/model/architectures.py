@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvscope.core.gguf_metadata import GGUFMetadata, GGUFMetadataError
+from kvscope.core.model.gguf_metadata import GGUFMetadata, GGUFMetadataError
 
 __all__ = [
     "HYBRID_RULES",
@@ -88,7 +88,7 @@ NO_MEMORY_ARCHES = frozenset(
     }
 )
 
-# Architectures whose cache is a dedicated class (their plans: kvscope.core.memory_plan).
+# Architectures whose cache is a dedicated class (their plans: kvscope.core.model.memory_plan).
 SPECIAL_CACHE_ARCHES: dict[str, str] = {
     "deepseek32": "llama_kv_cache_dsa",
     "glm-dsa": "llama_kv_cache_dsa",

@@ -1,5 +1,5 @@
 """``kvscope rewrite``: write a state file back in its own layout (byte-identical) or in another
-generation where the file holds everything that layout writes (:mod:`kvscope.core.rewrite`).
+generation where the file holds everything that layout writes (:mod:`kvscope.core.convert.rewrite`).
 
 Exit codes: 0 written; 1 the result cannot be exact (what is missing is named); 2 bad input
 (unreadable or damaged file, unusable model, unknown layout). Errors are one line on stderr.
@@ -38,11 +38,11 @@ def register(subparsers: Any) -> None:
 
 def cmd_rewrite(args: argparse.Namespace) -> int:
     """Run ``kvscope rewrite``; returns the exit code (0 ok, 1 cannot be exact, 2 bad input)."""
-    from kvscope.core.rewrite import rewrite_file
+    from kvscope.core.convert.rewrite import rewrite_file
 
     profile = None
     if args.model is not None:
-        from kvscope.core.model_profile import ModelProfileError, load_model_profile
+        from kvscope.core.model.profile import ModelProfileError, load_model_profile
 
         try:
             profile = load_model_profile(args.model)

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvscope.core import ggml_types as gt
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
 
 F32A = npt.NDArray[np.float32]

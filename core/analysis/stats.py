@@ -4,7 +4,7 @@
 whole rows (or whole columns of a transposed V), dequantizes each step to float32 and counts
 NaN/Inf, all-zero rows (what a failed restore's cleanup leaves) and min/max/mean/RMS of the
 finite values; it appends ``nonfinite_values`` / ``zero_rows`` findings to the result.
-Records are decoded with :mod:`kvscope.core.record_values` (dequantized, de-rotated).
+Records are decoded with :mod:`kvscope.core.analysis.record_values` (dequantized, de-rotated).
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import numpy.typing as npt
 from gguf import GGMLQuantizationType
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.analysis.record_values import Bytes, dequantize_rows, derotates, record_shape, source_of
 from kvscope.core.derotate_kernel import rotated_stats
 from kvscope.core.findings import Finding
 from kvscope.core.reader.records import LayerRecord, ParseResult
+from kvscope.core.reader.rotation import rotate_blocks
 from kvscope.core.reader.source import ByteSource
-from kvscope.core.record_values import Bytes, dequantize_rows, derotates, record_shape, source_of
-from kvscope.core.rotation import rotate_blocks
 from kvscope.core.textsafe import safe_text
 
 F32A = npt.NDArray[np.float32]

@@ -2,7 +2,7 @@
 and ``kvscope migrate``.
 
 A conversion that changes only framing (version words, the v4 rotation fields, the blob header)
-is streamed from the source by :mod:`kvscope.core.migrate`: memory independent of the file size,
+is streamed from the source by :mod:`kvscope.core.convert.to_generation`: memory independent of the file size,
 no torch. Anything else goes through the torch memory core (:mod:`kvscope.core.memory`), which
 loads the state, checks that the target layout can say everything the source does, and writes
 it. ``via_core`` forces the memory core also for framing changes (a self-check of the core).
@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 
 from kvscope.core.fsutil import atomic_writer, write_atomic
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 
 OK, INEXACT, BAD_INPUT = 0, 1, 2
 TEMP_TAG = "rewrite-"
@@ -80,7 +80,7 @@ def rewrite_file(
                               f"(offset {errors[0].offset})", source_layout=res.layout.name)
     target = generation_named(layout).name if layout is not None else res.layout.name  # type: ignore[union-attr]
     if not via_core:
-        from kvscope.core.migrate import plan_migration, write_plan
+        from kvscope.core.convert.to_generation import plan_migration, write_plan
 
         plan = plan_migration(res, target, profile, rotation=rotation, seq_id=seq_id, drop_trailing=drop_trailing)
         if plan.supported:

@@ -2,7 +2,7 @@
 
 :func:`record_rows` and :func:`layer_matrix` give one K/V/r/s record as a float32 ``[cell, dim]``
 matrix, reading only the rows (or kept dims) asked for, in bounded ``pread`` pieces; the GUI's
-heatmaps, :mod:`kvscope.core.diff`, verify's comparison and :mod:`kvscope.core.stats` use them.
+heatmaps, :mod:`kvscope.core.analysis.diff`, verify's comparison and :mod:`kvscope.core.analysis.stats` use them.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from gguf.quants import dequantize
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.reader.records import LayerRecord, ParseResult
+from kvscope.core.reader.rotation import rotate_blocks
 from kvscope.core.reader.source import ByteSource, FileChangedError
-from kvscope.core.rotation import rotate_blocks
 
 F32A = npt.NDArray[np.float32]
 U8A = npt.NDArray[np.uint8]
@@ -175,7 +175,7 @@ def record_rows(
     """Dequantized ``[cells, dims]`` of ``rec`` as float32 (cells are indices in file order).
 
     Rows stored Hadamard-rotated (``rec.rotated``) are de-rotated first, exactly as llama.cpp's
-    inverse (:mod:`kvscope.core.rotation`), unless ``derotate`` is False. Only the rows (or, for
+    inverse (:mod:`kvscope.core.reader.rotation`), unless ``derotate`` is False. Only the rows (or, for
     a transposed V, the kept dims of the kept cells) are read, in ``pread`` pieces of at most
     4 MiB; memory is the result's raw bytes plus one piece.
     """

@@ -10,7 +10,7 @@ of the file size, at copy speed). Conversions that change cell meta, sections or
 False and ``rewrite`` hands them to the memory core.
 
 Rotation fields of a v3 -> v4 migration come from the file's rotation as inferred from the model
-and the cache types (:mod:`kvscope.core.rotation`), or from what the user says the source build
+and the cache types (:mod:`kvscope.core.reader.rotation`), or from what the user says the source build
 did (``rotation="off"``: it ran with ``LLAMA_ATTN_ROT_DISABLE=1``). A migration that cannot be
 exact says what is missing.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from kvscope.core import ggml_types as gt
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.layouts import BLOB_IO_MAGIC, Generation, generation_named
 from kvscope.core.reader.records import KvStream, ParseResult
 from kvscope.core.reader.tree import coverage
@@ -218,7 +218,7 @@ def _rotation_edits(
 def _check_target_rotation(res: ParseResult, dst: Generation, plan: MigrationPlan,
                            profile: ModelProfile | None) -> None:
     """A v4 -> v3 migration: the target build picks its own rotation, with no record in the file."""
-    from kvscope.core.rotation import default_rotation, section_heads
+    from kvscope.core.reader.rotation import default_rotation, section_heads
 
     for sec in res.sections:
         if sec.kind != "kv":

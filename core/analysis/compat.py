@@ -5,7 +5,7 @@ generation restores the file as it is, and if not, the refusal llama.cpp would l
 at which it comes (``header``: refused before anything changed; ``memory``: the restore fails
 inside the memory state, after the target sequence was cleared; ``silent``: it loads but reads
 the rows wrongly), and whether ``kvscope rewrite --layout GEN`` can migrate it exactly
-(:mod:`kvscope.core.migrate`).
+(:mod:`kvscope.core.convert.to_generation`).
 
 The answers follow llama.cpp's read path: the exact ``(magic, version)`` check of the file
 APIs, and for layouts that share a version (or blobs, which carry none) the first check the
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kvscope.core import ggml_types as gt
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.layouts import (
     GENERATION_BY_NAME,
     GENERATIONS,
@@ -146,7 +146,7 @@ def _rotation_note(res: ParseResult, gen: Generation, profile: ModelProfile | No
     """
     if gen.kv_rot:
         return True, None
-    from kvscope.core.rotation import default_rotation, section_heads
+    from kvscope.core.reader.rotation import default_rotation, section_heads
 
     for sec in res.sections:
         if sec.kind != "kv":
@@ -192,7 +192,7 @@ def compatibility(res: ParseResult, profile: ModelProfile | None = None, data: A
 
 
 def _one(res: ParseResult, own: Generation, gen: Generation, profile: ModelProfile | None, data: Any) -> GenCompat:
-    from kvscope.core.migrate import plan_migration
+    from kvscope.core.convert.to_generation import plan_migration
 
     build = BUILD_OF_GENERATION.get(gen.name)
     out = GenCompat(gen.name, None, "", "unknown", build=build)

@@ -17,9 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.analysis.record_values import Bytes, as_source, record_rows, record_shape, source_of
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult, Section
 from kvscope.core.reader.source import ByteSource
-from kvscope.core.record_values import Bytes, as_source, record_rows, record_shape, source_of
 from kvscope.core.textsafe import safe_text
 
 I64A = npt.NDArray[np.int64]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvscope.core.jsonout import JsonArray
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult, Section
 from kvscope.core.reader.tree import coverage
 from kvscope.core.textsafe import safe_text

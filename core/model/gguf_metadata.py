@@ -33,8 +33,7 @@ import numpy as np
 from gguf import GGUFReader, GGUFValueType
 from gguf.gguf_reader import ReaderField
 
-from kvscope.core.fileio import FileIdentity, open_regular
-from kvscope.core.reader.source import CHANGED_MESSAGE
+from kvscope.core.fileio import CHANGED_MESSAGE, FileIdentity, open_regular
 from kvscope.core.textsafe import safe_text
 
 __all__ = [

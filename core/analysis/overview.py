@@ -3,8 +3,8 @@
 :func:`build_overview` gathers, from a parse, everything a first look needs: the kind and the
 llama.cpp API that writes it, the layout generation with its confidence and runners-up, the model
 and whether the file fits it, the sequences (cells, positions, tokens), the memory sections and
-their sizes, the :mod:`verdict <kvscope.core.verdict>`, the per-generation compatibility
-(:mod:`kvscope.core.compat`) and, when ``kvscope verify`` has run, its result. The app's Overview
+their sizes, the :mod:`verdict <kvscope.core.analysis.verdict>`, the per-generation compatibility
+(:mod:`kvscope.core.analysis.compat`) and, when ``kvscope verify`` has run, its result. The app's Overview
 view and every report format render this one object, so they say the same thing. No Qt here.
 
 File and model paths are shown by base name unless ``full_paths`` is set (reports end up in
@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from kvscope.core.compat import GenCompat, compat_text
-from kvscope.core.model_profile import ModelProfile
+from kvscope.core.analysis.compat import GenCompat, compat_text
+from kvscope.core.analysis.verdict import Verdict, plural, verdict
+from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.layouts import GENERATION_BY_NAME
 from kvscope.core.reader.records import CellTable, ParseResult
-from kvscope.core.verdict import Verdict, plural, verdict
 
 KIND_TITLES = {
     "seq_file": "sequence state file",
@@ -275,8 +275,9 @@ def _model(res: ParseResult, profile: ModelProfile | None, full_paths: bool) -> 
 def build_overview(res: ParseResult, profile: ModelProfile | None = None, compat: list[GenCompat] | None = None,
                    verify: dict[str, Any] | None = None, full_paths: bool = False,
                    sha256: str | None = None) -> Overview:
-    """The overview of ``res`` (read with ``profile``); ``compat`` from :func:`kvscope.core.compat.compatibility`
-    (None while it is being computed), ``verify`` a ``kvscope verify`` result dict (None: not verified)."""
+    """The overview of ``res`` (read with ``profile``); ``compat`` from
+    :func:`kvscope.core.analysis.compat.compatibility` (None while it is being computed), ``verify``
+    a ``kvscope verify`` result dict (None: not verified)."""
     lay = res.layout
     gen = GENERATION_BY_NAME.get(lay.name)
     runners = []

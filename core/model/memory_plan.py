@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from kvscope.core.gguf_metadata import GGUFMetadata
+from kvscope.core.model.gguf_metadata import GGUFMetadata
 
 # classes with their own plan builder below; the others are plain compositions
 DSA_ARCHES = frozenset({"deepseek32", "glm-dsa", "hy_v4"})
@@ -72,7 +72,7 @@ class ExpectedSection:
 
 @dataclass
 class PlanInputs:
-    """What :func:`build_plan` needs of a model, as :mod:`kvscope.core.model_profile` worked it out."""
+    """What :func:`build_plan` needs of a model, as :mod:`kvscope.core.model.profile` worked it out."""
 
     arch: str
     n_layer: int  # all layers, nextn included

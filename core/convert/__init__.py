@@ -1,0 +1,1 @@
+"""The conversion layer: rewriting a state into another layout generation or memory layout."""
