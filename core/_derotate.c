@@ -195,11 +195,229 @@ TARGET static void run(int kind, const void *data, Py_ssize_t nblocks, int n, ac
     else stats_q4_0((const uint8_t *)data, nblocks, n, acc);
     if (!acc->bad) flush(acc);
 }
+
+/* ---- plain (not rotated) values: f16, bf16, f32, q8_0, q4_0 ------------------------------------
+ *
+ * Values are decoded VCHUNK at a time into a float32 buffer that stays in L1 (F16C for f16, a
+ * shift for bf16, ggml's float32 products d*q for q8_0/q4_0: the values numpy decodes, bit for
+ * bit), then reduced in float32 lanes: extremes, sum, sum of squares. A chunk whose lane sums come
+ * out non-finite (a NaN/Inf value, or float32 sums that overflow) is reduced again value by value
+ * in double: NaN and Inf counted, the first one's position kept, the finite values summed. */
+
+enum { K_F32 = 0, K_Q8_0 = 1, K_Q4_0 = 2, K_F16 = 3, K_BF16 = 4 };
+
+#define VCHUNK 4096  /* values per chunk: a multiple of QK */
+
+typedef struct {
+    Py_ssize_t n_nan, n_inf, first_bad;  /* first_bad: flat index of the first NaN/Inf, -1 when none */
+    float mn, mx;
+    double sum, sum_sq;
+} vacc_t;
+
+TARGET static void decode_f16(const uint8_t *p, Py_ssize_t n, float *out) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * i))));
+    for (; i < n; i++) out[i] = half_to_float((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+}
+
+TARGET static void decode_bf16(const uint8_t *p, Py_ssize_t n, float *out) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 2 * i)));
+        _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    for (; i < n; i++) {
+        const uint32_t b = (uint32_t)(p[2 * i] | (p[2 * i + 1] << 8)) << 16;
+        memcpy(out + i, &b, sizeof b);
+    }
+}
+
+TARGET static void decode_q8_0(const uint8_t *p, Py_ssize_t nblocks, float *out) {
+    for (Py_ssize_t b = 0; b < nblocks; b++, p += 2 + QK, out += QK) {
+        const __m256 d = _mm256_set1_ps(half_to_float((uint16_t)(p[0] | (p[1] << 8))));
+        for (int i = 0; i < QK / 8; i++) {
+            const __m128i q = _mm_loadl_epi64((const __m128i *)(p + 2 + 8 * i));
+            _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+        }
+    }
+}
+
+TARGET static void decode_q4_0(const uint8_t *p, Py_ssize_t nblocks, float *out) {
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    const __m256 eight = _mm256_set1_ps(8.0f);
+    for (Py_ssize_t b = 0; b < nblocks; b++, p += 2 + QK / 2, out += QK) {
+        const __m256 d = _mm256_set1_ps(half_to_float((uint16_t)(p[0] | (p[1] << 8))));
+        const __m128i q = _mm_loadu_si128((const __m128i *)(p + 2));
+        const __m128i nib[2] = {_mm_and_si128(q, low4), _mm_and_si128(_mm_srli_epi16(q, 4), low4)};
+        for (int h = 0; h < 2; h++)  /* low nibbles are values 0..15, high nibbles 16..31 */
+            for (int i = 0; i < 2; i++) {
+                const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(nib[h], 8 * i)));
+                _mm256_storeu_ps(out + 16 * h + 8 * i, _mm256_mul_ps(_mm256_sub_ps(f, eight), d));
+            }
+    }
+}
+
+/* n float32 values into g in float32 lanes; 0 (g untouched) when the lane sums are not finite */
+TARGET static int reduce_fast(const float *x, Py_ssize_t n, vacc_t *g) {
+    __m256 mn0 = _mm256_set1_ps(INFINITY), mn1 = mn0, mx0 = _mm256_set1_ps(-INFINITY), mx1 = mx0;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, q0 = s0, q1 = s0;
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {  /* two independent chains */
+        const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        mn0 = _mm256_min_ps(mn0, a);
+        mn1 = _mm256_min_ps(mn1, b);
+        mx0 = _mm256_max_ps(mx0, a);
+        mx1 = _mm256_max_ps(mx1, b);
+        s0 = _mm256_add_ps(s0, a);
+        s1 = _mm256_add_ps(s1, b);
+        q0 = _mm256_add_ps(q0, _mm256_mul_ps(a, a));
+        q1 = _mm256_add_ps(q1, _mm256_mul_ps(b, b));
+    }
+    float mn[8], mx[8], s[8], q[8];
+    _mm256_storeu_ps(mn, _mm256_min_ps(mn0, mn1));
+    _mm256_storeu_ps(mx, _mm256_max_ps(mx0, mx1));
+    _mm256_storeu_ps(s, _mm256_add_ps(s0, s1));
+    _mm256_storeu_ps(q, _mm256_add_ps(q0, q1));
+    double sum = 0, sq = 0;
+    float lo = INFINITY, hi = -INFINITY;
+    for (int l = 0; l < 8; l++) {
+        sum += s[l];
+        sq += q[l];
+        lo = mn[l] < lo ? mn[l] : lo;
+        hi = mx[l] > hi ? mx[l] : hi;
+    }
+    for (; i < n; i++) {  /* the last values of the buffer (fewer than 16) */
+        sum += x[i];
+        sq += (double)x[i] * x[i];
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    if (!isfinite(sum) || !isfinite(sq)) return 0;
+    g->sum += sum;
+    g->sum_sq += sq;
+    g->mn = lo < g->mn ? lo : g->mn;
+    g->mx = hi > g->mx ? hi : g->mx;
+    return 1;
+}
+
+/* the same value by value: NaN/Inf counted and the first one's index (base + i) kept, the
+ * finite values summed in double */
+static void reduce_slow(const float *x, Py_ssize_t n, Py_ssize_t base, vacc_t *g) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const float v = x[i];
+        if (!isfinite(v)) {
+            if (isnan(v)) g->n_nan++;
+            else g->n_inf++;
+            if (g->first_bad < 0) g->first_bad = base + i;
+            continue;
+        }
+        g->sum += v;
+        g->sum_sq += (double)v * v;
+        g->mn = v < g->mn ? v : g->mn;
+        g->mx = v > g->mx ? v : g->mx;
+    }
+}
+
+/* n values of `kind` at p into buf (VCHUNK floats; n <= VCHUNK, whole blocks for q8_0/q4_0) */
+TARGET static void decode_chunk(int kind, const uint8_t *p, Py_ssize_t n, float *buf) {
+    switch (kind) {
+    case K_F16: decode_f16(p, n, buf); break;
+    case K_BF16: decode_bf16(p, n, buf); break;
+    case K_Q8_0: decode_q8_0(p, n / QK, buf); break;
+    case K_Q4_0: decode_q4_0(p, n / QK, buf); break;
+    default: memcpy(buf, p, (size_t)n * sizeof(float));
+    }
+}
+
+static Py_ssize_t chunk_offset(int kind, Py_ssize_t v) {  /* bytes before value v (whole blocks) */
+    switch (kind) {
+    case K_F16: case K_BF16: return 2 * v;
+    case K_Q8_0: return v / QK * (2 + QK);
+    case K_Q4_0: return v / QK * (2 + QK / 2);
+    default: return 4 * v;
+    }
+}
+
+TARGET static void values_run(int kind, const uint8_t *data, Py_ssize_t n_values, vacc_t *g) {
+    float buf[VCHUNK] __attribute__((aligned(32)));
+    g->mn = INFINITY;
+    g->mx = -INFINITY;
+    g->first_bad = -1;
+    for (Py_ssize_t v = 0; v < n_values; v += VCHUNK) {
+        const Py_ssize_t m = n_values - v < VCHUNK ? n_values - v : VCHUNK;
+        decode_chunk(kind, data + chunk_offset(kind, v), m, buf);
+        if (!reduce_fast(buf, m, g)) reduce_slow(buf, m, v, g);
+    }
+}
+
+TARGET static void decode_run(int kind, const uint8_t *data, Py_ssize_t n_values, float *out) {
+    for (Py_ssize_t v = 0; v < n_values; v += VCHUNK) {
+        const Py_ssize_t m = n_values - v < VCHUNK ? n_values - v : VCHUNK;
+        decode_chunk(kind, data + chunk_offset(kind, v), m, out + v);
+    }
+}
+
+/* flags[r] = row r (row_bytes bytes) is all zero bytes; returns how many are */
+TARGET static Py_ssize_t zero_rows(const uint8_t *p, Py_ssize_t nrows, Py_ssize_t row_bytes, uint8_t *flags) {
+    Py_ssize_t count = 0;
+    for (Py_ssize_t r = 0; r < nrows; r++, p += row_bytes) {
+        __m256i acc = _mm256_setzero_si256();
+        Py_ssize_t k = 0;
+        for (; k + 32 <= row_bytes; k += 32) acc = _mm256_or_si256(acc, _mm256_loadu_si256((const __m256i *)(p + k)));
+        uint8_t t = 0;
+        for (; k < row_bytes; k++) t |= p[k];
+        const int z = _mm256_testz_si256(acc, acc) && !t;
+        flags[r] = (uint8_t)z;
+        count += z;
+    }
+    return count;
+}
+
+/* flags[j] = element j (el bytes) of the rows is zero bytes in every row (acc: row_bytes scratch) */
+TARGET static Py_ssize_t zero_columns(const uint8_t *p, Py_ssize_t nrows, Py_ssize_t row_bytes, int el,
+                                      uint8_t *acc, uint8_t *flags) {
+    memset(acc, 0, (size_t)row_bytes);
+    for (Py_ssize_t r = 0; r < nrows; r++, p += row_bytes) {
+        Py_ssize_t k = 0;
+        for (; k + 32 <= row_bytes; k += 32) {
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(acc + k));
+            _mm256_storeu_si256((__m256i *)(acc + k), _mm256_or_si256(a, _mm256_loadu_si256((const __m256i *)(p + k))));
+        }
+        for (; k < row_bytes; k++) acc[k] |= p[k];
+    }
+    Py_ssize_t count = 0;
+    for (Py_ssize_t j = 0; j < row_bytes / el; j++) {
+        uint8_t t = 0;
+        for (int b = 0; b < el; b++) t |= acc[j * el + b];
+        flags[j] = (uint8_t)!t;
+        count += !t;
+    }
+    return count;
+}
 #else
 typedef struct { float mn[8], mx[8]; double sum_first, sum_sq; int bad; } acc_t;
 static void run(int kind, const void *data, Py_ssize_t nblocks, int n, acc_t *acc) {
     (void)kind, (void)data, (void)nblocks, (void)n;
     acc->bad = 1;  /* never called: stats() refuses first */
+}
+enum { K_F32 = 0, K_Q8_0 = 1, K_Q4_0 = 2, K_F16 = 3, K_BF16 = 4 };
+typedef struct { Py_ssize_t n_nan, n_inf, first_bad; float mn, mx; double sum, sum_sq; } vacc_t;
+/* never called either: values() and decode() refuse first */
+static void values_run(int kind, const uint8_t *data, Py_ssize_t n_values, vacc_t *g) {
+    (void)kind, (void)data, (void)n_values, (void)g;
+}
+static void decode_run(int kind, const uint8_t *data, Py_ssize_t n_values, float *out) {
+    (void)kind, (void)data, (void)n_values, (void)out;
+}
+static Py_ssize_t zero_rows(const uint8_t *p, Py_ssize_t nrows, Py_ssize_t row_bytes, uint8_t *flags) {
+    (void)p, (void)nrows, (void)row_bytes, (void)flags;
+    return 0;
+}
+static Py_ssize_t zero_columns(const uint8_t *p, Py_ssize_t nrows, Py_ssize_t row_bytes, int el, uint8_t *acc,
+                               uint8_t *flags) {
+    (void)p, (void)nrows, (void)row_bytes, (void)el, (void)acc, (void)flags;
+    return 0;
 }
 #endif /* HAVE_KERNELS */
 
@@ -243,9 +461,96 @@ static PyObject *derotate_stats(PyObject *self, PyObject *args) {
                          acc.sum_first, acc.sum_sq, nblocks * (Py_ssize_t)n);
 }
 
+/* bytes and values of one unit (element or block) of a value kind; 0 for an unknown kind */
+static int unit_bytes(int kind, int *values) {
+    *values = (kind == K_Q8_0 || kind == K_Q4_0) ? QK : 1;
+    switch (kind) {
+    case K_F32: return 4;
+    case K_F16: case K_BF16: return 2;
+    case K_Q8_0: return 2 + QK;
+    case K_Q4_0: return 2 + QK / 2;
+    default: return 0;
+    }
+}
+
+static int refuse_without_kernels(void) {
+    if (avx2) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "the kernels need an x86-64 CPU with AVX2 and F16C");
+    return 1;
+}
+
+static PyObject *value_stats(PyObject *self, PyObject *args) {
+    int kind, el, per_unit;
+    Py_ssize_t row_bytes;
+    Py_buffer buf, flags;
+    (void)self;
+    if (refuse_without_kernels()) return NULL;
+    if (!PyArg_ParseTuple(args, "iy*niw*", &kind, &buf, &row_bytes, &el, &flags)) return NULL;
+    const int unit = unit_bytes(kind, &per_unit);
+    const Py_ssize_t nrows = row_bytes > 0 ? buf.len / row_bytes : 0;
+    const Py_ssize_t nflags = el > 0 ? (row_bytes % el == 0 ? row_bytes / el : -1) : nrows;
+    if (unit == 0 || row_bytes <= 0 || buf.len % unit != 0 || buf.len % row_bytes != 0 || el < 0 || nflags < 0 ||
+        flags.len < nflags) {
+        PyErr_Format(PyExc_ValueError,
+                     "%zd bytes are not whole units of kind %d in rows of %zd bytes (%zd flags, element %d)", buf.len,
+                     kind, row_bytes, flags.len, el);
+        PyBuffer_Release(&buf);
+        PyBuffer_Release(&flags);
+        return NULL;
+    }
+    uint8_t *acc = NULL;
+    if (el > 0 && nrows > 0 && (acc = PyMem_RawMalloc((size_t)row_bytes)) == NULL) {
+        PyBuffer_Release(&buf);
+        PyBuffer_Release(&flags);
+        return PyErr_NoMemory();
+    }
+    const Py_ssize_t n_values = buf.len / unit * per_unit;
+    vacc_t g;
+    memset(&g, 0, sizeof g);
+    Py_ssize_t n_zero = 0;
+    Py_BEGIN_ALLOW_THREADS
+    values_run(kind, (const uint8_t *)buf.buf, n_values, &g);
+    if (nrows > 0)
+        n_zero = el > 0 ? zero_columns((const uint8_t *)buf.buf, nrows, row_bytes, el, acc, (uint8_t *)flags.buf)
+                        : zero_rows((const uint8_t *)buf.buf, nrows, row_bytes, (uint8_t *)flags.buf);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(acc);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&flags);
+    return Py_BuildValue("(nnnnddddn)", n_values, g.n_nan, g.n_inf, g.first_bad, (double)g.mn, (double)g.mx, g.sum,
+                         g.sum_sq, n_zero);
+}
+
+static PyObject *decode_values(PyObject *self, PyObject *args) {
+    int kind, per_unit;
+    Py_buffer buf, out;
+    (void)self;
+    if (refuse_without_kernels()) return NULL;
+    if (!PyArg_ParseTuple(args, "iy*w*", &kind, &buf, &out)) return NULL;
+    const int unit = unit_bytes(kind, &per_unit);
+    const Py_ssize_t n_values = unit ? buf.len / unit * per_unit : 0;
+    if (unit == 0 || buf.len % unit != 0 || out.len < n_values * 4 || ((uintptr_t)out.buf % 4) != 0) {
+        PyErr_Format(PyExc_ValueError, "%zd bytes are not whole units of kind %d, or no aligned room for their values",
+                     buf.len, kind);
+        PyBuffer_Release(&buf);
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    decode_run(kind, (const uint8_t *)buf.buf, n_values, (float *)out.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&out);
+    return PyLong_FromSsize_t(n_values);
+}
+
 static PyMethodDef methods[] = {
     {"stats", derotate_stats, METH_VARARGS,
      "stats(kind, data, block) -> (ok, min, max, sum_first, sum_squares, n_values)"},
+    {"values", value_stats, METH_VARARGS,
+     "values(kind, data, row_bytes, el, flags) -> (n_values, n_nan, n_inf, first_bad, min, max, sum, sum_squares, "
+     "n_zero)"},
+    {"decode", decode_values, METH_VARARGS, "decode(kind, data, out) -> n_values (float32 values written to out)"},
     {NULL, NULL, 0, NULL},
 };
 

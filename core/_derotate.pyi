@@ -1,6 +1,9 @@
-"""Type stub of the compiled de-rotation kernel (core/_derotate.c; see kvscope.core.derotate_kernel)."""
+"""Type stub of the compiled kernels (core/_derotate.c; see kvscope.core.derotate_kernel)."""
 
 MAX_BLOCK: int
 KERNEL: str | None
 
 def stats(kind: int, data: object, block: int, /) -> tuple[bool, float, float, float, float, int]: ...
+def values(kind: int, data: object, row_bytes: int, el: int, flags: object, /
+           ) -> tuple[int, int, int, int, float, float, float, float, int]: ...
+def decode(kind: int, data: object, out: object, /) -> int: ...

@@ -18,6 +18,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.derotate_kernel import decode
 from kvscope.core.reader.records import LayerRecord, ParseResult
 from kvscope.core.reader.rotation import rotate_blocks
 from kvscope.core.reader.source import ByteSource, FileChangedError
@@ -75,7 +76,19 @@ def record_shape(rec: LayerRecord, avail: int | None = None) -> tuple[int, int]:
 
 
 def dequantize_rows(raw: U8A, type_id: int) -> F32A:
-    """Float32 values of ``raw`` (uint8, whole blocks; any shape whose last axis is whole blocks)."""
+    """Float32 values of ``raw`` (uint8, whole blocks; any shape whose last axis is whole blocks).
+
+    f16/bf16/f32/q8_0/q4_0 are decoded by the compiled kernel where it runs
+    (:func:`kvscope.core.derotate_kernel.decode`: F16C, whatever numpy's own float16 cast costs on
+    this CPU), the values of :func:`numpy_dequantize_rows` bit for bit but a NaN's payload.
+    """
+    fast = decode(raw, type_id)
+    return fast if fast is not None else numpy_dequantize_rows(raw, type_id)
+
+
+def numpy_dequantize_rows(raw: U8A, type_id: int) -> F32A:
+    """:func:`dequantize_rows` with numpy and gguf-py alone: the reference, and the path where the kernel
+    does not run."""
     qt = GGMLQuantizationType(type_id)
     if qt == _F16:
         return raw.view(np.float16).astype(np.float32)

@@ -5,6 +5,11 @@ whole rows (or whole columns of a transposed V), dequantizes each step to float3
 NaN/Inf, all-zero rows (what a failed restore's cleanup leaves) and min/max/mean/RMS of the
 finite values; it appends ``nonfinite_values`` / ``zero_rows`` findings to the result.
 Records are decoded with :mod:`kvscope.core.analysis.record_values` (dequantized, de-rotated).
+
+Where the compiled kernel runs (:mod:`kvscope.core.derotate_kernel`: x86-64 with AVX2 and F16C),
+a step of f16/bf16/f32/q8_0/q4_0 rows is decoded and reduced in one pass over its bytes, zero rows
+included (:func:`~kvscope.core.derotate_kernel.value_stats`), and rotated q8_0/q4_0 rows are
+de-rotated there; the numpy path beside it is the reference and the fallback, with the same answers.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from gguf import GGMLQuantizationType
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.analysis.record_values import Bytes, dequantize_rows, derotates, record_shape, source_of
-from kvscope.core.derotate_kernel import rotated_stats
+from kvscope.core.derotate_kernel import rotated_stats, value_stats
 from kvscope.core.findings import Finding
 from kvscope.core.reader.records import LayerRecord, ParseResult
 from kvscope.core.reader.rotation import rotate_blocks
@@ -246,6 +251,7 @@ class _Scratch(threading.local):
         size = max(work, 256)  # a step is at most max(work, one block)
         self.raw = np.empty(size, np.uint8)
         self.i32 = np.empty(size // 2, np.int32)
+        self.flags = np.empty(size, np.uint8)  # the kernel's zero rows / cells (at most one per byte)
 
 
 def _scan_step(src: ByteSource, rec: LayerRecord, st: _Step, scratch: _Scratch, decode: bool, blas: bool) -> _Part:
@@ -254,6 +260,8 @@ def _scan_step(src: ByteSource, rec: LayerRecord, st: _Step, scratch: _Scratch, 
     if src.readinto(rec.data_offset + st.lo, raw) != raw.size:
         raise ValueError("payload bytes past the end of the file")
     p = _Part()
+    if decode and not derotates(rec) and _kernel_step(raw, rec, st, scratch, p):
+        return p
     # all-zero rows / cells, on the raw bytes
     if rec.transposed:
         w = raw.view(_WORD[rec.el_bytes])
@@ -273,6 +281,30 @@ def _scan_step(src: ByteSource, rec: LayerRecord, st: _Step, scratch: _Scratch, 
     elif decode:
         _value_stats(raw, rec.type_id, scratch, blas, p)
     return p
+
+
+def _kernel_step(raw: U8A, rec: LayerRecord, st: _Step, scratch: _Scratch, p: _Part) -> bool:
+    """The step's value statistics and zero rows (or cells) from the compiled kernel, in one pass
+    over the bytes: what the numpy path below computes for f16/bf16/f32/q8_0/q4_0 rows. False
+    (``p`` untouched) where the kernel does not run or take the type."""
+    if rec.transposed:  # rows are columns of cells, or one piece of a column
+        row_bytes, el = (raw.size if st.piece else raw.size // max(1, st.rows)), rec.el_bytes
+    else:
+        row_bytes, el = (raw.size if st.piece else rec.row_bytes), 0
+    flags = scratch.flags if raw.size <= scratch.flags.size else np.empty(raw.size, np.uint8)
+    k = value_stats(raw, rec.type_id, row_bytes, flags, el) if row_bytes else None
+    if k is None:
+        return False
+    p.n, p.n_nan, p.n_inf, p.first_bad = k.n_values, k.n_nan, k.n_inf, k.first_nonfinite
+    p.mn, p.mx, p.s, p.q = k.min, k.max, k.sum, k.sum_squares
+    if rec.transposed:
+        p.weight = 1 if st.piece else st.rows
+        if k.n_zero:
+            z = np.flatnonzero(flags[: row_bytes // el])
+            p.zero = (z + st.first) if st.piece else z
+    elif k.n_zero:
+        p.zero = np.array([st.first]) if st.piece else np.flatnonzero(flags[: raw.size // row_bytes]) + st.first
+    return True
 
 
 _ROT_PIECE = 256 << 10  # bytes de-rotated at a time: the float32 passes stay in cache (2x faster than 1 MiB)
