@@ -123,8 +123,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     else:
         text = result_to_text(res, profile, markdown=args.markdown)
         head, _, rest = text.partition("\n")
-        from kvscope.core.textsafe import safe_text
-
         text = f"{head}\n\n{'**verdict**' if args.markdown else 'verdict:'} {safe_text(judged.line())}\n{rest}"
         if compat:
             from kvscope.core.analysis.compat import compat_text
