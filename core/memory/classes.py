@@ -17,20 +17,49 @@ over the KV and recurrent pieces (:mod:`kv_state`, :mod:`recurrent_state`) and D
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol
 
 import kvscope.core.memory.dsv4 as dsv4
 from kvscope.core.memory.cells import SlotInfo
 from kvscope.core.memory.kv_cache import KvCache
 from kvscope.core.memory.kv_state import read_kv, write_kv
-from kvscope.core.memory.layout import FLAG_PARTIAL_ONLY
+from kvscope.core.memory.layout import FLAG_PARTIAL_ONLY, Layout
 from kvscope.core.memory.recurrent import RecurrentMemory
 from kvscope.core.memory.recurrent_state import read_recurrent, write_recurrent
 from kvscope.core.memory.result import RestoreFailure
 from kvscope.core.memory.state_ctx import ReadCtx, WriteCtx
 
-if TYPE_CHECKING:
-    from kvscope.core.memory.composite import LlamaMemory
+Component = KvCache | RecurrentMemory | dsv4.Dsv4Blocks
+
+
+@dataclass
+class Part:
+    """One component of the memory and whether ``PARTIAL_ONLY`` drops it."""
+
+    role: str
+    mem: Component
+    partial_skip: bool
+
+
+class LlamaMemory(Protocol):
+    """What the class dispatch reads of a memory (:class:`kvscope.core.memory.composite.LlamaMemory`,
+    which calls it: naming the class here would make the two modules import each other)."""
+
+    @property
+    def memory_class(self) -> str: ...
+
+    def parts_for(self, layout: Layout, flags: int) -> list[Part]: ...
+
+    def partial(self, layout: Layout, flags: int) -> bool: ...
+
+    def has(self, role: str) -> bool: ...
+
+    def kv(self, role: str | None = None) -> KvCache: ...
+
+    def recurrent(self) -> RecurrentMemory: ...
+
+    def dsv4(self) -> dsv4.Dsv4Blocks: ...
 
 
 def write_memory(mem: LlamaMemory, w: WriteCtx, seq_id: int) -> None:

@@ -26,12 +26,10 @@ recurrent parts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from kvscope.core.memory.cells import CellsSnap, SlotInfo, Ubatch
-from kvscope.core.memory.classes import read_memory, write_memory
+from kvscope.core.memory.classes import Component, Part, read_memory, write_memory
 from kvscope.core.memory.dsv4 import Dsv4Blocks, Dsv4Snap
 from kvscope.core.memory.kv_cache import CacheError, KvCache
 from kvscope.core.memory.layout import FLAG_ON_DEVICE, FLAG_PARTIAL_ONLY, Layout, LayoutError
@@ -42,17 +40,9 @@ from kvscope.core.memory.spec import CLASS_ROLES, NEW_CLASSES, SWA_NONE, CacheSp
 from kvscope.core.memory.state_ctx import ReadCtx, WriteCtx
 from kvscope.core.memory.tensors import TensorStore
 
-Component = KvCache | RecurrentMemory | Dsv4Blocks
+__all__ = ["Component", "LlamaMemory", "MemorySnap", "Part"]
+
 MemorySnap = list[list[CellsSnap] | RecSnap | Dsv4Snap]
-
-
-@dataclass
-class Part:
-    """One component of the memory and whether ``PARTIAL_ONLY`` drops it."""
-
-    role: str
-    mem: Component
-    partial_skip: bool
 
 
 class LlamaMemory:

@@ -21,18 +21,35 @@ The read path is written once and consults a policy where llama.cpp's builds dif
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from kvscope.core.memory.cells import SlotInfo
 from kvscope.core.memory.io import StateReader
+from kvscope.core.memory.tensors import TensorStore
 
 if TYPE_CHECKING:
-    from kvscope.core.memory.composite import LlamaMemory, MemorySnap
     from kvscope.core.memory.kv_cache import KvCache
     from kvscope.core.memory.recurrent import RecurrentMemory
-    from kvscope.core.memory.state_ctx import ReadCtx
+
+
+class ReadCtx(Protocol):
+    """What a policy uses of the restore (:class:`kvscope.core.memory.state_ctx.ReadCtx`, which holds
+    the policy: naming that class here would make the two modules import each other)."""
+
+    def act(self, what: str) -> None: ...
+
+
+class LlamaMemory(Protocol):
+    """What a policy uses of the whole memory (:class:`kvscope.core.memory.composite.LlamaMemory`)."""
+
+    @property
+    def store(self) -> TensorStore: ...
+
+    def snapshot(self) -> Any: ...  # opaque to the policy: handed back to restore
+
+    def restore(self, snap: Any) -> None: ...
 
 GIB = 1 << 30
 
@@ -172,7 +189,7 @@ class TransactionalPolicy(FailurePolicy):
     name = "transactional"
 
     def __init__(self) -> None:
-        self._snap: MemorySnap | None = None
+        self._snap: Any = None
 
     def begin(self, mem: LlamaMemory) -> None:
         """Snapshot the metadata and start the undo journal."""
