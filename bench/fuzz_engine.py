@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from engine_fuzz import Arena, CaseResult, CorruptionError, arena, draw_case, sources  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the tests.support helpers
+from tests.support.engine_fuzz import Arena, CaseResult, CorruptionError, arena, draw_case, sources  # noqa: E402
 
 DRAWS = 40  # redraws for a corruption that does not apply to the input
 

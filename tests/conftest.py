@@ -1,4 +1,4 @@
-"""Test-wide set-up: the tests folder on sys.path, and ``--qt-platform`` for the Qt test folders.
+"""Test-wide set-up: ``--qt-platform`` for the Qt test folders (shared helpers live in :mod:`tests.support`).
 
 ``--qt-platform=xcb`` (or ``KVSCOPE_TEST_QT_PLATFORM=xcb``) starts a private Xvfb for the run and
 makes every GUI test drive real X11 windows; the default is Qt's offscreen platform. Tests marked
@@ -6,12 +6,8 @@ makes every GUI test drive real X11 windows; the default is Qt's offscreen platf
 """
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 _XSERVER_KEY = pytest.StashKey[object]()
 
@@ -27,7 +23,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "xserver: GUI test that is also run in a real X server (Xvfb, xcb platform)")
     if config.getoption("--qt-platform") == "xcb":
-        from xserver import start_xvfb
+        from tests.support.xserver import start_xvfb
 
         server = start_xvfb()
         config.stash[_XSERVER_KEY] = server

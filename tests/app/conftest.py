@@ -15,20 +15,18 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import importlib.util  # noqa: E402
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-from gui_helpers import model  # noqa: E402
+from tests.support.gui_helpers import model  # noqa: E402
 
 ENGINE_TESTS = ("test_gui_verify_engine.py", "test_gui_lab_engine.py")
 
 if importlib.util.find_spec("PySide6") is None or importlib.util.find_spec("pytestqt") is None:
     collect_ignore_glob = ["test_*.py"]  # the core suite runs without Qt
 else:
-    from llama_builds import HAVE_BINDING, ensure_builds
+    from tests.support.llama_builds import HAVE_BINDING, ensure_builds
 
     if not HAVE_BINDING:
         collect_ignore = list(ENGINE_TESTS)
@@ -38,7 +36,8 @@ else:
             ensure_builds()
 
     from PySide6.QtCore import QSettings
-    from qt_settings import isolated_settings  # noqa: F401  (autouse fixture)
+
+    from tests.support.qt_settings import isolated_settings  # noqa: F401  (autouse fixture)
 
     @pytest.fixture
     def qt_platform(qapp) -> str:  # type: ignore[no-untyped-def]

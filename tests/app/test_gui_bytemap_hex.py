@@ -6,11 +6,11 @@ import struct
 
 import numpy as np
 import pytest
-from gui_helpers import LAB, STATE
 from PySide6.QtCore import QPoint
 
 from kvscope.app.views.bytes.hex_inspect import inspect_values, read_value
 from kvscope.app.views.bytes.hex_model import BYTES_PER_ROW, HexModel
+from tests.support.gui_helpers import LAB, STATE
 
 
 def test_bytemap_tooltip_and_click(qtbot, open_doc):  # type: ignore[no-untyped-def]

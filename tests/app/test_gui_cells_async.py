@@ -4,11 +4,11 @@ made meanwhile wins over the picture still being computed."""
 from __future__ import annotations
 
 import numpy as np
-from gui_helpers import STATE
 
 from kvscope.app.base.theme import SEQ_COLORS
 from kvscope.app.views.cells import cellmap
 from kvscope.app.views.cells.picture import draw_picture
+from tests.support.gui_helpers import STATE
 
 FRAG = STATE / "llama-f16-fa1-unified1-frag-ctx.session"  # several sequences, empty and shared cells
 

@@ -6,13 +6,13 @@ import csv
 
 import numpy as np
 import pytest
-from gui_helpers import LAB, STATE
 
 from kvscope.app.document.seq_owner import UNNAMED_SEQ, file_sequence, implied_owner
 from kvscope.app.views.cells.cellmap_image import build_cell_image, with_owner
 from kvscope.app.views.plot_axes import IntegerAxis, integer_ticks, nice_step, value_text, value_ticks
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import CellTable
+from tests.support.gui_helpers import LAB, STATE
 
 LFM2_SEQ1_BLOB = STATE / "lfm2-f16-fa0-unified0-seq1.seqdata.bin"  # header seq_id 1
 LFM2_SEQ1_FILE = STATE / "lfm2-f16-fa0-unified0-seq1.seqstate"  # no seq_id: its KV cells hold seq 1

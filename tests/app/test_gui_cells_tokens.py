@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gui_helpers import LAB, STATE
 
 from kvscope.app.views.cells.cellmap_image import build_cell_image
 from kvscope.app.views.cells.swa import seq_max_pos, swa_masked_cells, swa_masked_pairs
 from kvscope.core.reader.records import CellTable
+from tests.support.gui_helpers import LAB, STATE
 
 
 @pytest.mark.parametrize("name,key", [

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from gui_helpers import LAB, STATE, model
 from PySide6.QtCore import Qt
 
 from kvscope.app.views.findings.findings_view import FINDING_ROLE
 from kvscope.core.analysis.diff import diff_states
 from kvscope.core.model.profile import load_model_profile
 from kvscope.core.reader.parse import read_state
+from tests.support.gui_helpers import LAB, STATE, model
 
 
 def _click_row(qtbot, table, row: int) -> None:  # type: ignore[no-untyped-def]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gui_helpers import STATE
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QGuiApplication
 
@@ -12,6 +11,7 @@ from kvscope.app.views.bytes.byte_search import QueryError, find, find_wrapping,
 from kvscope.app.views.bytes.byte_text import TooLarge, as_c_array, as_hex, as_python, read_bytes
 from kvscope.app.views.bytes.hex_model import BYTES_PER_ROW
 from kvscope.core.analysis.record_values import layer_matrix
+from tests.support.gui_helpers import STATE
 
 SESSION = STATE / "llama-f16-fa1-unified1-frag-ctx.session"
 Q8 = STATE / "llama-q8_0-fa1-unified0-ctx.session"
@@ -221,7 +221,7 @@ def test_tree_copy_and_context_menu(qtbot, open_doc) -> None:  # type: ignore[no
 def test_list_views_copy_and_export(qtbot, open_doc, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import csv
 
-    from gui_helpers import LAB
+    from tests.support.gui_helpers import LAB
 
     w = open_doc(LAB / "nan_rows_late_fail.seqdata.bin", "llama")
     fv = w.findings

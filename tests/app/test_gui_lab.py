@@ -7,12 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
-from gui_helpers import LAB, model
 from PySide6.QtCore import Qt
 
 from kvscope.app.lab.model import CELL_ROLE, OUTCOME_ROLE, matrix_text, short_text
 from kvscope.core.lab.lab_cli import main as lab_main
 from kvscope.core.lab.report import cell_text, cell_to_json, run_to_json
+from tests.support.gui_helpers import LAB, model
 
 FA0 = LAB.parent / "llama" / "fa0-unified1"
 CONTEXT = FA0 / "context.state.bin"

@@ -8,11 +8,11 @@ highlighting of a disagreement is checked in a view test, with one injected thro
 from __future__ import annotations
 
 import pytest
-from gui_helpers import LAB, model
-from llama_builds import need_build
 from PySide6.QtCore import Qt
 
 from kvscope.app.lab.model import DISAGREE_ROLE
+from tests.support.gui_helpers import LAB, model
+from tests.support.llama_builds import need_build
 
 LIVE = LAB / "fa0-unified1" / "context.state.bin"
 CASES = ["truncated_half", "cell_count_zero", "nan_rows_valid", "drop_k_layer_1"]

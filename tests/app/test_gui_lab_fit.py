@@ -6,12 +6,12 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from gui_helpers import LAB, STATE, model
 from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtWidgets import QAbstractButton, QComboBox, QLabel, QWidget
 
 from kvscope.app.lab.detail import PLOT_MIN
 from kvscope.app.lab.jobs import beside_inputs
+from tests.support.gui_helpers import LAB, STATE, model
 
 CONTEXT = LAB.parent / "llama" / "fa0-unified1" / "context.state.bin"
 CASES = ["truncated_half", "cell_count_zero", "nan_rows_valid", "nan_rows_valid_then_seq_rm", "nan_rows_late_fail",

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gui_helpers import LAB, STATE
 
 from kvscope.app.views.layers.lod import Window, display_order, overview, plan
 from kvscope.core.analysis.record_values import layer_matrix
 from kvscope.core.reader.rotation import rotate_blocks
+from tests.support.gui_helpers import LAB, STATE
 
 BIG_CELLS = 131_072
 

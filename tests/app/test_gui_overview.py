@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from gui_helpers import LAB, STATE, model
 from PySide6.QtCore import QPoint
 
 from kvscope.core.reader.layouts import GENERATIONS
+from tests.support.gui_helpers import LAB, STATE, model
 
 TRUNCATED = LAB / "truncated_half.seqdata.bin"  # 3,688 of the 7,376 bytes of seq0.clean.seqdata.bin
 CLEAN = LAB / "seq0.clean.seqdata.bin"

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from gui_helpers import LAB, STATE
 from PySide6.QtCore import QModelIndex
 
 from kvscope.app.views.structure.tree_model import CHUNK, COLUMNS, StructureModel
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.tree import Node
+from tests.support.gui_helpers import LAB, STATE
 
 
 def _walk(model: StructureModel, parent: QModelIndex) -> list[Node]:

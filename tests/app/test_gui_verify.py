@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from gui_helpers import LAB, STATE, model
 from PySide6.QtGui import QImage
 
 from kvscope.app.document.verify_job import NEEDS_MODEL, VERIFY_ENGINES, EngineChoice
 from kvscope.app.shell.engine_dialog import EngineDialog
 from kvscope.core.engine.abi import INSTALL_HINT
+from tests.support.gui_helpers import LAB, STATE, model
 
 CLEAN = LAB / "seq0.clean.seqstate"
 TRUNCATED = LAB / "truncated_half.seqdata.bin"

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from gui_helpers import DATA
-from llama_builds import need_build
 
 from kvscope.app.document.verify_job import EngineChoice
 from kvscope.core.lab.corruptions import parse_spec
 from kvscope.core.model.profile import load_model_profile
+from tests.support.gui_helpers import DATA
+from tests.support.llama_builds import need_build
 
 GEN = DATA / "gen-b11434"
 LLAMA = DATA / "gen-models" / "llama.gguf"

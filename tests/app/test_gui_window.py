@@ -8,7 +8,6 @@ import threading
 import time
 
 import numpy as np
-from gui_helpers import LAB, STATE, model
 from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent
 
@@ -16,6 +15,7 @@ from kvscope.app.base.theme import Theme
 from kvscope.app.document.model_files import best_match, suggest_models
 from kvscope.app.shell.main_window import MainWindow
 from kvscope.app.shell.settings import RECENT_MAX, AppSettings
+from tests.support.gui_helpers import LAB, STATE, model
 
 
 def test_recent_files_capped_and_pruned(tmp_path, app_settings):  # type: ignore[no-untyped-def]

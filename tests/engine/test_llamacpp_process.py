@@ -17,9 +17,7 @@ from typing import Any
 import gguf
 import numpy as np
 import pytest
-from gguf_variants import llama_head64
 
-from fixtures import MODELS, model_path
 from kvscope.core.engine.abi import BINDING_VERSION, REQUIRED_SYMBOLS
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.engine.choose import build_for_layout
@@ -31,6 +29,8 @@ from kvscope.core.engine.llamacpp import (
     EngineSetupError,
     LlamaProcess,
 )
+from tests.support.fixtures import MODELS, model_path
+from tests.support.gguf_variants import llama_head64
 
 BUILD_NAMES = ("0c1e5709", "b11434")
 SEQ_VERSION = {"0c1e5709": 3, "b11434": 4}

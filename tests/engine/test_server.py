@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import model_path
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.engine.server import (
     ServerClient,
@@ -24,6 +23,7 @@ from kvscope.core.engine.server import (
     ServerSetupError,
     server_flags,
 )
+from tests.support.fixtures import model_path
 
 SEQ_VERSION = {"0c1e5709": 3, "b11434": 4}
 PROMPT = "hello world hello world"

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet_tree import build_tree, tree_digest
 
-from fixtures import DATA
 from kvscope.core.cli.main import main
 from kvscope.core.fleet.source import MANIFEST_NAME
 from kvscope.core.reader.parse import read_state
+from tests.support.fixtures import DATA
+from tests.support.fleet_tree import build_tree, tree_digest
 
 V3_FILES = ("blobs/llama-seq2.seqdata.bin", "mounted/ext.bin", "sessions/llama.session", "sessions/llama.state.bin",
             "slots/a/slot0.bin", "slots/a/slot1.bin", "slots/b/gemma2.seqstate", "slots/b/lfm2.seqstate")

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from fleet_tree import build_tree
 
-from fixtures import DATA
 from kvscope.core.cli.main import main
 from kvscope.core.fleet.progress import Progress, status_line
 from kvscope.core.fleet.scanfile import scan_entry, scan_file
 from kvscope.core.fleet.source import SourceError, open_source
 from kvscope.core.fleet.summary import Summary
+from tests.support.fixtures import DATA
+from tests.support.fleet_tree import build_tree
 
 
 def test_walk_lists_each_file_once_through_loops(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from llama_builds import BUILD_NAMES, HAVE_BINDING, ensure_builds, need_build
 
 from kvscope.core.engine.builds import InstalledBuild
+from tests.support.llama_builds import BUILD_NAMES, HAVE_BINDING, ensure_builds, need_build
 
 ENGINE_TESTS = ("test_lab_engine.py", "test_lab_engine_cli.py", "test_fuzz_engine.py")
 

@@ -11,7 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fuzz import (
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from kvscope.core.engine.builds import InstalledBuild
+from kvscope.core.model.profile import ModelProfileError, load_model_profile
+from tests.support.engine_fuzz import (
     GEN_MODELS,
     KNOWN,
     Arena,
@@ -23,12 +28,7 @@ from engine_fuzz import (
     sources,
     write_gen_models,
 )
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
-from llama_builds import BUILD_NAMES
-
-from kvscope.core.engine.builds import InstalledBuild
-from kvscope.core.model.profile import ModelProfileError, load_model_profile
+from tests.support.llama_builds import BUILD_NAMES
 
 CASES_PER_BUILD = 100
 CORE_CLASSES = {"kv", "iswa", "recurrent", "hybrid"}  # the tiny fixtures' classes: never skipped

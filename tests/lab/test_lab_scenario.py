@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixtures import DATA, model_path
 from kvscope.core import ggml_types as gt
 from kvscope.core.lab.scenario import (
     LiveCopy,
@@ -21,6 +20,7 @@ from kvscope.core.lab.scenario import (
     read_input,
 )
 from kvscope.core.reader.parse import read_state
+from tests.support.fixtures import DATA, model_path
 
 LAB = DATA / "lab"
 BUILDS = {"llamacpp-2026-10-01": "2026-10", "llamacpp-2026-08-16": "2026-08"}

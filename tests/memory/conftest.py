@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from engine.conftest import builds  # noqa: F401  (the pinned llama.cpp builds, by name)
+from tests.engine.conftest import builds  # noqa: F401  (the pinned llama.cpp builds, by name)
 
 if importlib.util.find_spec("llama_cpp") is None:
     collect_ignore = ["test_mem_class_engine.py"]

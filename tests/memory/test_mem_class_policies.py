@@ -14,7 +14,6 @@ import struct
 import numpy as np
 import pytest
 import torch
-from mem_helpers import class_spec
 
 from kvscope.core.memory import FLAG_PARTIAL_ONLY, ContextParams, MemoryContext, ReadResult, Ubatch
 from kvscope.core.memory.cells import SlotInfo
@@ -26,6 +25,7 @@ from kvscope.core.memory.result import RestoreFailure
 from kvscope.core.memory.state_ctx import ReadCtx
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult, Section
+from tests.support.mem_helpers import class_spec
 
 POLICIES = ["contained", "legacy", "transactional"]
 READERS = ["buffer", "file"]

@@ -18,7 +18,6 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mem_helpers import class_spec
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.memory import FLAG_PARTIAL_ONLY, CacheError, ContextParams, KvCache, MemoryContext, Ubatch
@@ -28,6 +27,7 @@ from kvscope.core.memory.layout import Layout
 from kvscope.core.memory.recurrent import RecurrentError, RecurrentMemory
 from kvscope.core.memory.tensors import quantize_rows
 from kvscope.core.reader.parse import read_state
+from tests.support.mem_helpers import class_spec
 
 N_SEQ = 2
 LAYOUTS = (Layout.named("2026-10"), Layout.named("2026-10-v4"))

@@ -10,12 +10,12 @@ import struct
 from pathlib import Path
 
 import pytest
-from mem_helpers import live_context, scenarios
 
-from fixtures import DATA, profile
 from kvscope.core.memory import MemoryContext, ReadResult, Ubatch
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
+from tests.support.fixtures import DATA, profile
+from tests.support.mem_helpers import live_context, scenarios
 
 D = DATA / "llamacpp-2026-10-01"
 VT_BLOB = D / "llama-f16-fa0-unified0-seq0.seqdata.bin"  # 3 streams, transposed V

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mem_helpers import live_context, params_from_manifest, scenarios
 
 from kvscope.core.memory import KvCache
 from kvscope.core.memory.dsv4 import Dsv4Blocks
 from kvscope.core.memory.params import ggml_pad
+from tests.support.mem_helpers import live_context, params_from_manifest, scenarios
 
 SCENARIOS = scenarios()
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from mem_helpers import spec_of
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.memory import (
@@ -25,6 +24,7 @@ from kvscope.core.memory.kv_cache import KvLayer
 from kvscope.core.memory.recurrent import RecurrentError
 from kvscope.core.memory.spec import SWA_CHUNKED, SWA_STANDARD, AttnLayer, is_masked_swa
 from kvscope.core.memory.tensors import ConversionError
+from tests.support.mem_helpers import spec_of
 
 F16, F32, Q8_0, Q4_0 = (gt.type_id_from_name(n) for n in ("f16", "f32", "q8_0", "q4_0"))
 LAYERS = (AttnLayer(0, 32, 32), AttnLayer(1, 32, 0))

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from mem_helpers import spec_of
 
 from kvscope.core.memory import ContextParams, MemoryContext, Ubatch
 from kvscope.core.memory.policy import ubatch_reserve_bytes
 from kvscope.core.reader.parse import read_state
+from tests.support.mem_helpers import spec_of
 
 POISON = 0xAB
 

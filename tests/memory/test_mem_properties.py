@@ -13,12 +13,12 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mem_helpers import spec_of
 
 from kvscope.core.memory import FLAG_PARTIAL_ONLY, CacheError, ContextParams, KvCache, MemoryContext, Ubatch
 from kvscope.core.memory.layout import Layout, LayoutError
 from kvscope.core.memory.recurrent import RecurrentError
 from kvscope.core.reader.layouts import GENERATIONS
+from tests.support.mem_helpers import spec_of
 
 N_SEQ = 3
 

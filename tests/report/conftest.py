@@ -7,18 +7,16 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import importlib.util  # noqa: E402
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-from report_paths import MODEL, NAN_FILE  # noqa: E402
+from tests.support.report_paths import MODEL, NAN_FILE  # noqa: E402
 
 if importlib.util.find_spec("PySide6") is None or importlib.util.find_spec("pytestqt") is None:
     collect_ignore_glob = ["test_*.py"]  # the core suite runs without Qt
 else:
-    from qt_settings import isolated_settings  # noqa: F401  (autouse fixture)
+    from tests.support.qt_settings import isolated_settings  # noqa: F401  (autouse fixture)
 
     @pytest.fixture
     def window(qtbot, isolated_settings):  # type: ignore[no-untyped-def]  # noqa: F811

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from report_paths import EXAMPLES, LAB, MODEL, NAN_FILE
 
 from kvscope.app.report.cli import main, register
 from kvscope.core.cli import main as core_cli
+from tests.support.report_paths import EXAMPLES, LAB, MODEL, NAN_FILE
 
 EXTRA_KEYS = {"overview", "report", "diff", "lab"}
 NAMED = {"file", "model"}  # the report names these by base name unless --full-paths

@@ -9,13 +9,13 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from report_paths import MODEL, NAN_FILE
 
 from kvscope.app.report import writer
 from kvscope.app.report.builder import build_report
 from kvscope.app.report.cli import main
 from kvscope.app.report.collect import collect
 from kvscope.app.report.model import MAX_HEATMAPS, ReportError, ReportOptions
+from tests.support.report_paths import MODEL, NAN_FILE
 
 
 class _Refs(HTMLParser):

@@ -6,11 +6,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from report_paths import LAB, MODEL, NAN_FILE
-
 from kvscope.app.report import figures
 from kvscope.app.report.cli import main
 from kvscope.core.reader.layouts import GENERATIONS
+from tests.support.report_paths import LAB, MODEL, NAN_FILE
 
 TRUNCATED = LAB / "truncated_half.seqdata.bin"  # 3,688 of 7,376 bytes
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from llama_builds import BUILD_NAMES, HAVE_BINDING, ensure_builds, need_build
 
 from kvscope.core.engine.builds import InstalledBuild
+from tests.support.llama_builds import BUILD_NAMES, HAVE_BINDING, ensure_builds, need_build
 
 HERE = Path(__file__).parent
 

@@ -8,7 +8,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from states import (
+
+from kvscope.core.engine.builds import InstalledBuild
+from kvscope.core.engine.llamacpp import CtxParams
+from kvscope.core.engine.server import ServerProcess
+from kvscope.core.verify.result import VerifyResult
+from kvscope.core.verify.run import Verifier, VerifyError, verify
+from tests.support.fixtures import DATA, MODELS, load_manifest, model_path
+from tests.support.states import (
     OTHER,
     PROMPT,
     drop_records,
@@ -17,13 +24,6 @@ from states import (
     with_media_payload,
     write_states,
 )
-
-from fixtures import DATA, MODELS, load_manifest, model_path
-from kvscope.core.engine.builds import InstalledBuild
-from kvscope.core.engine.llamacpp import CtxParams
-from kvscope.core.engine.server import ServerProcess
-from kvscope.core.verify.result import VerifyResult
-from kvscope.core.verify.run import Verifier, VerifyError, verify
 
 FIXTURE_TOKENS = {
     e["file"]: e["seqs"] for e in load_manifest(MODELS / "manifest.json")["files"] if e.get("seqs")}
@@ -72,7 +72,7 @@ def test_b11434_states_are_ok_in_b11434(kind: str, builds: dict[str, InstalledBu
 
 
 def test_a_rotated_q8_cache_is_derotated_and_ok(builds: dict[str, InstalledBuild], tmp_path: Path) -> None:
-    from engine.gguf_variants import llama_head64  # head size 64: llama.cpp rotates a q8_0 cache
+    from tests.support.gguf_variants import llama_head64  # head size 64: llama.cpp rotates a q8_0 cache
 
     model = llama_head64(model_path("llama"), tmp_path / "llama-head64.gguf")
     paths = write_states("b11434", tmp_path, ctx=CtxParams(type_k="q8_0", type_v="q8_0", flash_attn=True),
@@ -164,8 +164,8 @@ def test_k_v_of_another_model_are_stale(builds: dict[str, InstalledBuild], tmp_p
 
 
 def test_a_nan_row_layer_is_damaged_with_its_cells(builds: dict[str, InstalledBuild], tmp_path: Path) -> None:
-    from fixtures import profile
     from kvscope.core.lab.corruptions import parse_spec
+    from tests.support.fixtures import profile
 
     paths = write_states("0c1e5709", tmp_path)
     m = parse_spec("fill:value=nan,role=v,index=1,cells=3-5").apply(paths["seq_file"].read_bytes(), profile("llama"))
@@ -268,7 +268,7 @@ def test_own_library_and_the_migration_hint(builds: dict[str, InstalledBuild], t
 def test_rotated_rows_compare_with_unrotated_ones_after_derotation(builds: dict[str, InstalledBuild],
                                                                     tmp_path: Path) -> None:
     """A rotated q8_0 file against a prefill with rotation disabled: only de-rotated values can match."""
-    from engine.gguf_variants import llama_head64
+    from tests.support.gguf_variants import llama_head64
 
     model = llama_head64(model_path("llama"), tmp_path / "llama-head64.gguf")
     q8 = CtxParams(type_k="q8_0", type_v="q8_0", flash_attn=True)

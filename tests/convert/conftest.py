@@ -1,0 +1,13 @@
+"""Migration tests: the real-engine proof needs llama-cpp-python (the engine extra) and the pinned builds.
+
+Without the binding the real-engine file is not collected (the core-only CI venv), as in tests/engine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from tests.engine.conftest import builds  # noqa: F401  (the pinned llama.cpp builds, by name)
+
+if importlib.util.find_spec("llama_cpp") is None:
+    collect_ignore = ["test_migrate_real_engine.py"]

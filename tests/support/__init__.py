@@ -1,0 +1,1 @@
+"""Helpers the tests share: fixture paths, generated states, builds, trees, mutations, Qt and X set-up."""
