@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.fileio import open_regular, pread_into
 from kvscope.core.memory import ContextParams, Layout, MemoryContext, ParamsError, ReadResult, SpecError
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.layouts import GENERATIONS
@@ -84,6 +86,25 @@ def kind_of_path(path: Path) -> str | None:
     return None
 
 
+def read_regular(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file; ScenarioError otherwise (a FIFO is refused before it is
+    opened: reading one would block forever)."""
+    try:
+        fd, st = open_regular(path)
+    except OSError as e:
+        raise ScenarioError(f"{path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise ScenarioError(f"{path}: {e}") from None
+    try:
+        buf = bytearray(st.st_size)
+        n = pread_into(fd, memoryview(buf), 0)
+    except OSError as e:
+        raise ScenarioError(f"{path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    return bytes(buf[:n])
+
+
 def read_input(source: str | Path | bytes | RestoreInput, profile: ModelProfile | None, name: str = "",
                kind: str | None = None) -> RestoreInput:
     """A :class:`RestoreInput` from a path or bytes; the kind comes from the reader's parse of the bytes."""
@@ -91,10 +112,7 @@ def read_input(source: str | Path | bytes | RestoreInput, profile: ModelProfile 
         return source
     if isinstance(source, (str, Path)):
         path = Path(source)
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise ScenarioError(f"{path}: {e.strerror or e}") from None
+        data = read_regular(path)
         name = name or path.name
         kind = kind or kind_of_path(path)
     else:
@@ -379,8 +397,8 @@ def load_scenario(path: str | Path, *, model: str | Path | ModelProfile | None =
     cj: dict[str, Any] | None = None
     if cj_path.exists():
         try:
-            cj = json.loads(cj_path.read_text())
-        except (OSError, ValueError) as e:
+            cj = json.loads(read_regular(cj_path).decode("utf-8"))
+        except ValueError as e:  # UnicodeDecodeError and JSONDecodeError alike
             raise ScenarioError(f"{cj_path}: {e}") from None
     elif p.is_dir() or p.suffix == ".json":
         raise ScenarioError(f"{cj_path}: no such file (a lab scenario folder has a context.json)")
