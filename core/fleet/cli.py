@@ -120,13 +120,16 @@ def _check_common(args: argparse.Namespace) -> None:
 
 
 @contextmanager
-def _session(args: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
-    """``(source, engine)`` for a command; SourceError and EngineError become UsageError."""
+def _session(args: argparse.Namespace, dest: str | None = None) -> Iterator[tuple[Any, Any]]:
+    """``(source, engine)`` for a command; SourceError and EngineError become UsageError.
+    With ``dest`` (migrate's), the walk never enters DEST, however a link of SOURCE leads there."""
     from kvscope.core.fleet.engines import EngineError
     from kvscope.core.fleet.source import SourceError, open_source
 
     try:
         source = open_source(args.source)
+        if dest is not None and source.local:
+            source.exclude(dest, "a link into DEST (--out): not walked, so no run migrates its own outputs")
         engine = make_engine(args.engine, args.jobs, args.scheduler, args.batch)
         engine.__enter__()
     except (SourceError, EngineError) as e:
@@ -234,7 +237,7 @@ def _check_dest(source: Any, dest: str) -> str:
         os.makedirs(dest, exist_ok=True)
     except OSError as e:
         raise UsageError(f"--out {dest}: {e.strerror or e}") from None
-    return os.path.abspath(dest)
+    return os.path.realpath(dest)  # resolved once: outputs are reached from it without following links
 
 
 def run_migrate(source: Any, engine: Any, opts: Any, as_json: bool, write: Callable[[str], None],
@@ -304,7 +307,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         except SourceError as e:
             raise UsageError(str(e)) from None
         opts = MigrateOptions(dest, layout, args.model, args.rotation, args.drop_trailing)
-        with _session(args) as (source, engine):
+        with _session(args, dest) as (source, engine):
             s = run_migrate(source, engine, opts, args.json, _writer(), _progress(source, "migrate"))
     except UsageError as e:
         return _fail(str(e))

@@ -13,29 +13,39 @@
   file holds, or the model is needed to tell), ``damaged``, ``skipped`` (not a state file),
   ``unreadable`` or ``error``.
 
-Outputs keep their path relative to SOURCE and appear atomically (:mod:`kvscope.core.fsutil`);
-SOURCE is only ever opened read-only. A file that changes while it is migrated is reported, and
-its output removed. The client appends one JSON line per file written to the manifest
-``DEST/.kvscope-migrate.jsonl`` (:data:`~kvscope.core.fleet.source.MANIFEST_NAME`): relative
-path, layout, source size, mtime, sha256, output size and sha256. DEST must be a local folder
-(on a cluster: one every worker mounts at the same path).
+Outputs keep their path relative to SOURCE and appear atomically, staged in a temporary folder
+of DEST and renamed into place by descriptor without following a symbolic link
+(:mod:`kvscope.core.fleet.destdir`): a folder of DEST that is a link (into SOURCE, or anywhere)
+gets no output (``error``, naming it), and nothing is ever written outside DEST. SOURCE is only
+ever opened read-only; a folder of SOURCE that leads into DEST is not walked (``skipped``). A
+file that changes while it is migrated is reported, and its output removed. The client appends
+one JSON line per file written to the manifest ``DEST/.kvscope-migrate.jsonl``
+(:data:`~kvscope.core.fleet.source.MANIFEST_NAME`): relative path, layout, source size, mtime,
+sha256, output size and sha256. DEST must be a local folder (on a cluster: one every worker
+mounts at the same path).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
+from kvscope.core.fleet import destdir
 from kvscope.core.fleet.source import MANIFEST_NAME, Entry, local_copy
-from kvscope.core.fsutil import atomic_writer, sha256_file, temporary_folder
+from kvscope.core.fsutil import sha256_file, temporary_folder
 
 CHUNK = 8 << 20
-COPY_TAG = "migrate-"
+TEMP_TAG = "migrate"  # DEST/.kvscope-tmp-migrate-*: a run's staging folders (swept by the next run)
+# errors of writing an output, whatever call raised them: reported against the output's path
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 ACTIONS = ("migrated", "copied", "already", "cannot", "damaged", "skipped", "unreadable", "error")
 DONE_ACTIONS = ("migrated", "copied", "already")  # the file is in DEST, loading in the target
 PROBLEM_ACTIONS = ("cannot", "damaged", "unreadable", "error")  # a state file that did not get there
@@ -69,15 +79,16 @@ def _identity(path: str, entry: Entry) -> tuple[int, int]:
 
 
 def output_path(dest: str, rel: str) -> str:
-    """Where ``rel`` goes under ``dest`` (``rel`` comes from a walk: no ``..`` parts)."""
-    parts = [p for p in rel.split("/") if p not in ("", ".", "..")]
-    return os.path.join(dest, *parts)
+    """Where ``rel`` goes under ``dest`` (for messages: outputs are written by descriptor, :mod:`.destdir`)."""
+    return destdir.output_path(dest, rel)
 
 
 def migrate_entry(item: MigrateItem, opts: MigrateOptions) -> dict[str, Any]:
     """Migrate one file (see the module docstring); never raises."""
     entry = item.entry
     out: dict[str, Any] = {"path": entry.ref, "rel": entry.rel, "target": opts.layout}
+    if entry.status != "file":  # a folder the walk did not enter
+        return out | {"action": entry.status, "reason": entry.reason}
     try:
         with local_copy(entry) as path:
             try:
@@ -92,17 +103,20 @@ def migrate_entry(item: MigrateItem, opts: MigrateOptions) -> dict[str, Any]:
 
 
 def _already(path: str, size: int, mtime_ns: int, prior: dict[str, Any] | None, opts: MigrateOptions,
-             dst: str) -> bool:
+             rel: str) -> bool:
     if not prior or prior.get("layout") != opts.layout:
         return False
     if (prior.get("source_size"), prior.get("source_mtime_ns")) != (size, mtime_ns):
         return False
+    st = destdir.output_stat(opts.dest, rel)  # a link, or an output on a path through one, is not done
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_size != prior.get("output_size"):
+        return False
     try:
-        if os.path.getsize(dst) != prior.get("output_size"):
+        if sha256_file(path) != prior.get("source_sha256"):
             return False
-        return sha256_file(path) == prior.get("source_sha256") and sha256_file(dst) == prior.get("output_sha256")
     except OSError:
         return False
+    return destdir.output_sha256(opts.dest, rel) == prior.get("output_sha256")
 
 
 def _migrate(path: str, ident: tuple[int, int], item: MigrateItem, opts: MigrateOptions) -> dict[str, Any]:
@@ -111,9 +125,10 @@ def _migrate(path: str, ident: tuple[int, int], item: MigrateItem, opts: Migrate
     from kvscope.core.reader.parse import read_source
     from kvscope.core.reader.source import ByteSource, FileChangedError
 
-    dst = output_path(opts.dest, item.entry.rel)
+    rel = item.entry.rel
+    dst = output_path(opts.dest, rel)
     size, mtime_ns = ident
-    if _already(path, size, mtime_ns, item.prior, opts, dst):
+    if _already(path, size, mtime_ns, item.prior, opts, rel):
         return {"action": "already", "reason": "migrated by an earlier run (same hashes)",
                 **{k: item.prior[k] for k in _RECORD_KEYS if item.prior and k in item.prior}}
     profile = _profile(opts.model) if opts.model else None
@@ -133,56 +148,76 @@ def _migrate(path: str, ident: tuple[int, int], item: MigrateItem, opts: Migrate
     if res.n_errors:
         return facts | {"action": "damaged", "reason": v.reason}
     if tgt["status"] == "loads":
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        return facts | _finish(path, dst, item.entry, ident, opts, "copied", _copy(path, dst), "copy")
+        with temporary_folder(opts.dest, TEMP_TAG) as tmp:
+            staged = os.path.join(tmp, os.path.basename(dst))
+            with _writing(dst, staged):
+                sha = _copy(path, staged)
+                out_size = destdir.place(opts.dest, rel, staged)
+            shutil.rmtree(tmp, ignore_errors=True)
+        return facts | _finish(path, item.entry, ident, opts, "copied", sha, out_size, "copy")
     if tgt["status"] == "not migratable":
         return facts | {"action": "cannot", "reason": tgt["reason"]}
     if tgt["loads"] is None:
         return facts | {"action": "cannot", "reason": f"whether a {opts.layout} build loads it: {tgt['reason']}"}
     from kvscope.core.convert.rewrite import RewriteOutcome, rewrite_file
 
-    with temporary_folder(opts.dest, "migrate") as tmp:  # no folder appears in DEST for a file not written
+    out_size, out_sha = 0, ""
+    with temporary_folder(opts.dest, TEMP_TAG) as tmp:  # no folder appears in DEST for a file not written
         staged = os.path.join(tmp, os.path.basename(dst))
-        try:
-            outcome = rewrite_file(path, staged, opts.layout, profile, rotation=opts.rotation,
-                                   drop_trailing=opts.drop_trailing)
-        except ImportError as e:
-            outcome = RewriteOutcome(1, f"this conversion needs the memory core and torch "
-                                     f"(pip install 'kvscope[memory]'): {e}")
-        if outcome.code == 0:
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            os.replace(staged, dst)
+        with _writing(dst, staged):
+            try:
+                outcome = rewrite_file(path, staged, opts.layout, profile, rotation=opts.rotation,
+                                       drop_trailing=opts.drop_trailing)
+            except ImportError as e:
+                outcome = RewriteOutcome(1, f"this conversion needs the memory core and torch "
+                                         f"(pip install 'kvscope[memory]'): {e}")
+            if outcome.code == 0:
+                out_sha = sha256_file(staged)
+                out_size = destdir.place(opts.dest, rel, staged)
         shutil.rmtree(tmp, ignore_errors=True)
     if outcome.code == 1:
         why = "missing: " + "; ".join(outcome.missing) if outcome.missing else outcome.message
         return facts | {"action": "cannot", "reason": why, "missing": list(outcome.missing)}
     if outcome.code != 0:
         return facts | {"action": "damaged" if "damaged" in outcome.message else "error", "reason": outcome.message}
-    return facts | _finish(path, dst, item.entry, ident, opts, "migrated", sha256_file(dst), outcome.method)
+    return facts | _finish(path, item.entry, ident, opts, "migrated", out_sha, out_size, outcome.method)
 
 
 _RECORD_KEYS = ("layout", "source_size", "source_mtime_ns", "source_sha256", "output_size", "output_sha256")
 
 
-def _copy(src: str, dst: str) -> str:
-    """Copy ``src`` to ``dst`` atomically; the sha256 of the bytes copied."""
+@contextlib.contextmanager
+def _writing(dst: str, staged: str) -> Iterator[None]:
+    """Errors of writing the staged output (a full disk) name the output ``dst``, not the source."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename == staged or (e.filename is None and e.errno in _WRITE_ERRNOS):
+            raise OSError(e.errno, e.strerror or str(e), dst) from None
+        raise
+
+
+def _copy(src: str, staged: str) -> str:
+    """Copy ``src`` to the new file ``staged`` (flushed to disk); the sha256 of the bytes copied."""
     h = hashlib.sha256()
-    with open(src, "rb") as fh, atomic_writer(dst, COPY_TAG) as out:
+    with open(src, "rb") as fh, open(staged, "xb") as out:
         while chunk := fh.read(CHUNK):
             h.update(chunk)
             out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
     return h.hexdigest()
 
 
-def _finish(path: str, dst: str, entry: Entry, ident: tuple[int, int], opts: MigrateOptions, action: str,
-            out_sha: str, method: str) -> dict[str, Any]:
+def _finish(path: str, entry: Entry, ident: tuple[int, int], opts: MigrateOptions, action: str,
+            out_sha: str, out_size: int, method: str) -> dict[str, Any]:
     """The record of a file written to DEST, unless the source changed meanwhile (then the output goes)."""
     src_sha = out_sha if action == "copied" else sha256_file(path)
     if _identity(path, entry) != ident:
-        os.unlink(dst)
+        destdir.remove_output(opts.dest, entry.rel)
         return {"action": "unreadable", "reason": "the file changed while it was read"}
     return {"action": action, "method": method, "layout": opts.layout, "source_size": ident[0],
-            "source_mtime_ns": ident[1], "source_sha256": src_sha, "output_size": os.path.getsize(dst),
+            "source_mtime_ns": ident[1], "source_sha256": src_sha, "output_size": out_size,
             "output_sha256": out_sha}
 
 

@@ -55,6 +55,8 @@ def scan_file(path: str, model: str | None = None, target: str | None = None) ->
 
 def scan_entry(entry: Entry, model: str | None = None, target: str | None = None) -> dict[str, Any]:
     """:func:`scan_file` of an entry of a walk (a remote one is copied to a local temporary file first)."""
+    if entry.status != "file":  # a folder the walk did not enter
+        return {"path": entry.ref, "status": entry.status, "reason": entry.reason}
     try:
         with local_copy(entry) as path:
             res = scan_file(path, model, target)

@@ -10,7 +10,8 @@ What is walked: regular files. Hidden folders (``.name``), kvscope's temporary f
 (:func:`kvscope.core.fsutil.is_temp_name`), the migration manifest, symlinked files, FIFOs and
 other special files are left out. A symlinked folder is followed once: every folder is walked
 under the first path that reaches its real path, so a link back to an ancestor (or to itself)
-cannot loop and two links to one folder do not scan it twice. Object stores have no links;
+cannot loop and two links to one folder do not scan it twice. A folder excluded with
+:meth:`Source.exclude` (migrate's DEST) is never entered, however it is reached. Object stores have no links;
 there a depth limit guards against pathological listings.
 
 An :class:`Entry` is small and picklable; workers (local processes or Dask workers) open it with
@@ -41,13 +42,19 @@ class SourceError(Exception):
 
 @dataclass(frozen=True)
 class Entry:
-    """One candidate file: ``ref`` is a local path (as reached from SOURCE) or a full URL."""
+    """One candidate file: ``ref`` is a local path (as reached from SOURCE) or a full URL.
+
+    ``status`` is ``"file"``, or, for a folder the walk did not enter, ``"skipped"`` (it leads into
+    an excluded folder, e.g. migrate's DEST) with ``reason``: reported as one line like a file.
+    """
 
     ref: str
     rel: str  # path relative to SOURCE, with "/" separators
     size: int
     mtime: float | None
     local: bool
+    status: str = "file"
+    reason: str = ""
 
 
 def _fsspec() -> Any:
@@ -70,6 +77,23 @@ class Source:
         self.fs = fs
         self.root = root  # local: the path as given (file:// stripped); remote: the fs path
         self.local = local
+        self._excluded: list[tuple[str, tuple[int, int], str]] = []  # (real path, (dev, ino), why)
+
+    def exclude(self, folder: str, why: str) -> None:
+        """Never walk into the local ``folder`` (by its real path, or reached through any link):
+        the walk yields a ``skipped`` entry with ``why`` where it would have entered it."""
+        st = os.stat(folder)
+        self._excluded.append((os.path.realpath(folder), (st.st_dev, st.st_ino), why))
+
+    def _exclusion(self, path: str, key: tuple[int, int], link: bool) -> str | None:
+        for real, k, why in self._excluded:
+            if key == k:
+                return why
+            if link:
+                r = os.path.realpath(path)
+                if r == real or r.startswith(real.rstrip("/") + "/"):
+                    return why
+        return None
 
     def __repr__(self) -> str:
         return f"Source({self.spec!r})"
@@ -126,6 +150,10 @@ class Source:
                         if key in seen:
                             continue  # a loop, or a folder already reached by another path
                         seen.add(key)
+                        why = self._exclusion(d.path, key, link) if self._excluded else None
+                        if why is not None:
+                            yield Entry(d.path, child_rel, 0, None, True, "skipped", why)
+                            continue
                         depth_first.append((d.path, child_rel))
                         continue
                     if link:
