@@ -6,13 +6,15 @@
 folders in name order, depth first, so memory stays bounded by the depth and the largest folder,
 never by the number of files.
 
-What is walked: regular files. Hidden folders (``.name``), kvscope's temporary files
-(:func:`kvscope.core.fsutil.is_temp_name`), the migration manifest, symlinked files, FIFOs and
-other special files are left out. A symlinked folder is followed once: every folder is walked
-under the first path that reaches its real path, so a link back to an ancestor (or to itself)
-cannot loop and two links to one folder do not scan it twice. A folder excluded with
-:meth:`Source.exclude` (migrate's DEST) is never entered, however it is reached. Object stores have no links;
-there a depth limit guards against pathological listings.
+What is walked: regular files. A folder that cannot be listed (no permission, an I/O error) is
+an ``unreadable`` entry of its own, so ``scan`` and ``migrate`` report it and exit 1. Hidden
+folders (``.name``), kvscope's temporary files (:func:`kvscope.core.fsutil.is_temp_name`), the
+migration manifest, symlinked files, FIFOs and other special files are left out. A symlinked
+folder is followed once: every folder is walked under the first path that reaches its real path,
+so a link back to an ancestor (or to itself) cannot loop and two links to one folder do not scan
+it twice. A folder excluded with :meth:`Source.exclude` (migrate's DEST) is never entered,
+however it is reached. Object stores have no links; there a depth limit guards against
+pathological listings.
 
 An :class:`Entry` is small and picklable; workers (local processes or Dask workers) open it with
 :func:`open_entry` (local files by path, read-only; others through fsspec).
@@ -44,8 +46,9 @@ class SourceError(Exception):
 class Entry:
     """One candidate file: ``ref`` is a local path (as reached from SOURCE) or a full URL.
 
-    ``status`` is ``"file"``, or, for a folder the walk did not enter, ``"skipped"`` (it leads into
-    an excluded folder, e.g. migrate's DEST) with ``reason``: reported as one line like a file.
+    ``status`` is ``"file"``, or, for a folder the walk did not enter, ``"unreadable"`` (it could
+    not be listed) or ``"skipped"`` (it leads into an excluded folder, e.g. migrate's DEST), with
+    ``reason``: reported as one line like a file, so no file goes unmentioned in silence.
     """
 
     ref: str
@@ -119,7 +122,8 @@ class Source:
         seen: set[tuple[int, int]] = set()  # (device, inode) of every folder walked
         try:
             st = os.stat(self.root)
-        except OSError:
+        except OSError as e:
+            yield _unreadable(self.root, "", e)
             return
         seen.add((st.st_dev, st.st_ino))
         stack: list[Iterator[tuple[str, str]]] = [iter([(self.root, "")])]
@@ -133,8 +137,9 @@ class Source:
             try:
                 with os.scandir(folder) as it:
                     names = sorted(it, key=lambda d: d.name)
-            except OSError:
-                continue  # unreadable folder: nothing to list
+            except OSError as e:  # its files cannot be listed: said once, as one line
+                yield _unreadable(folder, rel, e)
+                continue
             depth_first.clear()
             for d in names:
                 if is_temp_name(d.name) or d.name == MANIFEST_NAME:
@@ -159,8 +164,11 @@ class Source:
                     if link:
                         continue  # symlinked files are scanned where they live, if inside
                     fst = d.stat(follow_symlinks=False)
-                except OSError:
-                    continue  # vanished or unreadable meanwhile
+                except FileNotFoundError:
+                    continue  # vanished meanwhile
+                except OSError as e:  # listed, but its kind cannot be told (a folder without x)
+                    yield _unreadable(d.path, child_rel, e)
+                    continue
                 if stat.S_ISREG(fst.st_mode):
                     yield Entry(d.path, child_rel, int(fst.st_size), fst.st_mtime, True)
             if depth_first and len(stack) < MAX_DEPTH:
@@ -177,7 +185,8 @@ class Source:
             folder, rel = item
             try:
                 infos = self.fs.ls(folder, detail=True)
-            except (OSError, ValueError):
+            except (OSError, ValueError) as e:
+                yield _unreadable(self.fs.unstrip_protocol(folder), rel, e, local=False)
                 continue
             subfolders: list[tuple[str, str]] = []
             for info in sorted(infos, key=lambda i: str(i.get("name", ""))):
@@ -197,6 +206,12 @@ class Source:
                                 _as_timestamp(mtime), False)
             if subfolders and len(stack) < MAX_DEPTH:
                 stack.append(iter(subfolders))
+
+
+def _unreadable(ref: str, rel: str, e: Exception, local: bool = True) -> Entry:
+    """The entry saying a folder (or a name in one) could not be listed: never skipped in silence."""
+    why = (e.strerror if isinstance(e, OSError) else None) or f"{type(e).__name__}: {e}"
+    return Entry(ref, rel or ".", 0, None, local, "unreadable", f"folder not listed: {why}")
 
 
 def _as_timestamp(value: Any) -> float | None:
