@@ -1,4 +1,6 @@
-/* kvscope.core._derotate: statistics of Hadamard-rotated K/V rows, de-rotated in one pass.
+/* kvscope.core._derotate: the compiled kernels of `kvscope inspect --stats`: statistics of K/V rows
+ * in one pass over their bytes, plain (f16, bf16, f32, q8_0, q4_0) or Hadamard-rotated (q8_0, q4_0),
+ * and the float32 decode of the plain types.
  *
  * llama.cpp (2026-04 and later) stores the rows of a quantized K/V cache multiplied, block by
  * block, by the orthonormal Walsh-Hadamard matrix (kvscope.core.reader.rotation). `kvscope inspect
@@ -20,8 +22,20 @@
  *   kind 0: float32 values; 1: q8_0 blocks; 2: q4_0 blocks. `data` is a contiguous buffer of
  *   whole rotation blocks of `block` values (a power of two, 16..MAX_BLOCK). ok is False, and the
  *   rest meaningless, when a value or a block's scale is not finite or the squares overflow
- *   float32: the caller then takes its exact numpy path. KERNEL is "avx2" where the kernels
- *   run, None elsewhere (stats() then raises RuntimeError).
+ *   float32: the caller then takes its exact numpy path.
+ *
+ * values(kind, data, row_bytes, el, flags) -> (n_values, n_nan, n_inf, first_bad, min, max, sum,
+ *                                             sum_squares, n_zero)
+ *   kind as above, 3: f16, 4: bf16; `data` is whole elements / blocks in rows of row_bytes bytes.
+ *   NaN and Inf are counted exactly and first_bad is the flat index of the first (-1: none);
+ *   min/max/sum/sum_squares are of the finite values (min inf, max -inf when there are none).
+ *   el == 0: flags[r] = row r is all zero bytes; el > 0 (a transposed V, rows are columns of
+ *   el-byte cells): flags[j] = cell j is zero bytes in every row. n_zero counts the flags set.
+ *   Nothing is left to the caller: every value is decoded as numpy decodes it (below).
+ *
+ * decode(kind, data, out) -> n_values: the float32 values of `data` (kinds 0-4) into `out`.
+ *
+ * KERNEL is "avx2" where the kernels run, None elsewhere (every function then raises RuntimeError).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -169,6 +183,8 @@ TARGET static void stats_q8_0(const uint8_t *raw, Py_ssize_t nblocks, int n, acc
     }
 }
 
+TARGET static void decode_q4_0(const uint8_t *p, Py_ssize_t nblocks, float *out);  /* below */
+
 TARGET static void stats_q4_0(const uint8_t *raw, Py_ssize_t nblocks, int n, acc_t *acc) {
     v8f x[MAX_BLOCK / 8];
     float *xf = (float *)x;
@@ -177,12 +193,7 @@ TARGET static void stats_q4_0(const uint8_t *raw, Py_ssize_t nblocks, int n, acc
         for (int k = 0; k < n / QK; k++, blk += 2 + QK / 2) {
             uint16_t h = (uint16_t)(blk[0] | (blk[1] << 8));
             if ((h & 0x7c00u) == 0x7c00u) { acc->bad = 1; return; }
-            const float d = half_to_float(h);
-            const uint8_t *q = blk + 2;
-            for (int i = 0; i < QK / 2; i++) {
-                xf[k * QK + i] = d * (float)((int)(q[i] & 0x0f) - 8);
-                xf[k * QK + QK / 2 + i] = d * (float)((int)(q[i] >> 4) - 8);
-            }
+            decode_q4_0(blk, 1, xf + k * QK);
         }
         FOLD(x, n, acc);
     }
@@ -301,6 +312,54 @@ TARGET static int reduce_fast(const float *x, Py_ssize_t n, vacc_t *g) {
     return 1;
 }
 
+/* reduce_fast with the squares in double: bf16 and f32 values as small as 2**-63 have float32
+ * squares below the normal range, whose every product costs a microcode assist (20x slower);
+ * in double none does (f16 and ggml's d*q products are never below 2**-24) */
+TARGET static int reduce_fast_wide(const float *x, Py_ssize_t n, vacc_t *g) {
+    __m256 mn0 = _mm256_set1_ps(INFINITY), mn1 = mn0, mx0 = _mm256_set1_ps(-INFINITY), mx1 = mx0;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+    __m256d q[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        mn0 = _mm256_min_ps(mn0, a);
+        mn1 = _mm256_min_ps(mn1, b);
+        mx0 = _mm256_max_ps(mx0, a);
+        mx1 = _mm256_max_ps(mx1, b);
+        s0 = _mm256_add_ps(s0, a);
+        s1 = _mm256_add_ps(s1, b);
+        const __m256d w[4] = {_mm256_cvtps_pd(_mm256_castps256_ps128(a)), _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)),
+                              _mm256_cvtps_pd(_mm256_castps256_ps128(b)), _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1))};
+        for (int k = 0; k < 4; k++) q[k] = _mm256_add_pd(q[k], _mm256_mul_pd(w[k], w[k]));
+    }
+    float mn[8], mx[8], s[8];
+    double qd[4][4];
+    _mm256_storeu_ps(mn, _mm256_min_ps(mn0, mn1));
+    _mm256_storeu_ps(mx, _mm256_max_ps(mx0, mx1));
+    _mm256_storeu_ps(s, _mm256_add_ps(s0, s1));
+    for (int k = 0; k < 4; k++) _mm256_storeu_pd(qd[k], q[k]);
+    double sum = 0, sq = 0;
+    float lo = INFINITY, hi = -INFINITY;
+    for (int l = 0; l < 8; l++) {
+        sum += s[l];
+        sq += qd[l / 4][l % 4] + qd[2 + l / 4][l % 4];
+        lo = mn[l] < lo ? mn[l] : lo;
+        hi = mx[l] > hi ? mx[l] : hi;
+    }
+    for (; i < n; i++) {
+        sum += x[i];
+        sq += (double)x[i] * x[i];
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    if (!isfinite(sum) || !isfinite(sq)) return 0;
+    g->sum += sum;
+    g->sum_sq += sq;
+    g->mn = lo < g->mn ? lo : g->mn;
+    g->mx = hi > g->mx ? hi : g->mx;
+    return 1;
+}
+
 /* the same value by value: NaN/Inf counted and the first one's index (base + i) kept, the
  * finite values summed in double */
 static void reduce_slow(const float *x, Py_ssize_t n, Py_ssize_t base, vacc_t *g) {
@@ -341,13 +400,14 @@ static Py_ssize_t chunk_offset(int kind, Py_ssize_t v) {  /* bytes before value 
 
 TARGET static void values_run(int kind, const uint8_t *data, Py_ssize_t n_values, vacc_t *g) {
     float buf[VCHUNK] __attribute__((aligned(32)));
+    const int wide = kind == K_F32 || kind == K_BF16;  /* values that can be far below 2**-24 */
     g->mn = INFINITY;
     g->mx = -INFINITY;
     g->first_bad = -1;
     for (Py_ssize_t v = 0; v < n_values; v += VCHUNK) {
         const Py_ssize_t m = n_values - v < VCHUNK ? n_values - v : VCHUNK;
         decode_chunk(kind, data + chunk_offset(kind, v), m, buf);
-        if (!reduce_fast(buf, m, g)) reduce_slow(buf, m, v, g);
+        if (!(wide ? reduce_fast_wide(buf, m, g) : reduce_fast(buf, m, g))) reduce_slow(buf, m, v, g);
     }
 }
 
