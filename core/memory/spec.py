@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from kvscope.core.model.memory_plan import DSA_ROTATED_LID, ExpectedSection
+from kvscope.core.model.memory_plan import ExpectedSection
 from kvscope.core.model.profile import ModelProfile
+from kvscope.core.model.rotation_rule import OWN_HEAD_ROLES, planned_cache_heads
 
 # llama_swa_type (include/llama.h)
 SWA_NONE, SWA_STANDARD, SWA_CHUNKED, SWA_SYMMETRIC = 0, 1, 2, 3
@@ -40,7 +41,6 @@ CLASS_ROLES: dict[str, tuple[str, ...]] = {
     "dsv4": ("kv_raw_base", "kv_raw_swa"),
 }
 # sub-caches built on a copy of the model's hparams with their own head size (indexers)
-_OWN_HEAD_ROLES = ("kv_lid", "kv_idx")
 LLAMA_MAX_SEQ = 256
 
 
@@ -274,16 +274,6 @@ class MemorySpec:
         )
 
 
-def _indexer_key_length(plan: list[ExpectedSection]) -> int:
-    """``indexer.key_length`` as the plan's indexer sections show it (0: no indexer)."""
-    for s in plan:
-        if s.role == "kv_lid" and s.head_k:
-            return s.head_k[0]
-        if s.role == "kcache_lid":
-            return s.param("ne0") or 0
-    return 0
-
-
 def _cache_of(p: ModelProfile, s: ExpectedSection, plan: list[ExpectedSection]) -> CacheSpec:
     """The sub-cache ``s`` of the plan, with the widths and rotation inputs its constructor sees."""
     layers = []
@@ -296,15 +286,8 @@ def _cache_of(p: ModelProfile, s: ExpectedSection, plan: list[ExpectedSection]) 
         else:
             n_v = p.n_embd_v_gqa(il) if p.has_v(il) else 0
         layers.append(AttnLayer(il, n_k, n_v))
-    own = s.role in _OWN_HEAD_ROLES
-    head_k0 = s.head_k[0] if own and s.head_k else (p.head_size_k(0) if p.n_layer else 0)
-    head_v0 = p.head_size_v(0) if p.n_layer else 0
-    # llama.cpp forces K rotation for the lightning-indexer caches of these architectures: any of their
-    # caches whose full K head size equals indexer.key_length (the indexer copy always; a cache on the
-    # model's own hparams only when the model's key_length happens to be the same)
-    kl = _indexer_key_length(plan)
-    full_k = s.head_k[0] if own and s.head_k else p.head_dim_k
-    forced = p.arch in DSA_ROTATED_LID and kl > 0 and full_k == kl and s.role != "kv_idx"
+    own = s.role in OWN_HEAD_ROLES
+    heads = planned_cache_heads(p, plan, s)
     swa = s.role in ("kv_swa", "kv_raw_swa")
     return CacheSpec(
         role=s.role,
@@ -316,9 +299,9 @@ def _cache_of(p: ModelProfile, s: ExpectedSection, plan: list[ExpectedSection]) 
         partial_keep=s.partial_keep,
         head_k=s.head_k,
         head_v=s.head_v,
-        head_k0=head_k0,
-        head_v0=head_v0,
-        rot_forced=forced,
+        head_k0=heads.k0,
+        head_v0=heads.v0,
+        rot_forced=heads.forced_k,
         n_pos_per_embd=1 if own else None,
     )
 

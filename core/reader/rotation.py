@@ -6,14 +6,13 @@ elements is multiplied by the orthonormal Walsh-Hadamard matrix of size ``n_rot`
 (``llama_mul_mat_hadamard`` reshapes the row to ``[n_rot, n/n_rot]`` and multiplies). The matrix
 is symmetric and its own inverse, so de-rotating a stored row is the same multiplication.
 ``n_rot_k`` is the largest power of two >= 64 that divides the cache's head size, ``n_rot_v`` is 64;
-``LLAMA_ATTN_ROT_DISABLE=1`` turns both off. The v11/v4 layout writes the two block sizes in every
-KV data header; older layouts hold rotated rows with no marker, so :func:`annotate` infers them
-from the model and the cache types and says so.
+``LLAMA_ATTN_ROT_DISABLE=1`` turns both off (the rule: :mod:`kvscope.core.model.rotation_rule`).
+The v11/v4 layout writes the two block sizes in every KV data header; older layouts hold rotated
+rows with no marker, so :func:`annotate` infers them from the model and the cache types and says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from functools import cache
 
 import numpy as np
@@ -21,11 +20,11 @@ import numpy.typing as npt
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.model.profile import ModelProfile
+from kvscope.core.model.rotation_rule import BLOCK as MIN_BLOCK
+from kvscope.core.model.rotation_rule import CacheHeads, planned_cache_heads
 from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
 
 F32A = npt.NDArray[np.float32]
-
-MIN_BLOCK = 64
 
 
 @cache
@@ -97,60 +96,23 @@ def _fwht(blocks: F32A) -> F32A:
 derotate = rotate_blocks
 
 
-def k_block(head_sizes: Iterable[int]) -> int:
-    """``n_rot_k`` llama.cpp picks for a cache whose layers have ``head_sizes`` (0: no rotation possible).
-
-    All layers of the cache must share one head size (``n_embd_head_k_all > 0``), and it must be a
-    multiple of 64; the block is the largest power of two >= 64 that divides it.
-    """
-    sizes = set(head_sizes)
-    if len(sizes) != 1:
-        return 0
-    (head,) = sizes
-    if head <= 0 or head % MIN_BLOCK:
-        return 0
-    n = MIN_BLOCK
-    while head % (2 * n) == 0:
-        n *= 2
-    return n
-
-
-def v_block(head_sizes: Iterable[int]) -> int:
-    """``n_rot_v``: 64 when every layer shares one head size that is a multiple of 64, else 0."""
-    sizes = set(head_sizes)
-    if len(sizes) != 1:
-        return 0
-    (head,) = sizes
-    return MIN_BLOCK if head > 0 and head % MIN_BLOCK == 0 else 0
-
-
-def expected_rotation(
-    head_k: Iterable[int], head_v: Iterable[int], type_k: int | None, type_v: int | None, always_k: bool = False
-) -> tuple[int, int]:
-    """(n_rot_k, n_rot_v) of a default build (``LLAMA_ATTN_ROT_DISABLE`` unset) for these cache types.
-
-    ``always_k``: the cache is a DeepSeek lightning-indexer cache, whose keys are always rotated.
-    """
-    hk, hv = list(head_k), list(head_v)
-    rk = k_block(hk) if (always_k or (type_k is not None and gt.is_quantized(type_k))) else 0
-    rv = v_block(hv) if (type_v is not None and gt.is_quantized(type_v)) else 0
-    return rk, rv
-
-
-def _section_heads(profile: ModelProfile, sec: Section) -> tuple[list[int], list[int]] | None:
+def _section_heads(profile: ModelProfile, sec: Section, kv_rot: bool) -> CacheHeads | None:
+    plan = profile.expected_sections(False, kv_rot)
+    planned = next((s for s in plan if s.role == sec.role), None)
+    if planned is not None and planned.head_k:
+        # the planned cache: what llama.cpp's constructor sees (an indexer copy with its own hparams too),
+        # exactly as the memory core builds it (kvscope.core.memory.spec)
+        return planned_cache_heads(profile, plan, planned)
     layers = _section_layers(sec)
     if not layers:
         return None
-    planned = profile.section_plan(sec.role)
-    if planned is not None and planned.head_k and len(planned.head_k) == len(planned.layers):
-        # a sub-cache with its own head size (a lightning indexer): the rule sees the cache's hparams copy
-        return list(planned.head_k), list(planned.head_v)
     try:
-        hk = [profile.head_size_k(il) for il in layers]
-        hv = [profile.head_size_v(il) for il in layers if profile.has_v(il)]
+        hk = tuple(profile.head_size_k(il) for il in layers)
+        hv = tuple(profile.head_size_v(il) for il in layers if profile.has_v(il))
+        k0, v0 = profile.head_size_k(0), profile.head_size_v(0)
     except IndexError:
         return None
-    return hk, hv
+    return CacheHeads(hk, hv, k0, v0, forced_k=sec.role == "kv_lid")
 
 
 def _section_layers(sec: Section) -> list[int]:
@@ -202,31 +164,32 @@ def annotate(result: ParseResult, profile: ModelProfile | None, rot_default: boo
             _annotate_stream(st, sec, heads, has_fields, rot_default)
 
 
-def default_rotation(
-    st: KvStream, sec: Section, heads: tuple[list[int], list[int]] | None
-) -> tuple[int | None, int | None]:
+def default_rotation(st: KvStream, sec: Section, heads: CacheHeads | None) -> tuple[int | None, int | None]:
     """(n_rot_k, n_rot_v) a default rotating build uses for this stream's cache (None: unknown).
 
-    ``heads`` are the K and V head sizes of the section's layers from the model; without them
-    a side is 0 only when no build could rotate its rows (float types, rows not whole 64-blocks).
+    ``heads`` are what llama.cpp's rule reads of the section's cache, from the model
+    (:func:`section_heads`); without them a side is 0 only when no build could rotate its rows
+    (float types, rows not whole 64-blocks).
     """
     tk = st.k_layers[0].type_id if st.k_layers else None
     tv = st.v_layers[0].type_id if st.v_layers else None
     lid = sec.role == "kv_lid"
     if heads is not None:
-        return expected_rotation(heads[0], heads[1], tk, tv, always_k=lid)
+        return heads.blocks(tk, tv)
     rk = 0 if _unrotatable(st.k_layers) and not lid else None
     rv = 0 if _unrotatable(st.v_layers) else None
     return rk, rv
 
 
-def section_heads(profile: ModelProfile | None, sec: Section) -> tuple[list[int], list[int]] | None:
-    """K and V head sizes of the layers a KV section holds, from the model (None without one)."""
-    return _section_heads(profile, sec) if profile is not None else None
+def section_heads(profile: ModelProfile | None, sec: Section, kv_rot: bool = False) -> CacheHeads | None:
+    """What the rotation rule reads of a KV section's cache, from the model (None without one);
+    ``kv_rot``: in a v11/v4 build's memory (the layouts before it do not store the block sizes, and
+    are the ones whose block sizes are inferred)."""
+    return _section_heads(profile, sec, kv_rot) if profile is not None else None
 
 
 def _annotate_stream(
-    st: KvStream, sec: Section, heads: tuple[list[int], list[int]] | None, has_fields: bool, rot_default: bool
+    st: KvStream, sec: Section, heads: CacheHeads | None, has_fields: bool, rot_default: bool
 ) -> None:
     if has_fields:
         _mark(st.k_layers, st.n_rot_k)

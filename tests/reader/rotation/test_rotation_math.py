@@ -8,7 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvscope.core import ggml_types as gt
-from kvscope.core.reader.rotation import expected_rotation, hadamard, k_block, rotate_blocks, v_block
+from kvscope.core.model.rotation_rule import EndlessRotationLoop, rotation_blocks
+from kvscope.core.reader.rotation import hadamard, rotate_blocks
+
+Q8, F16 = gt.type_id_from_name("q8_0"), gt.type_id_from_name("f16")
 
 
 def _sylvester(n: int) -> np.ndarray:
@@ -36,20 +39,32 @@ def test_non_power_of_two_is_refused(n: int) -> None:
 @pytest.mark.parametrize(("head", "want"), [(16, 0), (32, 0), (64, 64), (96, 0), (128, 128), (192, 64), (256, 256),
                                             (384, 128), (512, 512), (576, 64)])
 def test_k_block_is_largest_power_of_two_dividing_the_head(head: int, want: int) -> None:
-    assert k_block([head, head]) == want
-    assert v_block([head]) == (64 if want else 0)
+    assert rotation_blocks([head, head], [head], Q8, Q8) == (want, 64 if want else 0)
 
 
-def test_mixed_head_sizes_never_rotate() -> None:
-    assert k_block([128, 256]) == 0 and v_block([128, 64]) == 0
+def test_mixed_head_sizes_never_rotate_unless_forced() -> None:
+    assert rotation_blocks([128, 256], [128, 64], Q8, Q8) == (0, 0)
+    # llama.cpp reads the -1 of differing heads as uint32 (odd): a forced K rotation stays at 64
+    assert rotation_blocks([128, 256], [], F16, None, forced_k=True) == (64, 0)
+
+
+def test_layer_zero_of_the_cache_hparams_decides_not_the_cache_layers() -> None:
+    """``hparams.n_embd_head_k()`` is layer 0's head size, which need not be one of the cache's layers."""
+    assert rotation_blocks([128, 128], [128, 128], Q8, Q8, head_k0=96, head_v0=96) == (0, 0)
+    assert rotation_blocks([96, 96], [96, 96], Q8, Q8, head_k0=128, head_v0=128) == (64, 64)
 
 
 def test_only_quantized_types_rotate_except_the_indexer() -> None:
-    f16, q8 = gt.type_id_from_name("f16"), gt.type_id_from_name("q8_0")
-    assert expected_rotation([128], [128], f16, f16) == (0, 0)
-    assert expected_rotation([128], [128], q8, q8) == (128, 64)
-    assert expected_rotation([128], [128], q8, f16) == (128, 0)
-    assert expected_rotation([128], [128], f16, f16, always_k=True) == (128, 0)
+    assert rotation_blocks([128], [128], F16, F16) == (0, 0)
+    assert rotation_blocks([128], [128], Q8, Q8) == (128, 64)
+    assert rotation_blocks([128], [128], Q8, F16) == (128, 0)
+    assert rotation_blocks([128], [128], F16, F16, forced_k=True) == (128, 0)
+    assert rotation_blocks([128], [128], Q8, Q8, disabled=True) == (0, 0)
+
+
+def test_a_forced_rotation_of_no_layer_is_refused() -> None:
+    with pytest.raises(EndlessRotationLoop):
+        rotation_blocks([], [], F16, F16, forced_k=True)
 
 
 @settings(max_examples=60, deadline=None)
