@@ -290,7 +290,7 @@ class Engine:
         return bool(self.L.llama_state_save_file(self.ctx, a["path"].encode(), toks, len(a["tokens"]))), None
 
     def op_state_load_file(self, a: dict[str, Any], _p: Any) -> tuple[Any, Any]:
-        cap = int(a["n_token_capacity"])
+        cap = _token_capacity(a["path"], int(a["n_token_capacity"]))
         toks = (ctypes.c_int32 * max(cap, 1))()
         count = ctypes.c_size_t(0)
         ok = bool(self.L.llama_state_load_file(self.ctx, a["path"].encode(), toks, cap, ctypes.byref(count)))
@@ -302,7 +302,7 @@ class Engine:
                                                     len(a["tokens"]))), None
 
     def op_state_seq_load_file(self, a: dict[str, Any], _p: Any) -> tuple[Any, Any]:
-        cap = int(a["n_token_capacity"])
+        cap = _token_capacity(a["path"], int(a["n_token_capacity"]))
         toks = (ctypes.c_int32 * max(cap, 1))()
         count = ctypes.c_size_t(0)
         n = int(self.L.llama_state_seq_load_file(self.ctx, a["path"].encode(), a["dest_seq_id"], toks, cap,
@@ -331,6 +331,17 @@ class Engine:
 def _u8(buf: bytearray | mmap.mmap) -> Any:
     """A ``uint8_t *`` into the writable ``buf`` without copying it."""
     return (ctypes.c_uint8 * len(buf)).from_buffer(buf) if len(buf) else (ctypes.c_uint8 * 1)()
+
+
+def _token_capacity(path: str, cap: int) -> int:
+    """The token buffer for loading ``path``: at most the tokens the file can hold after its 12-byte header
+    (magic, version, n_token_count), so a capacity taken from a header's count cannot size it; llama.cpp
+    refuses a larger count with its own capacity check."""
+    try:
+        fits = max(0, (os.stat(path).st_size - 12) // 4)
+    except OSError:
+        return max(0, min(cap, 1))  # llama.cpp reports the open failure
+    return max(0, min(cap, fits))
 
 
 def _tokens(tokens: list[int]) -> Any:

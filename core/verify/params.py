@@ -33,6 +33,7 @@ from kvscope.core.reader.records import KvStream, ParseResult, Section
 from kvscope.core.reader.rotation import default_rotation, section_heads
 
 PAD = 256
+MAX_SEQ = 256  # LLAMA_MAX_SEQ: llama.cpp refuses a context of more sequences
 PER_SEQ_KINDS = ("seq_file", "seq_blob")
 ROT_DISABLE = "LLAMA_ATTN_ROT_DISABLE"
 _BOOL = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
@@ -165,6 +166,12 @@ def context_for(res: ParseResult, profile: ModelProfile | None = None, n_tokens:
     else:
         n_seq_max = max([max(ids, default=-1) + 1, dest + 1, rec.cell_count if rec is not None else 0, 1])
     sources["n_seq_max"] = sources["kv_unified"] = "file"
+    if n_seq_max > MAX_SEQ:  # garbage read as sequence ids: llama.cpp builds no such context, restore into 0..255
+        notes.append(f"the file names sequence {n_seq_max - 1}, beyond llama.cpp's {MAX_SEQ} (LLAMA_MAX_SEQ): "
+                     f"n_seq_max {MAX_SEQ}")
+        n_seq_max, n_stream = MAX_SEQ, min(n_stream, MAX_SEQ)
+        if dest >= MAX_SEQ:
+            dest = 0
     cells = max([st.cell_count for s in kv for st in s.streams], default=0)
     per_stream = pad(max(cells, n_tokens) + 1)
     n_ctx = per_stream * (n_stream if n_stream > 1 else 1)
@@ -204,5 +211,7 @@ def context_for(res: ParseResult, profile: ModelProfile | None = None, n_tokens:
     if per_seq and dest >= ctx.n_seq_max:
         raise ParamsError(f"the file is sequence {dest}'s state but n_seq_max is {ctx.n_seq_max}")
     flags = PARTIAL_ONLY if per_seq and res.partial else 0
-    cap = max(ctx.n_ctx, int(res.header.get("n_token_count") or 0), len(res.tokens), 1)
+    # the token buffer the engine gets: the header's n_token_count is not trusted (0xFFFFFFFF would be 16 GiB);
+    # a count beyond the context and the tokens the file holds is refused by llama.cpp's own capacity check
+    cap = max(ctx.n_ctx, len(res.tokens), 1)
     return ContextPlan(ctx, per_seq, dest, flags, cap, sources, notes)

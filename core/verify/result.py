@@ -116,6 +116,7 @@ class VerifyResult:
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     cancelled: bool = False
+    input_changed: str | None = None  # the path no longer names the file verify read (replaced, rewritten)
 
     @property
     def compared(self) -> bool:
@@ -150,6 +151,7 @@ class VerifyResult:
             "verdict": self.verdict, "reasons": list(self.reasons), "damage": self.damage(),
             "compatibility": self.compatibility, "findings": self.findings, "notes": list(self.notes),
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()}, "cancelled": self.cancelled,
+            "input_changed": self.input_changed,
         }
 
 

@@ -39,6 +39,7 @@ from kvscope.core.verify.engines import (
 from kvscope.core.verify.params import PER_SEQ_KINDS, ROT_DISABLE, ContextPlan, ParamsError, context_for, source_seq
 from kvscope.core.verify.prefill import PrefillPlan, plan_prefill
 from kvscope.core.verify.result import NextToken, VerifyResult, compare_logits, decide
+from kvscope.core.verify.snapshot import InputError, Snapshot
 
 Progress = Callable[[int, int, str], None]
 _WEIGHTS = (("parse", 5), ("start", 10), ("restore", 10), ("next_restored", 5), ("prefill", 30),
@@ -78,6 +79,7 @@ class Verifier:
         self.progress, self.timeout_s, self.profile = progress, timeout_s, profile
         self._cancel = threading.Event()
         self._engine: VerifyEngine | None = None
+        self._snapshot: Snapshot | None = None  # the private copy every step reads
         self._done = 0
 
     # -- control ----------------------------------------------------------------------------------
@@ -110,6 +112,11 @@ class Verifier:
         return report
 
     # -- the steps ---------------------------------------------------------------------------------
+    def _input(self) -> str:
+        """The private copy of the file (taken by :meth:`_parse`)."""
+        assert self._snapshot is not None
+        return self._snapshot.path
+
     def _parse(self) -> tuple[ModelProfile, ParseResult]:
         prof = self.profile
         if prof is None:
@@ -119,12 +126,14 @@ class Verifier:
                 prof = load_model_profile(self.model)
             except ModelProfileError as e:
                 raise VerifyError(f"cannot use model {self.model}: {e}") from None
-        if not os.path.isfile(self.path):
-            raise VerifyError(f"{self.path}: no such file")
         try:
-            res = read_state(self.path, profile=prof)
-        except ReadError as e:
+            self._snapshot = Snapshot(self.path)
+        except InputError as e:
             raise VerifyError(str(e)) from None
+        try:
+            res = read_state(self._snapshot.path, profile=prof)
+        except ReadError as e:
+            raise VerifyError(str(e).replace(self._snapshot.path, self.path)) from None
         if res.kind == "unknown":
             why = next((f.message for f in res.findings), "unknown format")
             raise VerifyError(f"{self.path}: not a llama.cpp state file ({why})")
@@ -154,6 +163,20 @@ class Verifier:
             raise VerifyError(str(e)) from None
 
     def run(self) -> VerifyResult:
+        try:
+            out = self._run()
+            changed = self._snapshot.changed() if self._snapshot is not None else None
+            if changed:
+                out.input_changed = changed
+                out.notes.append(f"{changed}: the verdict is about its content when verify read it "
+                                 f"({self._snapshot.identity.size if self._snapshot else 0} bytes)")
+            return out
+        finally:
+            if self._snapshot is not None:
+                self._snapshot.close()
+                self._snapshot = None
+
+    def _run(self) -> VerifyResult:
         t_all = time.perf_counter()
         self._step("parse", "reading the file")
         t0 = time.perf_counter()
@@ -267,7 +290,8 @@ class Verifier:
     def _run_steps(self, out: VerifyResult, res: ParseResult, prof: ModelProfile, plan: PrefillPlan,
                    ctx: ContextPlan, engine: VerifyEngine) -> None:
         self._step("restore", f"restoring in {engine.kind}")
-        out.restore = engine.restore(self.path, res, ctx)
+        out.restore = engine.restore(self._input(), res, ctx)
+        out.restore.message = out.restore.message.replace(self._input(), self.path)
         out.seconds["restore"] = out.restore.seconds
         nt = NextToken(plan.next_token, plan.next_seq)
         restored_logits: Logits | None = None
@@ -302,7 +326,7 @@ class Verifier:
         self._step("compare", "comparing the records")
         t0 = time.perf_counter()
         fresh_res = read_state(data=fresh, profile=prof)
-        with ByteSource.open(self.path) as fsrc:
+        with ByteSource.open(self._input()) as fsrc:
             out.comparison = compare_states(res, fsrc, fresh_res, ByteSource(fresh), per_seq=ctx.per_seq,
                                             limit_pos=plan.limit_pos, tolerance=self.tolerance,
                                             progress=self._sub("compare"), cancel=self._cancel)

@@ -268,6 +268,29 @@ def test_session_and_seq_files(build: str, builds: dict[str, InstalledBuild], tm
         assert missing.ok and missing.value is None and missing.log
 
 
+def _peak_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(ln.split()[1]) for ln in fh if ln.startswith("VmHWM:"))
+
+
+def test_a_load_capacity_cannot_size_the_token_buffer_beyond_the_file(builds: dict[str, InstalledBuild],
+                                                                      tmp_path: Path) -> None:
+    """A capacity taken from a header (2**28 tokens = 1 GiB) is cut to the tokens the file can hold."""
+    with LlamaProcess(model_path("llama"), CtxParams(), build="0c1e5709") as p:
+        p.decode(0, TOKENS)
+        seq, session = tmp_path / "s.seqstate", tmp_path / "s.session"
+        assert p.state_seq_save_file(seq, 0, TOKENS).value and p.state_save_file(session, TOKENS).value
+        before = _peak_rss_kib(p.pid)
+        for path, load in ((seq, lambda f, n: p.state_seq_load_file(f, 0, n)), (session, p.state_load_file)):
+            data = bytearray(path.read_bytes())
+            data[8:12] = struct.pack("<I", 1 << 28)
+            (tmp_path / "big").write_bytes(bytes(data))
+            o = load(tmp_path / "big", 1 << 28)
+            assert o.ok and o.value is None and any("exceeded capacity" in ln for ln in o.log), o.log
+            assert load(path, 1 << 28).value == TOKENS  # an honest file still loads with a large capacity
+        assert _peak_rss_kib(p.pid) - before < 256 * 1024  # not the 1 GiB buffer
+
+
 def test_the_chosen_build_loads_a_fixture_and_the_other_refuses_it(builds: dict[str, InstalledBuild]) -> None:
     from kvscope.core.reader.parse import read_state
 
