@@ -1,21 +1,21 @@
-"""Fleet scan benchmark: 100,000 small state files, the local engine against ``--engine dask``, in one run.
+"""Fleet scan benchmark: 100,000 small state files, the local executor against ``--executor dask``, in one run.
 
 Builds a slot store of ``--files`` files in ``bench/out/`` (``--dir``) by copying the small real
 llama.cpp fixtures of ``tests/data`` (every state file under 6 KiB, all five generations) into
 folders of 1,000, then runs ``kvscope scan SOURCE --json --jobs N`` in a child process for each
-engine, stdout to /dev/null, and reports wall time, files per second and the client's peak RSS
-(VmHWM of the ``kvscope`` process itself: for ``--engine dask`` that process also holds the
+executor, stdout to /dev/null, and reports wall time, files per second and the client's peak RSS
+(VmHWM of the ``kvscope`` process itself: for ``--executor dask`` that process also holds the
 scheduler of the LocalCluster it starts; the worker processes are not counted), each as a ratio
-to the local engine. With ``--baseline CHECKOUT`` (a checkout of kvscope from before the fleet
-engines, e.g. ``git worktree add /tmp/wt-fleet 944bf8a``) the old ``kvscope scan`` is measured
-the same way in the same run, and the local engine must stay at or above its rate.
+to the local executor. With ``--baseline CHECKOUT`` (a checkout of kvscope from before the fleet
+executors, e.g. ``git worktree add /tmp/wt-fleet 944bf8a``) the old ``kvscope scan`` is measured
+the same way in the same run, and the local executor must stay at or above its rate.
 
 It also measures the per-file cost of the pure function (``scan_file`` in this process, on a
 sample) and the CPU seconds of every process of each run (sampled with psutil), which tells
-the engines' cost per file beyond the function apart from the load of a shared machine; the
+the executors' cost per file beyond the function apart from the load of a shared machine; the
 scale-out expectation in the README is computed from those. The tree is deleted at the end
 unless ``--keep``. ``--quick`` runs 2,000 files (a smoke test; its numbers mean little). The
-exit status is 0 unless ``--strict`` is given and the local engine is slower than a baseline.
+exit status is 0 unless ``--strict`` is given and the local executor is slower than a baseline.
 
 Usage::
 
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 PER_FOLDER = 1000
 SAMPLE = 0.1  # seconds between CPU-time samples of a child's process tree
-BEFORE = "scan before the fleet engines (--baseline checkout)"
+BEFORE = "scan before the fleet executors (--baseline checkout)"
 OLD_LOOP = "the old scan loop, today's scan_file"
 SMALL = 6000
 
@@ -62,8 +62,8 @@ rc = main(sys.argv[1:])
 """ + _REPORT
 
 
-# The scan loop of kvscope before the fleet engines (one ProcessPoolExecutor future per file, every
-# result kept for the summary), around today's per-file function: the engine alone, compared.
+# The scan loop of kvscope before the fleet executors (one ProcessPoolExecutor future per file, every
+# result kept for the summary), around today's per-file function: the executor alone, compared.
 _OLD_LOOP = """
 import json, os, sys, time
 from concurrent.futures import ProcessPoolExecutor
@@ -172,14 +172,14 @@ def per_file_cost(files: list[Path], repeat: int = 3) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=100_000)
-    ap.add_argument("--jobs", type=int, default=2, help="worker processes of each engine (default 2)")
-    ap.add_argument("--batch", type=int, default=None, help="files per dask task (default: the engine's)")
-    ap.add_argument("--baseline", type=Path, help="a checkout of kvscope before the fleet engines, to measure too")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes of each executor (default 2)")
+    ap.add_argument("--batch", type=int, default=None, help="files per dask task (default: the executor's)")
+    ap.add_argument("--baseline", type=Path, help="a checkout of kvscope before the fleet executors, to measure too")
     ap.add_argument("--dir", type=Path, default=ROOT / "bench" / "out", help="where the tree is built")
     ap.add_argument("--keep", action="store_true", help="keep the tree")
     ap.add_argument("--quick", action="store_true", help="2,000 files")
-    ap.add_argument("--repeat", type=int, default=1, help="runs of each engine, interleaved; the fastest counts")
-    ap.add_argument("--strict", action="store_true", help="exit 1 when the local engine is slower than the baseline")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each executor, interleaved; the fastest counts")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when the local executor is slower than the baseline")
     args = ap.parse_args(argv)
     n = 2000 if args.quick else args.files
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -195,13 +195,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"per-file cost of scan_file, one process: {cost * 1e3:.2f} ms of CPU ({1 / cost:,.0f} files/s "
               "per core)", flush=True)
         common = ["scan", str(tree), "--json", "--jobs", str(args.jobs)]
-        dask_args = common + ["--engine", "dask"] + (["--batch", str(args.batch)] if args.batch else [])
+        dask_args = common + ["--executor", "dask"] + (["--batch", str(args.batch)] if args.batch else [])
         plan: list[tuple[str, list[str], dict[str, str] | None, str]] = []
         if args.baseline is not None:
             plan.append((BEFORE, common, baseline_env(args.baseline.resolve(), shim), _CHILD))
         plan += [(OLD_LOOP, [str(tree), str(args.jobs)], None, _OLD_LOOP), ("local", common, None, _CHILD),
                  ("dask (LocalCluster)", dask_args, None, _CHILD)]
-        for rep in range(args.repeat):  # interleaved, so a busy spell of the machine hits every engine
+        for rep in range(args.repeat):  # interleaved, so a busy spell of the machine hits every executor
             for name, cmd, env, code in plan:
                 r = run_child(cmd, env, code=code)
                 print(f"  {name} #{rep + 1}: {r['wall_s']:.1f} s", flush=True)
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     local = best["local"]
     rate_local = n / local["wall_s"]
     print()
-    print(f"| engine ({args.jobs} workers, {n:,} files, best of {args.repeat}) | wall s | files/s | rate / local "
+    print(f"| executor ({args.jobs} workers, {n:,} files, best of {args.repeat}) | wall s | files/s | rate / local "
           "| CPU ms/file, all processes | files per CPU-s / local | client RSS MiB | RSS / local |")
     print("|---|---|---|---|---|---|---|---|")
     for name, r in best.items():
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             eff = other["cpu_s"] / local["cpu_s"]
             good = ratio >= 1.0 or eff >= 1.0
             ok = ok and good
-            print(f"\nlocal engine / {name}: {ratio:.2f}x the rate, {eff:.2f}x the files per CPU-second, "
+            print(f"\nlocal executor / {name}: {ratio:.2f}x the rate, {eff:.2f}x the files per CPU-second, "
                   f"{local['hwm_kib'] / other['hwm_kib']:.2f}x the client RSS ({'PASS' if good else 'MISS'}: "
                   "goal >= 1.00x; the CPU figure decides on a machine shared with other jobs)")
     overhead = local["cpu_s"] / n - cost

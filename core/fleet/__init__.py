@@ -1,8 +1,8 @@
 """The slot store of a fleet: scan, check and migrate many state files, on one machine or a Dask cluster.
 
 - :mod:`.source`: SOURCE (a folder or an fsspec URL) walked as a stream of :class:`~.source.Entry`.
-- :mod:`.scanfile`: the pure per-file functions (``scan_file``, ``scan_entry``) every engine runs.
-- :mod:`.engines`: the engine interface; :mod:`.localpool` (worker processes on this machine) and
+- :mod:`.scanfile`: the pure per-file functions (``scan_file``, ``scan_entry``) every executor runs.
+- :mod:`.executors`: the executor interface; :mod:`.localpool` (worker processes on this machine) and
   :mod:`.daskpool` (a ``dask.distributed`` cluster) run a per-file function over the entries with
   a bounded number in flight, stream results as they complete, and turn a worker's death into
   an error result for the file it was reading.

@@ -4,12 +4,14 @@
 the summary (counts by status, kind, layout, verdict and target compatibility; the worst files).
 ``--target GEN`` adds whether each file loads in that layout generation and, if not, whether it
 can be migrated exactly. ``migrate SOURCE --layout GEN --out DEST`` writes every file that loads
-or can be migrated exactly into DEST (:mod:`kvscope.core.fleet.migrate`).
+or can be migrated exactly into DEST (:mod:`kvscope.core.fleet.migrate`). ``--executor local|dask``
+picks the process pool the per-file work runs on; ``--engine`` is its old name, still accepted
+for one release with a one-line note on stderr ("engine" is llama.cpp's).
 
 Exit codes (both): 0 nothing to act on; 1 a file is damaged, unreadable, or (scan with
 ``--target``, and migrate) will not load in the target and could not be migrated; 2 bad input
 or usage (one line on stderr, no traceback). Importing this module costs only the standard
-library; the engines, the reader and fsspec load when a command runs.
+library; the executors, the reader and fsspec load when a command runs.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from functools import partial
 from typing import Any
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
-ENGINES = ("local", "dask")
+EXECUTORS = ("local", "dask")
 LISTED_PROBLEMS = 50  # problem files repeated at the end of a migration
 
 
@@ -34,14 +36,16 @@ class UsageError(Exception):
     """Printed as ``kvscope: MESSAGE``, exit status 2."""
 
 
-def _engine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", choices=ENGINES, default="local",
+def _executor_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--executor", choices=EXECUTORS, default=None,
                    help="local: worker processes on this machine (default); dask: a dask.distributed cluster")
-    p.add_argument("--scheduler", metavar="ADDR", help="with --engine dask: the scheduler (tcp://host:8786); "
+    # the name before --executor ("engine" is llama.cpp); accepted, with a note, for one release
+    p.add_argument("--engine", choices=EXECUTORS, default=None, dest="old_engine", help=argparse.SUPPRESS)
+    p.add_argument("--scheduler", metavar="ADDR", help="with --executor dask: the scheduler (tcp://host:8786); "
                    "default: a local cluster started for the run")
     p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: all cores; with --scheduler: "
                    "the cluster's own)")
-    p.add_argument("--batch", type=int, metavar="N", help="with --engine dask: files per task (default 16)")
+    p.add_argument("--batch", type=int, metavar="N", help="with --executor dask: files per task (default 16)")
     p.add_argument("--model", metavar="GGUF", help="the model that wrote the states (workers read it at this path)")
     p.add_argument("--json", action="store_true", help="one JSON object per line, then a summary object")
 
@@ -53,7 +57,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("source", metavar="SOURCE", help="a folder, file://..., or any fsspec URL (s3://bucket/slots)")
     p.add_argument("--target", metavar="GEN", help="also tell whether each file loads in this layout generation "
                    "(e.g. 2026-10-v4, v4, b11434) and, if not, whether it migrates exactly")
-    _engine_args(p)
+    _executor_args(p)
     p.set_defaults(func=cmd_scan)
 
     p = subparsers.add_parser("migrate", help="write every state file of SOURCE into DEST in another layout "
@@ -64,17 +68,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rotation", choices=["auto", "on", "off"], default="auto",
                    help="how the source build rotated K/V (v3 -> v4), as for kvscope rewrite")
     p.add_argument("--drop-trailing", action="store_true", help="accept losing bytes that follow a state")
-    _engine_args(p)
+    _executor_args(p)
     p.set_defaults(func=cmd_migrate)
 
 
-def make_engine(name: str, jobs: int | None = None, scheduler: str | None = None, batch: int | None = None) -> Any:
-    """The engine called ``name`` (``local`` or ``dask``); :class:`EngineError` for an unknown one."""
-    from kvscope.core.fleet.engines import EngineError, default_jobs
+def make_executor(name: str, jobs: int | None = None, scheduler: str | None = None, batch: int | None = None) -> Any:
+    """The executor called ``name`` (``local`` or ``dask``); :class:`ExecutorError` for an unknown one."""
+    from kvscope.core.fleet.executors import ExecutorError, default_jobs
 
     if name == "local":
         if scheduler is not None:
-            raise EngineError("--scheduler needs --engine dask")
+            raise ExecutorError("--scheduler needs --executor dask")
         from kvscope.core.fleet.localpool import LocalPool
 
         return LocalPool(jobs or default_jobs())
@@ -82,7 +86,7 @@ def make_engine(name: str, jobs: int | None = None, scheduler: str | None = None
         from kvscope.core.fleet.daskpool import DaskPool
 
         return DaskPool(scheduler=scheduler, jobs=jobs, batch=batch)
-    raise EngineError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
+    raise ExecutorError(f"unknown executor {name!r}; known: {', '.join(EXECUTORS)}")
 
 
 
@@ -103,13 +107,29 @@ def _generation(name: str) -> str:
     return gen.name
 
 
+DEPRECATED_ENGINE = ("--engine is deprecated: it is now --executor (the engine is llama.cpp); "
+                     "--engine goes in the next release")
+
+
+def _choose_executor(args: argparse.Namespace) -> None:
+    """``args.executor`` from ``--executor``, or the deprecated ``--engine`` (with a note on stderr)."""
+    old = getattr(args, "old_engine", None)
+    if old is not None:
+        print(f"kvscope: note: {DEPRECATED_ENGINE}", file=sys.stderr)
+        if args.executor is not None and args.executor != old:
+            raise UsageError(f"--engine {old} and --executor {args.executor} disagree (give --executor only)")
+        args.executor = args.executor or old
+    args.executor = args.executor or "local"
+
+
 def _check_common(args: argparse.Namespace) -> None:
+    _choose_executor(args)
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     if args.batch is not None and args.batch < 1:
         raise UsageError("--batch must be at least 1")
-    if args.scheduler is not None and args.engine != "dask":
-        raise UsageError("--scheduler needs --engine dask")
+    if args.scheduler is not None and args.executor != "dask":
+        raise UsageError("--scheduler needs --executor dask")
     if args.model is not None:
         from kvscope.core.model.profile import ModelProfileError, load_model_profile
 
@@ -121,25 +141,25 @@ def _check_common(args: argparse.Namespace) -> None:
 
 @contextmanager
 def _session(args: argparse.Namespace, dest: str | None = None) -> Iterator[tuple[Any, Any]]:
-    """``(source, engine)`` for a command; SourceError and EngineError become UsageError.
+    """``(source, executor)`` for a command; SourceError and ExecutorError become UsageError.
     With ``dest`` (migrate's), the walk never enters DEST, however a link of SOURCE leads there."""
-    from kvscope.core.fleet.engines import EngineError
+    from kvscope.core.fleet.executors import ExecutorError
     from kvscope.core.fleet.source import SourceError, open_source
 
     try:
         source = open_source(args.source)
         if dest is not None and source.local:
             source.exclude(dest, "a link into DEST (--out): not walked, so no run migrates its own outputs")
-        engine = make_engine(args.engine, args.jobs, args.scheduler, args.batch)
-        engine.__enter__()
-    except (SourceError, EngineError) as e:
+        executor = make_executor(args.executor, args.jobs, args.scheduler, args.batch)
+        executor.__enter__()
+    except (SourceError, ExecutorError) as e:
         raise UsageError(str(e)) from None
     try:
-        yield source, engine
-    except EngineError as e:
+        yield source, executor
+    except ExecutorError as e:
         raise UsageError(str(e)) from None
     finally:
-        engine.__exit__(None, None, None)
+        executor.__exit__(None, None, None)
 
 
 def _writer() -> Callable[[str], None]:
@@ -162,7 +182,7 @@ def scan_error(entry: Any, reason: str) -> dict[str, Any]:
     return {"path": entry.ref, "status": "error", "reason": reason}
 
 
-def run_scan(source: Any, engine: Any, model: str | None, target: str | None, as_json: bool,
+def run_scan(source: Any, executor: Any, model: str | None, target: str | None, as_json: bool,
              write: Callable[[str], None], progress: Any = None) -> dict[str, Any]:
     """Stream one line per file through ``write``, then the summary; returns the summary."""
     from kvscope.core.fleet.scanfile import scan_entry
@@ -172,7 +192,7 @@ def run_scan(source: Any, engine: Any, model: str | None, target: str | None, as
     started = time.monotonic()
     tty = sys.stdout.isatty()
     fn = partial(scan_entry, model=model, target=target)
-    for r in engine.map(fn, source.walk(), scan_error):
+    for r in executor.map(fn, source.walk(), scan_error):
         summary.add(r)
         if progress is not None and tty:
             progress.clear()
@@ -183,10 +203,10 @@ def run_scan(source: Any, engine: Any, model: str | None, target: str | None, as
         progress.clear()
     s = summary.to_json()
     elapsed = time.monotonic() - started
-    s["engine"] = engine.name
+    s["executor"] = executor.name
     s["elapsed_s"] = round(elapsed, 3)
     s["files_per_s"] = round(s["files"] / elapsed, 1) if elapsed > 0 else None
-    s["workers_lost"] = max(s["workers_lost"], int(getattr(engine, "workers_lost", 0)))
+    s["workers_lost"] = max(s["workers_lost"], int(getattr(executor, "workers_lost", 0)))
     write((json.dumps({"summary": s}) if as_json else format_summary(s, source.relative)) + "\n")
     return s
 
@@ -197,8 +217,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
     try:
         _check_common(args)
         target = _generation(args.target) if args.target is not None else None
-        with _session(args) as (source, engine):
-            s = run_scan(source, engine, args.model, target, args.json, _writer(), _progress(source, "scan"))
+        with _session(args) as (source, executor):
+            s = run_scan(source, executor, args.model, target, args.json, _writer(), _progress(source, "scan"))
     except UsageError as e:
         return _fail(str(e))
     return exit_code(s)
@@ -240,7 +260,7 @@ def _check_dest(source: Any, dest: str) -> str:
     return os.path.realpath(dest)  # resolved once: outputs are reached from it without following links
 
 
-def run_migrate(source: Any, engine: Any, opts: Any, as_json: bool, write: Callable[[str], None],
+def run_migrate(source: Any, executor: Any, opts: Any, as_json: bool, write: Callable[[str], None],
                 progress: Any = None) -> dict[str, Any]:
     """Migrate every entry; one line per file, then the summary (returned)."""
     from kvscope.core.fleet.migrate import PROBLEM_ACTIONS, Manifest, items, migrate_entry
@@ -253,7 +273,7 @@ def run_migrate(source: Any, engine: Any, opts: Any, as_json: bool, write: Calla
     tty = sys.stdout.isatty()
     started = time.monotonic()
     try:
-        for r in engine.map(partial(migrate_entry, opts=opts), items(source.walk(), manifest), migrate_error):
+        for r in executor.map(partial(migrate_entry, opts=opts), items(source.walk(), manifest), migrate_error):
             manifest.record(r)
             actions[r["action"]] += 1
             if r.get("layout_from"):
@@ -274,8 +294,8 @@ def run_migrate(source: Any, engine: Any, opts: Any, as_json: bool, write: Calla
     elapsed = time.monotonic() - started
     s = {"files": sum(actions.values()), "actions": dict(actions), "layouts_from": dict(layouts),
          "target": opts.layout, "dest": opts.dest, "problems": n_problems, "problem_files": problems,
-         "engine": engine.name, "elapsed_s": round(elapsed, 3),
-         "workers_lost": int(getattr(engine, "workers_lost", 0))}
+         "executor": executor.name, "elapsed_s": round(elapsed, 3),
+         "workers_lost": int(getattr(executor, "workers_lost", 0))}
     write((json.dumps({"summary": s}) if as_json else _migrate_summary(s)) + "\n")
     return s
 
@@ -307,8 +327,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         except SourceError as e:
             raise UsageError(str(e)) from None
         opts = MigrateOptions(dest, layout, args.model, args.rotation, args.drop_trailing)
-        with _session(args, dest) as (source, engine):
-            s = run_migrate(source, engine, opts, args.json, _writer(), _progress(source, "migrate"))
+        with _session(args, dest) as (source, executor):
+            s = run_migrate(source, executor, opts, args.json, _writer(), _progress(source, "migrate"))
     except UsageError as e:
         return _fail(str(e))
     return EXIT_FINDINGS if s["problems"] else EXIT_OK

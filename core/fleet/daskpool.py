@@ -1,4 +1,4 @@
-"""The ``dask`` engine: the same per-file function on a ``dask.distributed`` cluster.
+"""The ``dask`` executor: the same per-file function on a ``dask.distributed`` cluster.
 
 With ``scheduler`` (``tcp://host:8786``) it uses that cluster, whose workers must have kvscope
 installed and must reach the files (the same paths, or URLs such as ``s3://``). Without, it
@@ -37,7 +37,7 @@ from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar
 
-from kvscope.core.fleet.engines import EngineError, Result, default_jobs, run_batch
+from kvscope.core.fleet.executors import ExecutorError, Result, default_jobs, run_batch
 from kvscope.core.fleet.localpool import death_reason
 
 T = TypeVar("T")
@@ -106,7 +106,7 @@ def _dask() -> tuple[Any, Any]:
         import dask
         import distributed
     except ImportError as e:
-        raise EngineError("the dask engine needs dask.distributed: pip install 'kvscope[fleet]'") from e
+        raise ExecutorError("the dask executor needs dask.distributed: pip install 'kvscope[fleet]'") from e
     return dask, distributed
 
 
@@ -158,12 +158,12 @@ class DaskPool:
         except (OSError, TimeoutError) as e:
             self.close()
             where = self.scheduler or "a local cluster"
-            raise EngineError(f"cannot reach the dask scheduler at {where}: {e}") from None
+            raise ExecutorError(f"cannot reach the dask scheduler at {where}: {e}") from None
         try:
             self.client.submit(probe, pure=False).result(timeout=PROBE_TIMEOUT)
         except Exception as e:
             self.close()
-            raise EngineError(f"the dask workers cannot run kvscope ({type(e).__name__}: {e}); install kvscope "
+            raise ExecutorError(f"the dask workers cannot run kvscope ({type(e).__name__}: {e}); install kvscope "
                               "with the fleet extra on every worker") from None
 
     def _watch_nannies(self) -> None:
@@ -264,7 +264,7 @@ class DaskPool:
             yield from self._result_lost(task, str(exc), on_error, retry)
             return
         if fut.status == "cancelled":
-            raise EngineError("the dask scheduler cancelled the scan (lost connection, or the cluster was closed)")
+            raise ExecutorError("the dask scheduler cancelled the scan (lost connection, or the cluster was closed)")
         reason = f"{type(exc).__name__}: {exc}" if exc is not None else f"task {fut.status}"
         for item in task.items:
             yield on_error(item, reason)

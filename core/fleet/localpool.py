@@ -1,4 +1,4 @@
-"""Worker processes on this machine that survive each other's death: the ``local`` engine.
+"""Worker processes on this machine that survive each other's death: the ``local`` executor.
 
 Each worker is a process with its own pipe. The client sends it a few items at a time and it
 answers one message per item, in order, so the client always knows which item each worker is
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
 
-from kvscope.core.fleet.engines import Result
+from kvscope.core.fleet.executors import Result
 
 T = TypeVar("T")
 BATCH = 8  # items per message to a worker

@@ -1,6 +1,6 @@
 """``kvscope migrate``: every state file of SOURCE into DEST in another layout generation, restartably.
 
-:func:`migrate_entry` is the per-file function the engines run. For one file it:
+:func:`migrate_entry` is the per-file function the executors run. For one file it:
 
 - skips it when the manifest says it was done before: the source's size and mtime match the
   record, and so do the sha256 of the source and of the output in DEST (``already``);

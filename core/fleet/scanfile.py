@@ -1,4 +1,4 @@
-"""The per-file scan every engine runs: a path (or an :class:`~.source.Entry`) in, a JSON-able dict out.
+"""The per-file scan every executor runs: a path (or an :class:`~.source.Entry`) in, a JSON-able dict out.
 
 :func:`scan_file` is pure: it opens the file read-only, parses it, and summarises kind, layout,
 sequences, tokens, findings by severity and the verdict (:mod:`kvscope.core.analysis.verdict`); with
@@ -6,7 +6,7 @@ sequences, tokens, findings by severity and the verdict (:mod:`kvscope.core.anal
 ``kvscope rewrite``/``migrate`` can convert it exactly (:func:`kvscope.core.analysis.compat.compatibility`).
 It never raises: an unreadable file, a file that changed while it was read, a model that cannot
 be loaded or a reader bug each give a result with a ``status`` and a ``reason``. Results depend
-on nothing but the file's bytes and the arguments, so every engine reports the same lines.
+on nothing but the file's bytes and the arguments, so every executor reports the same lines.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Fleet scan, the library view: every state file under a directory, one JSON-able summary per file.
 
 ``scan_file`` is a pure function from a path (and an optional model path and target layout) to
-a plain dict, so the per-file work can move to any process pool or distributed engine
+a plain dict, so the per-file work can move to any process pool or distributed executor
 unchanged (it lives in :mod:`kvscope.core.fleet.scanfile`). ``scan_tree`` runs it over a
 directory in worker processes that survive each other's death
 (:mod:`kvscope.core.fleet.localpool`) and yields results as they finish; ``summarise`` counts
-them (:mod:`kvscope.core.fleet.summary`). The ``kvscope scan`` command, with its Dask engine and
+them (:mod:`kvscope.core.fleet.summary`). The ``kvscope scan`` command, with its Dask executor and
 fsspec sources, is :mod:`kvscope.core.fleet.cli`.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
-from kvscope.core.fleet.engines import default_jobs
+from kvscope.core.fleet.executors import default_jobs
 from kvscope.core.fleet.localpool import LocalPool
 from kvscope.core.fleet.scanfile import scan_entry, scan_file
 from kvscope.core.fleet.source import open_source

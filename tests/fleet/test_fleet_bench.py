@@ -18,6 +18,6 @@ def test_bench_fleet_small_run(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stdout + p.stderr
     for row in ("| the old scan loop, today's scan_file |", "| local |", "| dask (LocalCluster) |"):
         assert row in p.stdout, p.stdout
-    assert "local engine / the old scan loop, today's scan_file: " in p.stdout
+    assert "local executor / the old scan loop, today's scan_file: " in p.stdout
     assert "per-file cost of scan_file" in p.stdout and "scale-out: " in p.stdout
     assert list(tmp_path.iterdir()) == []  # the tree is deleted without --keep

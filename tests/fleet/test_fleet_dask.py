@@ -1,6 +1,6 @@
-"""``kvscope scan --engine dask`` on a real ``dask.distributed`` LocalCluster with worker processes.
+"""``kvscope scan --executor dask`` on a real ``dask.distributed`` LocalCluster with worker processes.
 
-The results must equal the local engine's line for line (order aside), and a worker process
+The results must equal the local executor's line for line (order aside), and a worker process
 killed for real while it reads a file costs at most that file.
 """
 
@@ -41,13 +41,13 @@ def _tree(tmp_path: Path, slow: bool = False) -> Path:
     return root
 
 
-def test_dask_results_equal_local_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dask_results_equal_local_executor(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = str(_tree(tmp_path))
     rc_l, local, s_l = _scan(capsys, root, "--target", "v4", "--jobs", "2")
-    rc_d, dask, s_d = _scan(capsys, root, "--target", "v4", "--engine", "dask", "--jobs", "2", "--batch", "3")
+    rc_d, dask, s_d = _scan(capsys, root, "--target", "v4", "--executor", "dask", "--jobs", "2", "--batch", "3")
     assert sorted(map(_key, dask)) == sorted(map(_key, local))
     assert len(local) == s_l["files"] == s_d["files"] > 15
-    assert s_d["engine"] == "dask" and s_l["engine"] == "local"
+    assert s_d["executor"] == "dask" and s_l["executor"] == "local"
     same = ("status", "kinds", "layouts", "verdicts", "findings", "codes", "target", "files_with_errors")
     assert {k: s_d[k] for k in same} == {k: s_l[k] for k in same}
     assert rc_d == rc_l == 1
@@ -61,7 +61,7 @@ def test_dask_worker_killed_twice_costs_one_file(tmp_path: Path, capsys: pytest.
     killer = Killer(slow, signal.SIGKILL, times=2)
     killer.start()
     try:
-        rc, dask, summary = _scan(capsys, str(root), "--engine", "dask", "--jobs", "2")
+        rc, dask, summary = _scan(capsys, str(root), "--executor", "dask", "--jobs", "2")
     finally:
         killer.stop()
         killer.join()
@@ -85,13 +85,13 @@ def test_external_scheduler_retries_a_killed_worker(tmp_path: Path, capsys: pyte
         killer = Killer(root / "slots" / "a" / "big-slow.bin", signal.SIGKILL)
         killer.start()
         try:
-            rc, dask, summary = _scan(capsys, str(root), "--engine", "dask", "--scheduler", cluster.scheduler_address)
+            rc, dask, summary = _scan(capsys, str(root), "--executor", "dask", "--scheduler", cluster.scheduler_address)
         finally:
             killer.stop()
             killer.join()
         assert killer.victim is not None
         assert sorted(map(_key, dask)) == sorted(map(_key, local))
-        assert summary["engine"] == "dask"
+        assert summary["executor"] == "dask"
         assert client.submit(sum, [1, 2], pure=False).result() == 3  # kvscope left the cluster running
     assert rc == 1
 

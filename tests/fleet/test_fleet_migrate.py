@@ -1,4 +1,4 @@
-"""``kvscope migrate``: real fixtures into 2026-10-v4, on the local engine and a real Dask LocalCluster.
+"""``kvscope migrate``: real fixtures into 2026-10-v4, on the local executor and a real Dask LocalCluster.
 
 SOURCE is hashed before and after every run (it must not change), migrated files are read back
 as 2026-10-v4 with no error, a second run skips everything it wrote, and a run after an output
@@ -102,13 +102,13 @@ def test_migrate_on_dask_equals_local(tmp_path: Path, capsys: pytest.CaptureFixt
     before = tree_digest(root)
     rc_l, local, _ = _migrate(capsys, str(root), "--layout", "v4", "--out", str(tmp_path / "a"), "--jobs", "2")
     rc_d, dask, summary = _migrate(capsys, str(root), "--layout", "v4", "--out", str(tmp_path / "b"),
-                                   "--engine", "dask", "--jobs", "2", "--batch", "4")
-    assert tree_digest(root) == before and summary["engine"] == "dask" and rc_d == rc_l == 1
+                                   "--executor", "dask", "--jobs", "2", "--batch", "4")
+    assert tree_digest(root) == before and summary["executor"] == "dask" and rc_d == rc_l == 1
     assert {rel: (r["action"], r.get("reason"), r.get("output_sha256")) for rel, r in dask.items()} == \
         {rel: (r["action"], r.get("reason"), r.get("output_sha256")) for rel, r in local.items()}
     for rel in V3_FILES:
         assert (tmp_path / "b" / rel).read_bytes() == (tmp_path / "a" / rel).read_bytes()
-    _, again, _ = _migrate(capsys, str(root), "--layout", "v4", "--out", str(tmp_path / "b"), "--engine", "dask",
+    _, again, _ = _migrate(capsys, str(root), "--layout", "v4", "--out", str(tmp_path / "b"), "--executor", "dask",
                            "--jobs", "2")
     assert {rel for rel, r in again.items() if r["action"] == "already"} == set(V3_FILES)
 

@@ -40,9 +40,27 @@ def test_bad_sources_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureF
         err = capsys.readouterr().err
         assert err.startswith("kvscope: ") and err.count("\n") == 1 and "Traceback" not in err
     assert main(["scan", str(tmp_path), "--scheduler", "tcp://127.0.0.1:1"]) == 2
-    assert "--scheduler needs --engine dask" in capsys.readouterr().err
+    assert "--scheduler needs --executor dask" in capsys.readouterr().err
     assert main(["scan", str(tmp_path), "--target", "2099-01"]) == 2
     assert "unknown layout" in capsys.readouterr().err
+
+
+def test_old_engine_flag_still_works_with_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--engine`` was the name of ``--executor`` (#22): accepted for one release, with one line on stderr."""
+    build_tree(tmp_path / "root", tmp_path / "outside")
+    assert main(["scan", str(tmp_path / "root"), "--json", "--jobs", "2", "--executor", "local"]) == 1
+    new = capsys.readouterr()
+    assert new.err == ""
+    assert main(["scan", str(tmp_path / "root"), "--json", "--jobs", "2", "--engine", "local"]) == 1
+    old = capsys.readouterr()
+    assert old.err.count("\n") == 1 and "--engine is deprecated" in old.err and "--executor" in old.err
+    drop = ("elapsed_s", "files_per_s")
+    assert sorted(old.out.splitlines()[:-1]) == sorted(new.out.splitlines()[:-1])  # completion order aside
+    s_old, s_new = (json.loads(o.out.splitlines()[-1])["summary"] for o in (old, new))
+    assert {k: v for k, v in s_old.items() if k not in drop} == {k: v for k, v in s_new.items() if k not in drop}
+    assert s_old["executor"] == "local"
+    assert main(["scan", str(tmp_path / "root"), "--engine", "dask", "--executor", "local"]) == 2
+    assert "disagree" in capsys.readouterr().err
 
 
 def test_fsspec_memory_filesystem_walk_and_scan(tmp_path: Path) -> None:

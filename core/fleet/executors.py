@@ -1,9 +1,9 @@
-"""The engine interface: run one pure per-file function over a stream of items, results as they complete.
+"""The executor interface: run one pure per-file function over a stream of items, results as they complete.
 
-An engine (:class:`~kvscope.core.fleet.localpool.LocalPool`, worker processes on this machine, or
+An executor (:class:`~kvscope.core.fleet.localpool.LocalPool`, worker processes on this machine, or
 :class:`~kvscope.core.fleet.daskpool.DaskPool`, a ``dask.distributed`` cluster; the command line
-picks one with :func:`kvscope.core.fleet.cli.make_engine`) is used as a context manager;
-:meth:`Engine.map` takes a picklable function ``fn(item) -> dict`` that never raises, an
+picks one with :func:`kvscope.core.fleet.cli.make_executor`) is used as a context manager;
+:meth:`Executor.map` takes a picklable function ``fn(item) -> dict`` that never raises, an
 iterable of picklable items, and ``on_error(item, reason) -> dict``, the result to report for
 an item whose function could not run (its worker died, the cluster raised). It yields exactly
 one result per item, in completion order, and keeps only a bounded number of items in flight,
@@ -21,18 +21,18 @@ T = TypeVar("T")
 Result = dict[str, Any]
 
 
-class EngineError(Exception):
-    """The engine cannot run at all (no dask installed, the scheduler unreachable): one line for the user."""
+class ExecutorError(Exception):
+    """The executor cannot run at all (no dask installed, the scheduler unreachable): one line for the user."""
 
 
-class Engine(Protocol):
+class Executor(Protocol):
     name: str
     workers_lost: int  # worker deaths seen (each cost at most the file it was reading)
 
     def map(self, fn: Callable[[T], Result], items: Iterable[T], on_error: Callable[[T, str], Result]
             ) -> Iterator[Result]: ...
 
-    def __enter__(self) -> Engine: ...
+    def __enter__(self) -> Executor: ...
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None: ...
 
@@ -46,5 +46,5 @@ def default_jobs() -> int:
 
 
 def run_batch(fn: Callable[[Any], Result], items: list[Any]) -> list[Result]:
-    """``fn`` over ``items`` in order (one task of a remote engine)."""
+    """``fn`` over ``items`` in order (one task of a remote executor)."""
     return [fn(item) for item in items]
