@@ -19,11 +19,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kvscope.app.base.tasks import Cancelled, CancelToken, Job, Report
+from kvscope.core.engine.choices import VERIFY_ENGINES
 
 if TYPE_CHECKING:
     from kvscope.core.model.profile import ModelProfile
 
-VERIFY_ENGINES = ("llama.cpp", "server", "torch")  # kvscope.core.verify.engines.ENGINES, without importing it
 ENGINE_TITLES = {"llama.cpp": "llama.cpp (libllama in a child process)", "server": "llama-server (HTTP)",
                  "torch": "torch memory core (restore only)"}
 NEEDS_MODEL = ("Verify needs the GGUF model the file was written with: choose it with File → Model… (Ctrl+M), "

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 
 from kvscope.app.base.theme import WARNING_COLOR
 from kvscope.app.base.widgets import plain_label
-from kvscope.app.lab.engine_jobs import ENGINE_TITLES, LAB_ENGINES
+from kvscope.app.lab.engine_jobs import ENGINE_TITLES
 from kvscope.app.lab.jobs import (
     WHOLE_KINDS,
     Choice,
@@ -42,6 +42,7 @@ from kvscope.app.lab.jobs import (
     restore_choices,
     scenario_folder,
 )
+from kvscope.core.engine.choices import LAB_ENGINES
 
 if TYPE_CHECKING:
     from kvscope.core.lab.runner import LabCase

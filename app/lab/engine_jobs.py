@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from kvscope.core.lab.runner import LabCase
     from kvscope.core.lab.scenario import Scenario
 
-LAB_ENGINES = ("torch", "llama.cpp", "server", "both")  # kvscope.core.lab.engine_lab.ENGINES, without torch
 ENGINE_TITLES = {"torch": "torch (the memory core)", "llama.cpp": "llama.cpp", "server": "llama-server",
                  "both": "both: core and llama.cpp"}
 CORE_COLUMN = "contained"  # the policy of the core's cells in a ``both`` run

@@ -13,6 +13,8 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from kvscope.core.engine.choices import VERIFY_ENGINES
+
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 VIEW_NAMES = ("overview", "tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")
 
@@ -30,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action="store_true", help="verify the first FILE once it is read (Tools → Verify: "
                    "restore in real llama.cpp, re-prefill, compare; needs --model or a remembered model); with "
                    "--screenshot, before the picture")
-    p.add_argument("--engine", choices=("llama.cpp", "server", "torch"), help="the engine Verify runs in (remembered "
+    p.add_argument("--engine", choices=VERIFY_ENGINES, help="the engine Verify runs in (remembered "
                    "like Tools → Engine Settings; default: the saved one, llama.cpp)")
 
 

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvscope.core.engine.choices import LAB_ENGINES, LAB_LLAMA_ENGINES
 from kvscope.core.engine.llamacpp import EngineError, EngineSetupError, Outcome
 from kvscope.core.engine.server import ServerDied, ServerError, ServerHTTPError
 from kvscope.core.lab.engine_live import (
@@ -59,7 +60,7 @@ from kvscope.core.memory import ContextParams, MemoryContext
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.verify.engines import engine_message
 
-ENGINES = ("torch", "llama.cpp", "server", "both")
+ENGINES = LAB_ENGINES
 ENGINE_ABORTED = "engine_aborted"  # failed_check of a case that killed the engine
 ENGINE_REFUSED = "engine_refused"  # failed_check of a case the engine refused (its message says why)
 POISON_PREDICT = 4  # tokens the poisoned-slot check generates
@@ -153,8 +154,8 @@ class EngineLabRunner:
                  build: str | None = None, lib_path: str | None = None, server_url: str | None = None,
                  slot_dir: str | None = None, server_bin: str | None = None, model: str | None = None,
                  probes: bool = True, timeout_s: float = 120.0) -> None:
-        if engine not in ("llama.cpp", "server", "both"):
-            raise EngineLabError(f"unknown engine {engine!r} (llama.cpp, server, both)")
+        if engine not in LAB_LLAMA_ENGINES:
+            raise EngineLabError(f"unknown engine {engine!r} ({', '.join(LAB_LLAMA_ENGINES)})")
         notes: list[str] = []
         spec = spec_from_scenario(scenario, model)
         kind = scenario.restore.kind

@@ -24,6 +24,7 @@ import json
 import sys
 from typing import Any
 
+from kvscope.core.engine.choices import LAB_ENGINES
 from kvscope.core.engine.cli_options import add_engine_location
 
 EXIT_OK, EXIT_DISAGREE, EXIT_BAD_INPUT = 0, 1, 2
@@ -51,7 +52,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--layout", metavar="GEN", help="layout generation of the context (default: from the files)")
     p.add_argument("--ctx-param", action="append", metavar="KEY=VALUE", help="override a context parameter "
                    "(n_ctx, n_seq_max, kv_unified, flash_attn, type_k, type_v, swa_full, n_batch, n_ubatch, ...)")
-    p.add_argument("--engine", default="torch", choices=("torch", "llama.cpp", "server", "both"),
+    p.add_argument("--engine", default=LAB_ENGINES[0], choices=LAB_ENGINES,
                    help="torch: the memory core (default); llama.cpp: libllama in a child process; server: a "
                    "llama-server (with the poisoned-slot check); both: the core and llama.cpp, with every disagreement")
     add_engine_location(p, "the one that writes the scenario's layout")

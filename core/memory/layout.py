@@ -82,13 +82,9 @@ class Layout:
 
     @property
     def swa_perseq_masked(self) -> bool:
-        """A per-sequence write skips cells outside the sliding window of the sequence.
-
-        The 2026-04 fixtures (llama.cpp f5357743) write every cell of the sequence to the SWA
-        cache, so masking starts after that build, although the reader's generation table (and
-        that folder's manifest) say otherwise.
-        """
-        return self.gen.swa_perseq_masked and self.gen.name != "2026-04"
+        """A per-sequence write skips cells outside the sliding window of the sequence (from 2026-08:
+        the 2026-04 fixtures, llama.cpp f5357743, write every cell of the sequence to the SWA cache)."""
+        return self.gen.swa_perseq_masked
 
     @property
     def session_version(self) -> int:

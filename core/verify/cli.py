@@ -18,6 +18,7 @@ import json
 import sys
 from typing import Any
 
+from kvscope.core.engine.choices import VERIFY_ENGINES
 from kvscope.core.engine.cli_options import add_engine_location
 
 EXIT_OK, EXIT_VERDICT, EXIT_SETUP = 0, 1, 2
@@ -33,7 +34,7 @@ def register(subparsers: Any) -> None:
                     "incompatible.")
     p.add_argument("file", metavar="FILE", help="a session file, sequence (slot) file, or state blob")
     p.add_argument("--model", required=True, metavar="GGUF", help="the model the state was written with")
-    p.add_argument("--engine", default="llama.cpp", choices=("llama.cpp", "server", "torch"),
+    p.add_argument("--engine", default=VERIFY_ENGINES[0], choices=VERIFY_ENGINES,
                    help="llama.cpp: libllama in a child process (default); server: llama-server over HTTP; torch: "
                         "the memory core (restore only)")
     add_engine_location(p, "the build that writes the file's layout generation, else the binding's own (0c1e5709)")

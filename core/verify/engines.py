@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvscope.core.engine.choices import VERIFY_ENGINES
 from kvscope.core.engine.llamacpp import ABIWarning, CtxParams, EngineError, LlamaProcess, Outcome, short_line
 from kvscope.core.engine.server import ServerClient, ServerDied, ServerError, ServerHTTPError, ServerProcess
 from kvscope.core.model.profile import ModelProfile
@@ -34,7 +35,7 @@ from kvscope.core.reader.records import ParseResult
 from kvscope.core.verify.params import ContextPlan
 from kvscope.core.verify.prefill import PrefillPlan
 
-ENGINES = ("llama.cpp", "server", "torch")
+ENGINES = VERIFY_ENGINES
 SERVER_TOP_K = 40  # log-probabilities a server reports for the next token
 _ERROR_WORDS = ("error", "failed", "unknown", "mismatch", "incompatible", "invalid", "unable", "assert", "cannot",
                 "wrong", "expected", "exceed", "mirrored slot", "not supported")

@@ -27,14 +27,29 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def test_the_app_names_the_verify_engines_and_statuses_of_the_core() -> None:
+    """One list of engines: the runners, the parsers and the app all take kvscope.core.engine.choices's."""
+    import argparse
+
     from kvscope.app.document.verify_marks import STATUSES
-    from kvscope.app.lab.engine_jobs import LAB_ENGINES
+    from kvscope.app.shell.cli import add_arguments
     from kvscope.core.analysis.overview import VERIFY_STATUSES
+    from kvscope.core.engine.choices import LAB_ENGINES
     from kvscope.core.lab.engine_lab import ENGINES as LAB_CORE_ENGINES
+    from kvscope.core.lab.lab_cli import register as register_lab
+    from kvscope.core.verify.cli import register as register_verify
     from kvscope.core.verify.compare import STATUSES as CORE_STATUSES
     from kvscope.core.verify.engines import ENGINES
 
-    assert set(VERIFY_ENGINES) == set(ENGINES) and LAB_ENGINES == LAB_CORE_ENGINES
+    assert VERIFY_ENGINES == ENGINES and LAB_ENGINES == LAB_CORE_ENGINES
+    root = argparse.ArgumentParser()
+    sub = root.add_subparsers()
+    register_lab(sub)
+    register_verify(sub)
+    app = argparse.ArgumentParser()
+    add_arguments(app)
+    choices = {tuple(a.choices or ()) for p in (*sub.choices.values(), app) for a in p._actions
+               if "--engine" in a.option_strings}
+    assert choices == {VERIFY_ENGINES, LAB_ENGINES}
     assert STATUSES == VERIFY_STATUSES == CORE_STATUSES
 
 
