@@ -27,9 +27,11 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
+COMMANDS = ("scan", "migrate")  # what register() adds (found by kvscope.core.cli.registry)
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 EXECUTORS = ("local", "dask")
 LISTED_PROBLEMS = 50  # problem files repeated at the end of a migration
+DEFAULT_FILE_TIMEOUT = 600.0  # seconds one file may take on a worker before the worker is called hung
 
 
 class UsageError(Exception):
@@ -46,6 +48,10 @@ def _executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: all cores; with --scheduler: "
                    "the cluster's own)")
     p.add_argument("--batch", type=int, metavar="N", help="with --executor dask: files per task (default 16)")
+    p.add_argument("--file-timeout", type=float, default=DEFAULT_FILE_TIMEOUT, metavar="S",
+                   help="a worker with no result for one file after S seconds (stopped, hung) is killed and "
+                   f"that file reported (default {DEFAULT_FILE_TIMEOUT:g}; 0: no limit; with --scheduler: the "
+                   "cluster's own worker-ttl applies)")
     p.add_argument("--model", metavar="GGUF", help="the model that wrote the states (workers read it at this path)")
     p.add_argument("--json", action="store_true", help="one JSON object per line, then a summary object")
 
@@ -72,7 +78,8 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=cmd_migrate)
 
 
-def make_executor(name: str, jobs: int | None = None, scheduler: str | None = None, batch: int | None = None) -> Any:
+def make_executor(name: str, jobs: int | None = None, scheduler: str | None = None, batch: int | None = None,
+                  timeout: float | None = None) -> Any:
     """The executor called ``name`` (``local`` or ``dask``); :class:`ExecutorError` for an unknown one."""
     from kvscope.core.fleet.executors import ExecutorError, default_jobs
 
@@ -81,11 +88,11 @@ def make_executor(name: str, jobs: int | None = None, scheduler: str | None = No
             raise ExecutorError("--scheduler needs --executor dask")
         from kvscope.core.fleet.localpool import LocalPool
 
-        return LocalPool(jobs or default_jobs())
+        return LocalPool(jobs or default_jobs(), timeout)
     if name == "dask":
         from kvscope.core.fleet.daskpool import DaskPool
 
-        return DaskPool(scheduler=scheduler, jobs=jobs, batch=batch)
+        return DaskPool(scheduler=scheduler, jobs=jobs, batch=batch, timeout=timeout)
     raise ExecutorError(f"unknown executor {name!r}; known: {', '.join(EXECUTORS)}")
 
 
@@ -128,6 +135,8 @@ def _check_common(args: argparse.Namespace) -> None:
         raise UsageError("--jobs must be at least 1")
     if args.batch is not None and args.batch < 1:
         raise UsageError("--batch must be at least 1")
+    if not args.file_timeout >= 0:  # NaN too
+        raise UsageError("--file-timeout must be 0 (no limit) or a number of seconds")
     if args.scheduler is not None and args.executor != "dask":
         raise UsageError("--scheduler needs --executor dask")
     if args.model is not None:
@@ -150,7 +159,7 @@ def _session(args: argparse.Namespace, dest: str | None = None) -> Iterator[tupl
         source = open_source(args.source)
         if dest is not None and source.local:
             source.exclude(dest, "a link into DEST (--out): not walked, so no run migrates its own outputs")
-        executor = make_executor(args.executor, args.jobs, args.scheduler, args.batch)
+        executor = make_executor(args.executor, args.jobs, args.scheduler, args.batch, args.file_timeout or None)
         executor.__enter__()
     except (SourceError, ExecutorError) as e:
         raise UsageError(str(e)) from None

@@ -19,6 +19,13 @@ that reads it costs itself only, and a worker killed from outside costs at most 
 was reading alone (a batch's files are simply re-run). On another cluster its scheduler's
 ``distributed.scheduler.allowed-failures`` (default 3) first retries a task on other workers; a
 lone file is reported after that many deaths.
+
+With ``timeout``, a worker process of kvscope's own cluster whose current file began more than
+``timeout`` seconds ago (stopped by SIGSTOP, hung) is killed: its task fails as above, so a
+batch is re-run one file per task and a lone file gets ``timed out: no result after N s``. The
+clock is a mark each worker touches as a file begins (``run_marked``). On another cluster its
+scheduler's ``distributed.scheduler.worker-ttl`` (default 5 minutes) removes a worker that stops
+answering.
 """
 
 from __future__ import annotations
@@ -28,8 +35,10 @@ import itertools
 import logging
 import os
 import re
+import signal
 import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -38,7 +47,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from kvscope.core.fleet.executors import ExecutorError, Result, default_jobs, run_batch
-from kvscope.core.fleet.localpool import death_reason
+from kvscope.core.fleet.localpool import death_reason, timeout_reason
 
 T = TypeVar("T")
 DEFAULT_BATCH = 16
@@ -46,6 +55,8 @@ TASKS_PER_THREAD = 3
 CONNECT_TIMEOUT = 30.0
 PROBE_TIMEOUT = 120.0
 SIGNAL_WAIT = 1.0  # seconds to wait for a nanny's word on how its worker died
+DEADLINE_CHECK = 1.0  # seconds between looks at the workers' marks for one past its deadline
+POLL = 0.02  # seconds between looks for a finished task while a deadline is kept
 _DEATH = re.compile(r"Worker process (\d+) (?:was killed by signal (\d+)|exited with status (\d+))")
 
 
@@ -93,12 +104,20 @@ class _Task:
 
 
 def run_marked(fn: Callable[[Any], Result], items: list[Any], key: str, marks: str | None) -> list[Result]:
-    """:func:`run_batch`, first noting in ``marks/<pid>`` which task this worker process runs now
-    (read when the process dies: the task it was running is the one to charge)."""
-    if marks is not None:
-        with contextlib.suppress(OSError), open(os.path.join(marks, str(os.getpid())), "w") as fh:
-            fh.write(key)
-    return run_batch(fn, items)
+    """:func:`run_batch`, noting in ``marks/<pid>`` which task this worker process runs now (read
+    when the process dies: the task it was running is the one to charge), and touching that mark
+    as each item begins (its mtime is when the current file began: the per-file deadline's clock)."""
+    if marks is None:
+        return run_batch(fn, items)
+    mark = os.path.join(marks, str(os.getpid()))
+    with contextlib.suppress(OSError), open(mark, "w") as fh:
+        fh.write(key)
+    out = []
+    for item in items:
+        with contextlib.suppress(OSError):
+            os.utime(mark)
+        out.append(fn(item))
+    return out
 
 
 def _dask() -> tuple[Any, Any]:
@@ -115,8 +134,11 @@ class DaskPool:
 
     name = "dask"
 
-    def __init__(self, scheduler: str | None = None, jobs: int | None = None, batch: int | None = None) -> None:
+    def __init__(self, scheduler: str | None = None, jobs: int | None = None, batch: int | None = None,
+                 timeout: float | None = None) -> None:
         self.scheduler = scheduler
+        self.timeout = timeout if timeout else None  # seconds per file on kvscope's own cluster
+        self._timed_out: set[str] = set()  # keys of tasks whose worker was killed at the deadline
         self.jobs = jobs
         self.batch = max(1, batch or DEFAULT_BATCH)
         self._lost: set[str] = set()
@@ -234,13 +256,43 @@ class DaskPool:
         while len(tasks) < window and submit():
             pass
         while tasks:
-            fut = next(done)
+            fut = self._next(done, tasks)
             task = tasks.pop(fut.key)
             yield from self._finished(fut, task, on_error, retry, distributed)
             fut.release()
             del fut
             while len(tasks) < window and submit():
                 pass
+
+    def _next(self, done: Any, tasks: dict[str, _Task]) -> Any:
+        """The next finished future; meanwhile, on kvscope's own cluster, a worker process whose
+        current file began more than ``timeout`` seconds ago (by its mark) is killed."""
+        if self.timeout is None or self._marks is None:
+            return next(done)
+        checked = 0.0
+        while not done.has_ready():
+            now = time.monotonic()
+            if now - checked >= DEADLINE_CHECK:
+                checked = now
+                self._kill_overdue({t.key for t in tasks.values()})
+            time.sleep(POLL)
+        return next(done)
+
+    def _kill_overdue(self, keys: set[str]) -> None:
+        assert self._marks is not None and self.timeout is not None
+        marks = self._marks.name
+        for name in os.listdir(marks):
+            path = os.path.join(marks, name)
+            try:
+                with open(path) as fh:
+                    key = fh.read()
+                age = time.time() - os.stat(path).st_mtime
+            except OSError:
+                continue
+            if key in keys and key not in self._timed_out and age > self.timeout:
+                self._timed_out.add(key)
+                with contextlib.suppress(OSError, ValueError):
+                    os.kill(int(name), signal.SIGKILL)  # its nanny starts another; the task fails KilledWorker
 
     def _finished(self, fut: Any, task: _Task, on_error: Callable[[Any, str], Result], retry: deque[_Task],
                   distributed: Any) -> Iterator[Result]:
@@ -276,6 +328,10 @@ class DaskPool:
         if len(task.items) > 1:
             retry.extend(_Task([item]) for item in task.items)
             return
+        if task.key in self._timed_out:
+            assert self.timeout is not None
+            yield on_error(task.items[0], f"{timeout_reason(self.timeout)} ({self._where(ws)})")
+            return
         if task.spared < 2 and self._running_other(ws, task.key):
             task.spared += 1
             retry.append(task)
@@ -306,8 +362,13 @@ class DaskPool:
         if ws is None:
             return f"worker died: {detail or 'lost its dask worker'}"
         code = self._deaths.wait_for(getattr(ws, "pid", None), SIGNAL_WAIT) if self._deaths is not None else None
-        where = f"dask worker {ws.address}, pid {getattr(ws, 'pid', '?')}"
+        where = self._where(ws)
         if code is None:
             return f"worker died: {where}"
         return f"{death_reason(code)} ({where})"
 
+    @staticmethod
+    def _where(ws: Any) -> str:
+        if ws is None:
+            return "its dask worker"
+        return f"dask worker {ws.address}, pid {getattr(ws, 'pid', '?')}"

@@ -5,7 +5,9 @@ answers one message per item, in order, so the client always knows which item ea
 on: the first one it has not answered. When a worker dies (any signal: SIGKILL from the
 out-of-memory killer, SIGBUS, SIGSEGV; or an exit), that item gets ``on_error(item, "worker
 died: SIGKILL")``, the items queued behind it go back to the queue, a new worker takes its
-place and the run goes on. Nothing else is lost; ``concurrent.futures``' process pool instead
+place and the run goes on. A worker that gives no answer for ``timeout`` seconds on one item
+(stopped by SIGSTOP, hung in a system call) is killed and treated the same way, its item getting
+``timed out: no result after N s``. Nothing else is lost; ``concurrent.futures``' process pool instead
 breaks as a whole (``BrokenProcessPool``) and fails every pending item.
 
 Workers are forked from a fork server that has imported the per-file code once
@@ -20,6 +22,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import signal
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -65,11 +68,17 @@ def death_reason(exitcode: int | None) -> str:
     return f"worker died: exit status {exitcode}"
 
 
+def timeout_reason(seconds: float) -> str:
+    """The result's reason for a file whose worker gave no answer within the deadline."""
+    return f"timed out: no result after {seconds:g} s (its worker was stopped or hung, and was killed)"
+
+
 @dataclass
 class _Worker:
     proc: Any
     conn: Any
     held: deque[Any] = field(default_factory=deque)  # items sent, not answered, in order
+    since: float = 0.0  # when it began its current item (the first of ``held``), monotonic
 
 
 class LocalPool:
@@ -77,8 +86,9 @@ class LocalPool:
 
     name = "local"
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, timeout: float | None = None) -> None:
         self.jobs = max(1, jobs)
+        self.timeout = timeout if timeout else None  # seconds per item; None: no deadline
         self.workers_lost = 0
         self._ctx: Any = None
         self._workers: list[_Worker] = []
@@ -156,16 +166,23 @@ class LocalPool:
                     retry.extendleft(reversed(batch))
                     self._replace(w)
                     continue
+                if not w.held:
+                    w.since = time.monotonic()
                 w.held.extend(batch)
             busy = [w for w in self._workers if w.held]
             if not busy:
                 if retry:  # every send failed (workers that died idle were replaced): send again
                     continue
                 return
-            ready = multiprocessing.connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy])
+            wait = None
+            if self.timeout is not None:
+                wait = max(0.0, min(w.since for w in busy) + self.timeout - time.monotonic())
+            ready = multiprocessing.connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], wait)
             for w in busy:
                 if w.conn in ready or w.proc.sentinel in ready:
                     yield from self._collect(w, on_error, retry)
+                elif self.timeout is not None and time.monotonic() - w.since >= self.timeout:
+                    yield from self._expire(w, on_error, retry)
 
     def _replace(self, w: _Worker) -> None:
         w.conn.close()
@@ -187,6 +204,7 @@ class LocalPool:
                 dead = True
                 break
             item = w.held.popleft()
+            w.since = time.monotonic()
             yield on_error(item, str(res["__error__"])) if "__error__" in res else res
         if not dead:
             return
@@ -199,3 +217,21 @@ class LocalPool:
         self._replace(w)
         if lost is not None:
             yield on_error(lost, reason)
+
+    def _expire(self, w: _Worker, on_error: Callable[[T, str], Result], retry: deque[T]) -> Iterator[Result]:
+        """``w`` gave no answer for its current item within the deadline (stopped, or hung): it is
+        killed, that item gets the error, the items behind it go to the others."""
+        assert self.timeout is not None
+        yield from self._collect(w, on_error, retry)  # answers it sent meanwhile, or its death
+        if w not in self._workers or not w.held or time.monotonic() - w.since < self.timeout:
+            return  # it died (charged as such), or it answered and is on a new item
+        with contextlib.suppress(OSError):
+            w.proc.kill()  # SIGKILL ends a stopped process too
+        w.proc.join(5.0)
+        self.workers_lost += 1
+        lost = w.held.popleft() if w.held else None
+        retry.extendleft(reversed(w.held))
+        w.held.clear()
+        self._replace(w)
+        if lost is not None:
+            yield on_error(lost, timeout_reason(self.timeout))
