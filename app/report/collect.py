@@ -107,15 +107,13 @@ def read(path: str, profile: ModelProfile | None) -> ParseResult:
     return res
 
 
-def inspect_object(res: ParseResult, profile: ModelProfile | None, stats: StatsReport | None) -> dict[str, object]:
-    """What ``kvscope inspect --json --stats`` prints for ``res``."""
-    from kvscope.core.reader.render import result_to_json
+def inspect_object(res: ParseResult, profile: ModelProfile | None, stats: StatsReport | None,
+                   compat: list[GenCompat] | None) -> dict[str, object]:
+    """What ``kvscope inspect --json --stats`` prints for ``res``: the same :class:`Inspection` object."""
+    from kvscope.core.analysis.inspection import Inspection
+    from kvscope.core.analysis.verdict import verdict
 
-    out = result_to_json(res, profile)
-    if stats is not None:
-        out["stats"] = stats.to_json()
-        out["findings"] = [f.to_json() for f in res.findings]
-    return out
+    return Inspection(res, profile, verdict(res, profile), compat, stats).to_json()
 
 
 def flagged_records(res: ParseResult, index: DocumentIndex, stats: StatsReport | None) -> tuple[list[Flagged], int]:
@@ -161,18 +159,24 @@ def _spread(hits: list[Flagged]) -> list[Flagged]:
     return [hits[i] for i in keep]
 
 
+def report_compat(options: ReportOptions, res: ParseResult, profile: ModelProfile | None) -> list[GenCompat]:
+    """Which layout generations load the file (the overview's and the inspect object's table)."""
+    from kvscope.core.analysis.compat import compatibility
+
+    try:
+        return compatibility(res, profile)
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{options.file}: {e}") from None
+
+
 def report_overview(options: ReportOptions, res: ParseResult, profile: ModelProfile | None,
                     compat: list[GenCompat] | None = None, verify: dict[str, Any] | None = None) -> Overview:
     """The overview that heads the report: with the compatibility per generation and the file's sha256."""
-    from kvscope.core.analysis.compat import compatibility
     from kvscope.core.analysis.overview import build_overview
     from kvscope.core.fsutil import sha256_file
 
     if compat is None:
-        try:
-            compat = compatibility(res, profile)
-        except (OSError, ValueError) as e:
-            raise ReportError(f"{options.file}: {e}") from None
+        compat = report_compat(options, res, profile)
     try:
         sha = sha256_file(res.path)
     except OSError as e:
@@ -213,10 +217,13 @@ def collect(options: ReportOptions, progress: Progress = no_progress, cancelled:
     check()
     index = preloaded.index if preloaded is not None and preloaded.index is not None else DocumentIndex(res)
     progress(None, "which llama.cpp builds load it")
-    overview = report_overview(options, res, profile, preloaded.compat if preloaded is not None else None,
-                               preloaded.verify if preloaded is not None else None)
+    compat = preloaded.compat if preloaded is not None and preloaded.compat is not None else None
+    if compat is None:
+        compat = report_compat(options, res, profile)
+    overview = report_overview(options, res, profile, compat, preloaded.verify if preloaded is not None else None)
     check()
-    data = ReportData(options, res, profile, index, stats, stats_error, inspect_object(res, profile, stats), overview)
+    data = ReportData(options, res, profile, index, stats, stats_error, inspect_object(res, profile, stats, compat),
+                      overview)
     data.flagged, data.flagged_total = flagged_records(res, index, stats)
     if options.compare:
         data.diff = preloaded.diff if preloaded is not None and preloaded.diff is not None else None

@@ -1,0 +1,144 @@
+"""One inspection pipeline: open a state file, parse it, check it against the model, judge it, enrich it.
+
+Every front end that inspects a file goes through here: ``kvscope inspect``, the report, ``scan``,
+``verify``, ``rewrite`` and the app's document. :func:`inspect_file` opens the file read-only
+(regular files only: a FIFO or a device is refused before it can block), parses it with the one
+reader entry point (:func:`kvscope.core.reader.parse.read_source`), adds the payload statistics
+when asked (their findings join the file's), works out which layout generations load it, judges it
+(:func:`kvscope.core.analysis.verdict.verdict`) and checks that the file did not change meanwhile.
+:class:`Inspection` carries all of it; :meth:`Inspection.to_json` is ``inspect --json``'s object,
+the same for every caller, and :meth:`Inspection.to_text` its text and Markdown.
+
+Failures the user must read are :class:`kvscope.core.errors.InputError` (missing, special or
+unreadable file; a file that changed while it was read). A file that is not a state file is no
+failure: its inspection says so (``result.kind == "unknown"``, :attr:`Inspection.is_state`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kvscope.core.analysis.verdict import Verdict, verdict
+from kvscope.core.errors import InputError
+from kvscope.core.reader.records import ParseResult
+from kvscope.core.reader.source import ByteSource, FileChangedError
+from kvscope.core.textsafe import safe_text
+
+if TYPE_CHECKING:
+    from kvscope.core.analysis.compat import GenCompat
+    from kvscope.core.analysis.stats import StatsReport
+    from kvscope.core.model.profile import ModelProfile
+
+
+@dataclass
+class Inspection:
+    """A state file as kvscope understands it: the parse, the model it was read with, the verdict,
+    which layout generations load it (None: not asked) and the payload statistics (None: not asked)."""
+
+    result: ParseResult
+    profile: ModelProfile | None
+    verdict: Verdict
+    compatibility: list[GenCompat] | None = None
+    stats: StatsReport | None = None
+
+    @property
+    def is_state(self) -> bool:
+        """The bytes are a llama.cpp state of some kind (else the result says what they are not)."""
+        return self.result.kind != "unknown"
+
+    def not_state_reason(self) -> str:
+        """Why the file is not a state file (for the one line a command prints)."""
+        res = self.result
+        return res.findings[0].message if res.findings else "not a llama.cpp state file"
+
+    def to_json(self, tree: bool = False, lazy: bool = False) -> dict[str, Any]:
+        """``kvscope inspect --json``'s object (``--stats`` adds ``stats``): the parse, ``verdict``,
+        ``compatibility`` and, with statistics, the findings they added. ``lazy``: big arrays as
+        :class:`~kvscope.core.jsonout.JsonArray` pieces, for :func:`~kvscope.core.jsonout.write_json`."""
+        from kvscope.core.reader.render import result_to_json
+
+        out = result_to_json(self.result, self.profile, tree=tree, lazy=lazy)
+        out["verdict"] = self.verdict.to_json()
+        if self.compatibility is not None:
+            out["compatibility"] = [c.to_json() for c in self.compatibility]
+        if self.stats is not None:
+            out["stats"] = self.stats.to_json()
+            out["findings"] = [f.to_json() for f in self.result.findings]
+        return out
+
+    def to_text(self, markdown: bool = False) -> str:
+        """``kvscope inspect``'s text (``markdown``: its Markdown): the summary with the verdict under
+        its first line, then which builds load it and the statistics, where they were asked for."""
+        from kvscope.core.reader.render import result_to_text
+
+        text = result_to_text(self.result, self.profile, markdown=markdown)
+        head, _, rest = text.partition("\n")
+        text = f"{head}\n\n{'**verdict**' if markdown else 'verdict:'} {safe_text(self.verdict.line())}\n{rest}"
+        if self.compatibility:
+            from kvscope.core.analysis.compat import compat_text
+
+            text += "\n" + ("## " if markdown else "") + "compatibility (which llama.cpp layouts load it)\n"
+            text += "\n".join(compat_text(self.compatibility)) + "\n"
+        if self.stats is not None:
+            text += "\n" + self.stats.to_text(markdown=markdown)
+        return text
+
+
+def open_state(path: str | os.PathLike[str]) -> ByteSource:
+    """``path`` opened read-only for the reader; :class:`InputError` when it is missing, a folder,
+    not a regular file (a FIFO cannot block the open) or unreadable."""
+    name = os.fspath(path)
+    if not os.path.lexists(name):
+        raise InputError(f"{name}: no such file")
+    if os.path.isdir(name):
+        raise InputError(f"{name}: is a directory")
+    try:
+        return ByteSource.open(name)
+    except OSError as e:
+        raise InputError(f"cannot open {name}: {e.strerror or e}") from None
+    except ValueError as e:  # not a regular file (a FIFO, a device, a socket)
+        raise InputError(f"{name}: {e}") from None
+
+
+def inspect_source(src: ByteSource, profile: ModelProfile | None = None, *, kind: str | None = None,
+                   layout: str | None = None, stats: bool = False, compat: bool = True,
+                   threads: int | None = None) -> Inspection:
+    """The inspection of the bytes ``src`` holds (see the module docstring); a file that changes
+    meanwhile raises :class:`~kvscope.core.reader.source.FileChangedError`. ``layout`` names a
+    generation to force (:class:`InputError` for an unknown name); ``threads``: the statistics'."""
+    from kvscope.core.reader.parse import read_source
+
+    try:
+        res = read_source(src, profile=profile, kind=kind, layout=layout)
+    except ValueError as e:  # an unknown --layout name
+        raise InputError(str(e)) from None
+    src.check()
+    report = None
+    table = None
+    if res.kind != "unknown":
+        if stats:
+            from kvscope.core.analysis.stats import scan_stats
+
+            report = scan_stats(res, data=src, threads=threads)
+        if compat:
+            from kvscope.core.analysis.compat import compatibility
+
+            table = compatibility(res, profile, data=src)
+        src.check()
+    return Inspection(res, profile, verdict(res, profile), table, report)
+
+
+def inspect_file(path: str | os.PathLike[str], profile: ModelProfile | None = None, *, kind: str | None = None,
+                 layout: str | None = None, stats: bool = False, compat: bool = True,
+                 threads: int | None = None) -> Inspection:
+    """:func:`inspect_source` of the file at ``path``, opened and closed here; a file that changed while
+    it was read is an :class:`InputError` naming it."""
+    src = open_state(path)
+    try:
+        return inspect_source(src, profile, kind=kind, layout=layout, stats=stats, compat=compat, threads=threads)
+    except FileChangedError as e:
+        raise InputError(f"{os.fspath(path)}: {e}") from None
+    finally:
+        src.close()
