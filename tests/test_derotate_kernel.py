@@ -1,7 +1,8 @@
-"""The compiled de-rotation kernel (core/_derotate.c through kvscope.core.derotate_kernel):
-built and running where the CPU has AVX2, equal to an exact float64 transform on random blocks,
-out of the way for what it does not take, and giving ``--stats`` the numpy path's answers on
-real rotated files."""
+"""The compiled kernels (core/_derotate.c through kvscope.core.derotate_kernel): built and running
+where the CPU has AVX2; the de-rotation equal to an exact float64 transform on random blocks, the
+plain values' statistics, zero rows and decode equal to numpy's on random rows full of special
+values; out of the way for what they do not take; and giving ``--stats`` and ``diff`` the numpy
+path's answers on real files."""
 
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ from hypothesis import strategies as st
 
 from kvscope.core import derotate_kernel as dk
 from kvscope.core.analysis import stats
-from kvscope.core.analysis.record_values import dequantize_rows
+from kvscope.core.analysis.diff import diff_states
+from kvscope.core.analysis.record_values import dequantize_rows, numpy_dequantize_rows
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.rotation import hadamard
+from tests.support.value_rows import BF16, ELEMENT_TYPES, F16, KERNEL_TYPES, SPECIAL, plain_rows
 
 Q8, Q4, F32 = GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.F32
 GEN = Path(__file__).parent / "data" / "gen-b11434"
+OLD = Path(__file__).parent / "data" / "llamacpp-2026-10-01"
 
 
 def _cpu_has_avx2() -> bool:
@@ -32,8 +36,10 @@ def _cpu_has_avx2() -> bool:
 
 
 def test_the_kernel_is_built_and_runs_where_the_cpu_has_avx2() -> None:
-    """An install whose kernel did not compile (it is optional) fails here instead of running slowly."""
+    """An install whose kernel did not compile (it is optional) fails here instead of running slowly;
+    where it runs it takes every type whose layout gguf-py gives as the kernel decodes it."""
     assert dk.kernel() == ("avx2" if _cpu_has_avx2() else None)
+    assert [dk.takes_values(int(t)) for t in KERNEL_TYPES] == [_cpu_has_avx2()] * len(KERNEL_TYPES)
 
 
 def _stats(data: np.ndarray, qt: GGMLQuantizationType, block: int) -> dk.RotatedStats | None:
@@ -178,3 +184,168 @@ def test_without_the_kernel_nothing_is_taken(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(dk, "_MOD", None)
     assert dk.kernel() is None and not dk.supports(int(Q8), 128) and not dk.supports(int(F32), 64)
     assert dk.rotated_stats(_blocks(Q8, 4, np.ones(4, np.float32), 3), int(Q8), 128) is None
+
+
+# -- plain values: value_stats / decode against numpy's decode -------------------------------------
+
+
+def _numpy_stats(values: np.ndarray) -> tuple[int, int, int, float, float, float, float]:
+    """(NaN, Inf, first non-finite or -1, min, max, sum, sum of squares) of the finite values, in float64."""
+    flat = values.reshape(-1)
+    fin = np.isfinite(flat)
+    good = flat[fin].astype(np.float64)
+    nan = int(np.count_nonzero(np.isnan(flat)))
+    first = int(np.argmin(fin)) if not fin.all() else -1
+    mn, mx = (float(good.min()), float(good.max())) if good.size else (np.inf, -np.inf)
+    return nan, flat.size - good.size - nan, first, mn, mx, float(good.sum()), float(np.dot(good, good))
+
+
+@settings(max_examples=300, deadline=None)
+@given(qt=st.sampled_from(KERNEL_TYPES), n_rows=st.integers(1, 12), units=st.integers(1, 700),
+       seed=st.integers(0, 2**32 - 1), data=st.data())
+def test_plain_values_equal_the_numpy_path(qt: GGMLQuantizationType, n_rows: int, units: int, seed: int,
+                                           data: st.DataObject) -> None:
+    """Random rows of every type the kernel takes, with subnormals, the largest finite values,
+    zeros, NaN/Inf of any payload at any position (over several of the kernel's chunks, the last
+    one short) and all-zero rows: exact counts, first position, extremes and zero rows; the sums
+    to float32 rounding."""
+    n = n_rows * units
+    specials = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.sampled_from(SPECIAL[qt])), max_size=8))
+    zero = data.draw(st.lists(st.integers(0, n_rows - 1), max_size=3, unique=True))
+    raw = plain_rows(qt, n_rows, units, seed, specials, zero)
+    flags = np.full(n_rows + 1, 7, np.uint8)
+    got = dk.value_stats(raw, int(qt), raw.shape[1], flags)
+    assert (got is None) == (dk.kernel() is None)
+    if got is None:
+        return
+    values = numpy_dequantize_rows(raw, int(qt))
+    nan, inf, first, mn, mx, total, squares = _numpy_stats(values)
+    assert (got.n_values, got.n_nan, got.n_inf, got.first_nonfinite) == (values.size, nan, inf, first)
+    assert (got.min, got.max) == (mn, mx)
+    size = float(np.abs(values[np.isfinite(values)].astype(np.float64)).sum())
+    assert got.sum == pytest.approx(total, rel=1e-5, abs=1e-5 * size + 1e-300)
+    assert got.sum_squares == pytest.approx(squares, rel=1e-5, abs=1e-300)
+    want = ~raw.any(axis=1)
+    assert got.n_zero == int(want.sum()) and np.array_equal(flags[:n_rows], want) and flags[n_rows] == 7
+
+
+@settings(max_examples=100, deadline=None)
+@given(qt=st.sampled_from(ELEMENT_TYPES), dims=st.integers(1, 9), cells=st.integers(1, 300),
+       seed=st.integers(0, 2**32 - 1), data=st.data())
+def test_zero_cells_of_a_transposed_v(qt: GGMLQuantizationType, dims: int, cells: int, seed: int,
+                                      data: st.DataObject) -> None:
+    """Rows that are columns of ``el``-byte cells: a cell is flagged when it is zero bytes in every
+    row (one nonzero byte in any row, -0.0 included, unflags it)."""
+    el = GGML_QUANT_SIZES[qt][1]
+    raw = plain_rows(qt, cells, dims, seed).reshape(cells, dims, el).transpose(1, 0, 2).copy()
+    raw[:, data.draw(st.lists(st.integers(0, cells - 1), max_size=5, unique=True))] = 0
+    for d, c, b in data.draw(st.lists(st.tuples(st.integers(0, dims - 1), st.integers(0, cells - 1),
+                                                st.integers(0, el - 1)), max_size=3)):
+        raw[d, c, b] = 0x80  # the top byte: -0.0 in f16 / bf16 / f32; a subnormal elsewhere
+    flags = np.full(cells, 7, np.uint8)
+    got = dk.value_stats(raw.reshape(dims, cells * el), int(qt), cells * el, flags, el=el)
+    if got is None:
+        assert dk.kernel() is None
+        return
+    want = ~raw.any(axis=(0, 2))
+    assert got.n_zero == int(want.sum()) and np.array_equal(flags, want) and got.n_values == dims * cells
+
+
+@settings(max_examples=150, deadline=None)
+@given(qt=st.sampled_from(KERNEL_TYPES), rows=st.integers(0, 4), units=st.integers(1, 300),
+       seed=st.integers(0, 2**32 - 1), data=st.data())
+def test_decode_is_numpy_bit_for_bit(qt: GGMLQuantizationType, rows: int, units: int, seed: int,
+                                     data: st.DataObject) -> None:
+    """The kernel's float32 values are numpy's (a NaN is a NaN: its payload is the CPU's conversion's)."""
+    specials = data.draw(st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(SPECIAL[qt])), max_size=8))
+    raw = plain_rows(qt, rows, units, seed, specials)
+    got = dk.decode(raw, int(qt))
+    assert (got is None) == (dk.kernel() is None)
+    if got is None:
+        return
+    want = numpy_dequantize_rows(raw, int(qt))
+    assert got.shape == want.shape and got.dtype == np.float32
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    assert np.array_equal(dequantize_rows(raw, int(qt)), got, equal_nan=True)  # what the other views decode with
+
+
+@pytest.mark.parametrize("qt", [F16, BF16])
+def test_every_16_bit_pattern(qt: GGMLQuantizationType) -> None:
+    """All 65,536 patterns in one buffer: numpy's values, counts, first NaN/Inf and extremes."""
+    bits = np.arange(65536, dtype=np.uint16).view(np.uint8)
+    got, s = dk.decode(bits, int(qt)), dk.value_stats(bits, int(qt), bits.size, np.zeros(1, np.uint8))
+    if got is None or s is None:
+        assert dk.kernel() is None
+        return
+    want = numpy_dequantize_rows(bits, int(qt))
+    fin = np.isfinite(want)
+    assert np.array_equal(got[fin].view(np.uint32), want[fin].view(np.uint32))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    nan, inf, first, mn, mx, _, _ = _numpy_stats(want)
+    assert (s.n_nan, s.n_inf, s.first_nonfinite, s.min, s.max, s.n_zero) == (nan, inf, first, mn, mx, 0)
+
+
+def test_what_the_value_kernel_does_not_take_is_refused() -> None:
+    raw = plain_rows(Q8, 2, 3, 4)
+    flags = np.zeros(2, np.uint8)
+    assert dk.value_stats(raw.reshape(-1)[:-1], int(Q8), 102, flags) is None  # not whole blocks
+    assert dk.value_stats(raw, int(Q8), 100, flags) is None  # not whole rows
+    assert dk.value_stats(raw, int(Q8), 102, flags[:1]) is None  # too few flags
+    assert dk.value_stats(raw, int(Q8), 102, flags, el=5) is None  # a row is not whole cells
+    assert dk.value_stats(raw, int(GGMLQuantizationType.Q5_0), 102, flags) is None  # another layout: numpy
+    assert dk.decode(raw[:, :-1], int(Q8)) is None and dk.decode(raw, int(GGMLQuantizationType.Q4_1)) is None
+    assert [dk.takes_values(int(t)) for t in KERNEL_TYPES] == [dk.kernel() is not None] * len(KERNEL_TYPES)
+    empty = dk.value_stats(np.zeros(0, np.uint8), int(F16), 2, flags)
+    assert empty is None or (empty.n_values, empty.first_nonfinite, empty.min, empty.max, empty.n_zero) == \
+        (0, -1, np.inf, -np.inf, 0)
+
+
+# real files the pinned builds wrote with unrotated f16 (plain and transposed V), f32, q8_0 and q4_0 K/V
+PLAIN_FILES = [*sorted(GEN.glob("llama-f16-fa[01]-unified*-seq0.seqstate")),
+               *sorted(GEN.glob("*-q[48]_0-*-norot-ctx.state.bin"))[::3],
+               *sorted(OLD.glob("*-f32-*-ctx.state.bin"))]
+
+
+@pytest.mark.parametrize("path", PLAIN_FILES, ids=lambda p: p.name)
+def test_stats_of_real_plain_files_equal_the_numpy_path(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--stats through the kernel (every record's every step) and with numpy alone."""
+    calls: list[int] = []
+
+    def spy(*args: object, **kw: object) -> dk.ValueStats | None:
+        got = dk.value_stats(*args, **kw)  # type: ignore[arg-type]
+        calls.append(got is not None)
+        return got
+
+    monkeypatch.setattr(stats, "value_stats", spy)
+    fast = stats.scan_stats(read_state(path))
+    assert calls and all(calls) == (dk.kernel() is not None)
+    monkeypatch.setattr(dk, "_MOD", None)
+    slow = stats.scan_stats(read_state(path))
+    assert [ls.type for ls in fast.layers] == [ls.type for ls in slow.layers]
+    assert any(not ls.derotated and ls.n_values for ls in fast.layers)
+    for a, b in zip(fast.layers, slow.layers, strict=True):
+        assert (a.n_values, a.n_nan, a.n_inf, a.first_nonfinite, a.zero_rows, a.first_zero_row, a.derotated) == \
+            (b.n_values, b.n_nan, b.n_inf, b.first_nonfinite, b.zero_rows, b.first_zero_row, b.derotated)
+        if not b.derotated:  # (a lightning indexer's K is rotated in every file: de-rotated to float32 rounding)
+            assert (a.min, a.max) == (b.min, b.max) or np.isnan([a.min, a.max, b.min, b.max]).all(), (a, b)
+        assert np.allclose([a.min, a.max, a.mean, a.rms], [b.min, b.max, b.mean, b.rms], rtol=1e-5, atol=1e-6,
+                           equal_nan=True), (a, b)
+
+
+def test_diff_decodes_through_the_kernel_as_numpy_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kvscope diff`` of two f16 states, one with NaN, Inf, -0.0 and a subnormal written in: the
+    same report with the kernel's decode and with numpy's."""
+    a = GEN / "llama-f16-fa0-unified0-seq0.seqstate"
+    rec = next(r for _, r in read_state(a).layer_records() if r.role == "v" and r.transposed)
+    data = bytearray(a.read_bytes())
+    for i, pat in enumerate((0x7E00, 0xFC00, 0x8000, 0x0001)):
+        off = rec.data_offset + (7 * i + 3) * 2
+        data[off : off + 2] = pat.to_bytes(2, "little")
+    b = tmp_path / a.name
+    b.write_bytes(bytes(data))
+    fast = diff_states(read_state(a), read_state(b)).to_json()
+    monkeypatch.setattr(dk, "_MOD", None)
+    assert diff_states(read_state(a), read_state(b)).to_json() == fast
+    assert any(ld["nan_b"] == 1 and ld["cells_differ"] == 4 for s in fast["sections"] for ld in s["layers"])

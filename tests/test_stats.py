@@ -1,8 +1,12 @@
-"""Payload statistics (core/analysis/stats.py): real fixtures, injected NaN/zero rows, every KV cache type."""
+"""Payload statistics (core/analysis/stats.py): real fixtures, injected NaN/zero rows, every KV cache type.
+
+The tests that take ``scan_path`` run twice: through the compiled kernel (core/_derotate.c, where it
+runs) and on the numpy path alone, the reference; others compare the two directly."""
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -10,14 +14,16 @@ import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize, quantize
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvscope.core.analysis.record_values import dequantize_rows, layer_matrix, record_shape
+from kvscope.core import derotate_kernel as dk
+from kvscope.core.analysis.record_values import dequantize_rows, layer_matrix, numpy_dequantize_rows, record_shape
 from kvscope.core.analysis.stats import _fast_f16, scan_stats
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, LayerRecord, LayoutChoice, ParseResult, Section
 from kvscope.core.reader.tree import Node
+from tests.support.value_rows import ELEMENT_TYPES, KERNEL_TYPES, SPECIAL, plain_rows
 
 D = Path(__file__).parent / "data" / "llamacpp-2026-10-01"
 CTX = D / "llama-f16-fa0-unified0-ctx.state.bin"  # 3 streams, v_trans=1, f16
@@ -30,6 +36,14 @@ SMALL = [
     D / "lfm2-f16-fa0-unified0-ctx.session",  # kv + recurrent, empty s records
     D / "gemma2-f16-fa0-unified0-swafull1-seq1.seqstate",
 ]
+
+
+@pytest.fixture(params=["kernel", "numpy"])
+def scan_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test runs through the compiled kernel (where it runs), then with numpy alone (as on a CPU without it)."""
+    if request.param == "numpy":
+        monkeypatch.setattr(dk, "_MOD", None)
+    return str(request.param)
 
 
 def reference(buf: np.ndarray, rec: LayerRecord) -> tuple[np.ndarray, int]:
@@ -71,7 +85,7 @@ def check_against_reference(res: ParseResult, chunk_bytes: int, buf: np.ndarray 
 
 @pytest.mark.parametrize("path", SMALL, ids=lambda p: p.name)
 @pytest.mark.parametrize("chunk", [64 << 20, 100, 7])
-def test_matches_reference_on_real_fixtures(path: Path, chunk: int) -> None:
+def test_matches_reference_on_real_fixtures(path: Path, chunk: int, scan_path: str) -> None:
     check_against_reference(read_state(path), chunk)
 
 
@@ -97,7 +111,7 @@ def _record(res: ParseResult, role: str, il: int, stream: int = 0) -> LayerRecor
     return next(r for r in (*st.k_layers, *st.v_layers) if r.role == role and r.il == il)
 
 
-def test_nan_rows_in_k_layer(tmp_path: Path) -> None:
+def test_nan_rows_in_k_layer(tmp_path: Path, scan_path: str) -> None:
     path = _copy(tmp_path)
     rec = _record(read_state(path), "k", 2, stream=1)
     data = bytearray(path.read_bytes())
@@ -119,7 +133,7 @@ def test_nan_rows_in_k_layer(tmp_path: Path) -> None:
     assert res.n_errors == 1
 
 
-def test_inf_in_transposed_v(tmp_path: Path) -> None:
+def test_inf_in_transposed_v(tmp_path: Path, scan_path: str) -> None:
     path = _copy(tmp_path)
     rec = _record(read_state(path), "v", 1, stream=1)
     assert rec.transposed
@@ -136,7 +150,7 @@ def test_inf_in_transposed_v(tmp_path: Path) -> None:
     assert (ls.n_inf, ls.n_nan, ls.first_nonfinite) == (1, 0, 5 * rec.n_rows + 7)
 
 
-def test_zero_rows(tmp_path: Path) -> None:
+def test_zero_rows(tmp_path: Path, scan_path: str) -> None:
     path = _copy(tmp_path)
     res0 = read_state(path)
     k = _record(res0, "k", 0, stream=1)
@@ -204,7 +218,7 @@ def _iq4_nl_rows(rng: np.random.Generator, n_rows: int, n_blocks: int) -> bytes:
 
 
 @pytest.mark.parametrize("chunk", [64 << 20, 200, 40])
-def test_every_kv_cache_type(tmp_path: Path, chunk: int) -> None:
+def test_every_kv_cache_type(tmp_path: Path, chunk: int, scan_path: str) -> None:
     rng = np.random.default_rng(7)
     n_rows, dim = 37, 128
     blobs = []
@@ -229,7 +243,7 @@ def test_every_kv_cache_type(tmp_path: Path, chunk: int) -> None:
     assert {f.code for f in res.findings} == {"zero_rows"}
 
 
-def test_quantized_nan_scale_and_threads(tmp_path: Path) -> None:
+def test_quantized_nan_scale_and_threads(tmp_path: Path, scan_path: str) -> None:
     rng = np.random.default_rng(3)
     x = rng.standard_normal((300, 64)).astype(np.float32)
     raw = np.asarray(quantize(x, GGMLQuantizationType.Q8_0)).view(np.uint8).copy()
@@ -311,15 +325,16 @@ def test_dequantize_rows_shapes() -> None:
        rows=st.integers(1, 5), blocks=st.integers(1, 6), data=st.data())
 def test_fast_q8_0_q4_0_decode_is_gguf_py_bit_for_bit(qt: GGMLQuantizationType, rows: int, blocks: int,
                                                       data: st.DataObject) -> None:
-    """The one-pass decoders give gguf-py's float32 values bit for bit, NaN/Inf/subnormal scales included."""
+    """The one-pass decoders (numpy's and the compiled kernel's) give gguf-py's float32 values bit
+    for bit, NaN/Inf/subnormal scales included."""
     ts = GGML_QUANT_SIZES[qt][1]
     raw = np.frombuffer(data.draw(st.binary(min_size=rows * blocks * ts, max_size=rows * blocks * ts)),
                         np.uint8).reshape(rows, blocks * ts)
-    got = dequantize_rows(raw, int(qt))
     with np.errstate(all="ignore"):
         want = np.asarray(dequantize(raw.copy(), qt), np.float32)
-    assert got.shape == want.shape and got.dtype == np.float32
-    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    for got in (dequantize_rows(raw, int(qt)), numpy_dequantize_rows(raw, int(qt))):
+        assert got.shape == want.shape and got.dtype == np.float32
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 @pytest.mark.parametrize("qt", [GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q5_0,
@@ -330,7 +345,7 @@ def test_no_rows_decode_to_no_values(qt: GGMLQuantizationType) -> None:
     assert out.shape == (0, 3 * bs) and out.dtype == np.float32
 
 
-def test_f16_sign_and_bit_pattern_edge_cases(tmp_path: Path) -> None:
+def test_f16_sign_and_bit_pattern_edge_cases(tmp_path: Path, scan_path: str) -> None:
     rng = np.random.default_rng(11)
     pos = np.abs(rng.standard_normal((16, 32))).astype("<f2")
     neg_zero = pos.copy()
@@ -365,3 +380,39 @@ def test_read_ahead_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         plain = scan_stats(res, chunk, data=np.fromfile(res.path, np.uint8)).layers  # bytes given: no read-ahead
         assert scan_stats(res, chunk_bytes=chunk).layers == plain
     assert len(started) == 2 and threading.active_count() == before
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(qt=st.sampled_from(KERNEL_TYPES), transposed=st.booleans(), cells=st.integers(1, 40),
+       units=st.integers(1, 80), chunk=st.sampled_from([64 << 20, 1000, 100, 7]), seed=st.integers(0, 2**32 - 1),
+       data=st.data())
+def test_the_kernel_gives_the_numpy_paths_statistics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     qt: GGMLQuantizationType, transposed: bool, cells: int,
+                                                     units: int, chunk: int, seed: int, data: st.DataObject) -> None:
+    """One record of random rows (plain, or a transposed V of an element type), subnormals, the
+    largest finite values, zeros, NaN/Inf of any payload anywhere and all-zero cells among them,
+    scanned in whole rows or in pieces of rows/columns: the kernel's report and findings are the
+    numpy path's, the sums to float32 rounding."""
+    transposed = transposed and qt in ELEMENT_TYPES
+    n = cells * units
+    specials = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.sampled_from(SPECIAL[qt])), max_size=6))
+    zero = data.draw(st.lists(st.integers(0, cells - 1), max_size=3, unique=True))
+    raw = plain_rows(qt, cells, units, seed, specials, zero)  # [cell, dim]
+    if transposed:  # stored [dim][cell]
+        el = GGML_QUANT_SIZES[qt][1]
+        raw = raw.reshape(cells, units, el).transpose(1, 0, 2)
+    blobs = [(int(qt), raw.tobytes(), cells, transposed)]
+    fast_res = synthetic(tmp_path, blobs)
+    fast = scan_stats(fast_res, chunk_bytes=chunk).layers[0]
+    with monkeypatch.context() as m:
+        m.setattr(dk, "_MOD", None)
+        slow_res = synthetic(tmp_path, blobs)
+        slow = scan_stats(slow_res, chunk_bytes=chunk).layers[0]
+    assert fast_res.findings == slow_res.findings
+    for k, v in vars(slow).items():
+        if k in ("mean", "rms"):
+            scale = max(1.0, abs(slow.min), abs(slow.max)) if math.isfinite(slow.min) else 1.0
+            assert np.isclose(getattr(fast, k), v, rtol=1e-5, atol=1e-6 * scale, equal_nan=True), (k, fast, slow)
+        else:
+            assert getattr(fast, k) == v or (isinstance(v, float) and math.isnan(v) and math.isnan(getattr(fast, k))), \
+                (k, fast, slow)
