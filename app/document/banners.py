@@ -49,7 +49,7 @@ class DamageBanner(_Strip):
         self.show_button = self.button("Show the damage", "select the bytes of the first error")
         self.overview_button.clicked.connect(lambda: self.jumpRequested.emit("overview"))
         self.show_button.clicked.connect(self.show_damage)
-        for sig in (doc.loaded, doc.statsReady):
+        for sig in (doc.loaded, doc.statsReady, doc.verifyChanged):
             sig.connect(self.refresh)
         theme.changed.connect(lambda _dark: self.refresh())
         self.refresh()
@@ -62,6 +62,7 @@ class DamageBanner(_Strip):
         self.label.setText(v.line())
         self.label.setToolTip(v.line())
         self.label.setStyleSheet(f"color: {verdict_color(v.level, self.theme.dark).name()}; font-weight: 600")
+        self.show_button.setText("Show the mismatch" if v.state == "model_mismatch" else "Show the damage")
         self.show_button.setVisible(any(f.severity == "error" for f in v.top_findings))
         self.show()
 

@@ -246,11 +246,16 @@ class DocumentIndex:
     # -- selections ----------------------------------------------------------------------------------
     def for_node(self, node: Node) -> Selection:
         """The node's byte range; its layer record / cell table when it belongs to one. A node for bytes a
-        truncated file is missing (kind ``missing``, past its end) selects the finding that says so."""
+        truncated file is missing (kind ``missing``, past its end), or for a record a stream dropped (a
+        placeholder of the tree), selects the finding that says so."""
         if node.kind == "missing" and node.offset >= self.res.size:
             cut = [f for f in self.res.findings if f.code == "truncated" and f.severity == "error"]
             if cut:
                 return self.for_finding(max(cut, key=lambda f: f.offset))
+        if node.kind == "missing" and node.size == 0:  # the placeholder of a dropped record: its finding
+            gap = next((f for f in self.res.findings if f.code == "missing_layer" and f.offset == node.offset), None)
+            if gap is not None:
+                return self.for_finding(gap)
         rec = self.record_of(node)
         table = next((t.key for t in self.tables if t.node is node), None)
         if rec is not None:

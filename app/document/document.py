@@ -20,6 +20,7 @@ from PySide6.QtCore import QFileSystemWatcher, QObject, QTimer, Signal
 
 from kvscope.app.base.tasks import CancelToken, Report, Task, TaskRunner
 from kvscope.app.document.doc_index import DocumentIndex
+from kvscope.app.document.missing_records import refine_verdict
 from kvscope.app.document.selection import SelectionBus
 from kvscope.app.document.source import ViewSource, describe_change, empty_source
 from kvscope.app.document.verify_job import NEEDS_MODEL, EngineChoice, verify_job
@@ -145,6 +146,7 @@ class Document(QObject):
         self.verify_error: str | None = None  # why the last Verify could not run (no model, no engine ...)
         self.verify_step: tuple[float | None, str] | None = None  # (fraction, step) while a Verify runs
         self.verify_engine: str = ""  # the engine the last (or running) Verify was asked for, in words
+        self.verify_stale: str | None = None  # why ``verify`` is not the last run's result (that run was cancelled)
         self.diff: DiffState | None = None
         self.changed: str | None = None  # why the file on disk is no longer what is shown (None: it is)
         self._tasks: dict[str, Task] = {}
@@ -166,14 +168,18 @@ class Document(QObject):
         return any(not t.done for t in self._tasks.values())
 
     def verdict(self) -> Verdict | None:
-        """The verdict on the file as read (statistics may have added findings); None before a parse."""
-        return verdict(self.result, self.profile) if self.result is not None else None
+        """The verdict on the file as read (statistics may have added findings; a Verify result names the
+        layer of a dropped record); None before a parse."""
+        if self.result is None:
+            return None
+        return refine_verdict(verdict(self.result, self.profile), self.result, self.verify)
 
     def set_verify(self, result: dict[str, Any] | None) -> None:
         """Show a ``kvscope verify`` result (keys ``verdict``, ``engine``, ``restore``, ``next_token``,
         ``records``), or None for "not verified"."""
         self.verify = dict(result) if result is not None else None
         self.verify_error = None
+        self.verify_stale = None
         self.verifyChanged.emit()
 
     # -- verify --------------------------------------------------------------------------------------
@@ -215,6 +221,7 @@ class Document(QObject):
 
     def _on_verified(self, result: dict[str, Any]) -> None:
         self.verify = result
+        self.verify_stale = None
         v = result.get("verdict")
         eng = result.get("engine") or {}
         self.message.emit(f"{self.name}: verified in {eng.get('kind')} {eng.get('build') or ''}".rstrip()
@@ -225,6 +232,9 @@ class Document(QObject):
         self.message.emit(f"verify failed: {message}")
 
     def _on_verify_cancelled(self) -> None:
+        if self.verify is not None:
+            self.verify_stale = (f"the run in {self.verify_engine} was cancelled: the result shown is the earlier "
+                                 "run's")
         self.message.emit(f"{self.name}: verification cancelled")
 
     def _on_verify_finished(self) -> None:
@@ -316,7 +326,7 @@ class Document(QObject):
         self.diff = None
         self.changed = None
         if self.verify is not None or self.verify_error is not None:  # about the bytes or model read before
-            self.verify, self.verify_error = None, None
+            self.verify, self.verify_error, self.verify_stale = None, None, None
             self.verifyChanged.emit()
         self.bus.clear()
         if old is not self.data:
@@ -324,9 +334,13 @@ class Document(QObject):
         self.loaded.emit()
         res = out.result
         self.message.emit(out.model_error or f"{self.name}: read, {plural(len(res.findings), 'finding')}")
-        if res.kind != "unknown":
-            self._start("compat", f"compatibility of {self.name}", self._compat_job(res, out.profile, out.data),
-                        self._on_compat, self._on_compat_failed)
+        if res.kind == "unknown":  # no llama.cpp generation reads it: nothing to work out
+            self.compat = []
+            self.compatReady.emit()
+        else:
+            task = self._start("compat", f"compatibility of {self.name}",
+                               self._compat_job(res, out.profile, out.data), self._on_compat, self._on_compat_failed)
+            task.cancelled.connect(lambda t=task: self._on_compat_cancelled(t))
         if res.kind != "unknown" and res.sections:
             self._start("stats", f"statistics of {self.name}", self._stats_job(res, out.data), self._on_stats,
                         self._on_stats_failed)
@@ -390,6 +404,10 @@ class Document(QObject):
             return
         self.compat, self.compat_error = compat, None
         self.compatReady.emit()
+
+    def _on_compat_cancelled(self, task: Task) -> None:
+        if self._tasks.get("compat") is task and self.compat is None:  # not replaced by a new parse's
+            self._on_compat_failed("cancelled; reload the file to work it out")
 
     def _on_compat_failed(self, message: str) -> None:
         self.compat, self.compat_error = None, message

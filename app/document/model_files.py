@@ -1,9 +1,17 @@
-"""Which GGUF model goes with a state file: suggestions from the files beside it (no Qt)."""
+"""Which GGUF model goes with a state file: suggestions from the files beside it, and whether one fits (no Qt).
+
+:func:`suggest_models` ranks the GGUF files beside a state file by name; :func:`model_fit` reads the
+state file with one of them and says whether it fits: a model the file does not fit (the verdict's
+``model_mismatch``: another architecture, layer count, row size; or most token ids outside its
+vocabulary, even where its plan also finds the file cut short) is never proposed, nor remembered for
+the file.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 _SPLIT = re.compile(r"[-_.]+")
 
@@ -42,3 +50,31 @@ def best_match(state_path: str) -> str | None:
         return None
     hits = [p for p in suggest_models(state_path, limit=64) if words[0] in _words(os.path.basename(p)[:-5])]
     return hits[0] if len(hits) == 1 else None
+
+
+@dataclass(frozen=True)
+class ModelFit:
+    """Whether the state file fits one model: ``why`` says why not ("" when it fits)."""
+
+    path: str
+    fits: bool
+    why: str = ""
+
+
+def model_fit(state_path: str, model_path: str) -> ModelFit:
+    """Read ``state_path`` with ``model_path`` and say whether it fits (a model that cannot be read does
+    not; a damaged file fits every model its damage does not rule out)."""
+    from kvscope.core.analysis.verdict import model_mismatch_reason, vocabulary_mismatch
+    from kvscope.core.model.profile import ModelProfileError, load_model_profile
+    from kvscope.core.reader.parse import read_state
+
+    try:
+        profile = load_model_profile(model_path)
+    except (ModelProfileError, OSError) as e:
+        return ModelFit(model_path, False, f"not a usable model: {e}")
+    res = read_state(state_path, profile=profile)
+    if res.kind == "unknown":
+        return ModelFit(model_path, False, "the file is not a llama.cpp state file")
+    # a larger vocabulary says "another model" even where the model's plan also finds the file cut short
+    why = model_mismatch_reason(res, profile) or vocabulary_mismatch(res, profile)
+    return ModelFit(model_path, why is None, why or "")

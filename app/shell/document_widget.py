@@ -14,6 +14,7 @@ from kvscope.app.base.theme import Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.banners import ChangedBanner, DamageBanner, VerifyBanner
 from kvscope.app.document.document import Document
+from kvscope.app.document.missing_records import dropped_records
 from kvscope.app.document.model_banner import ModelBanner
 from kvscope.app.lab.view import LabView
 from kvscope.app.views.bytes.bytemap import ByteMap
@@ -96,7 +97,7 @@ class DocumentWidget(QWidget):
             src.jumpRequested.connect(self.show_view)
         doc.loaded.connect(self._on_loaded)
         doc.statsReady.connect(self._update_titles)
-        for sig in (doc.loaded, doc.statsReady):  # after the tree's own reload (connected first)
+        for sig in (doc.loaded, doc.statsReady, doc.verifyChanged):  # after the tree's own reload (connected first)
             sig.connect(self._flag_tree)
         doc.diffReady.connect(lambda: self.show_view("diff"))
         for view in (self.tree, self.findings, self.tokens):  # "Show bytes in Hex" of their context menus
@@ -124,7 +125,7 @@ class DocumentWidget(QWidget):
         if res is None or verdict is None:
             return
         model = self.tree.model
-        model.set_problems(res.findings, verdict.missing)
+        model.set_problems(res.findings, verdict.missing, dropped_records(res, self.doc.verify))
         if model.missing_node is not None:
             self.tree.tree.expand(model.index(1, 0))
 

@@ -135,6 +135,7 @@ class MainWindow(QMainWindow):
         doc.failed.connect(lambda msg, p=path: self._on_load_failed(p, msg))
         doc.bus.changed.connect(lambda sel, d=doc: self._on_selection(d, sel))
         doc.loaded.connect(self._update_actions)
+        doc.loaded.connect(lambda d=doc: self._forget_unfit_model(d))
         i = self.tabs.addTab(w, doc.name)
         self.tabs.setTabToolTip(i, path)
         self.tabs.setCurrentIndex(i)
@@ -184,6 +185,14 @@ class MainWindow(QMainWindow):
         """Read ``w``'s file with ``model`` (None: without one) and remember the choice."""
         self.settings.set_model_for(w.doc.path, model)
         w.doc.set_model(model)
+
+    def _forget_unfit_model(self, doc: Document) -> None:
+        """A model the file does not fit (the verdict's ``model_mismatch``) is not remembered for it."""
+        v = doc.verdict()
+        if doc.profile is None or doc.model_path is None or v is None or v.state != "model_mismatch":
+            return
+        if self.settings.model_for(doc.path) == os.path.abspath(doc.model_path):
+            self.settings.set_model_for(doc.path, None)
 
     def choose_model(self, w: DocumentWidget | None = None) -> None:
         w = w or self.current()

@@ -20,7 +20,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.analysis.verdict import model_mismatch_reason
 from kvscope.core.model.profile import ModelProfile
+from kvscope.core.pinned_builds import build_writing
 from kvscope.core.reader.layouts import (
     GENERATION_BY_NAME,
     GENERATIONS,
@@ -30,8 +32,8 @@ from kvscope.core.reader.layouts import (
 )
 from kvscope.core.reader.records import KvStream, ParseResult
 
-# The pinned builds that write each generation (kvscope.core.engine.builds), for the user.
-BUILD_OF_GENERATION = {"2026-10": "0c1e5709", "2026-10-v4": "b11434"}
+# a migration note for a file read with a model it does not fit (the verdict's model_mismatch)
+MODEL_MISFIT = "the file does not fit the model given (give the model that wrote it)"
 
 
 @dataclass
@@ -194,21 +196,30 @@ def compatibility(res: ParseResult, profile: ModelProfile | None = None, data: A
 def _one(res: ParseResult, own: Generation, gen: Generation, profile: ModelProfile | None, data: Any) -> GenCompat:
     from kvscope.core.convert.to_generation import plan_migration
 
-    build = BUILD_OF_GENERATION.get(gen.name)
+    build = build_writing(gen.name)
     out = GenCompat(gen.name, None, "", "unknown", build=build)
     tied = set(res.layout.features.get("byte_identical_layouts", ()))
+    mismatch = model_mismatch_reason(res, profile) if res.n_errors else None
     if gen.name != own.name:
         plan = plan_migration(res, gen.name, profile, data=data)
         # a conversion that is more than framing goes through the memory core, which alone can
         # tell whether the file holds everything the target layout writes
         out.migratable = plan.exact if plan.supported else None
         out.migration_missing = list(plan.missing)
+        if mismatch is not None:  # the errors the plan saw are the model's, not damage
+            out.migration_missing = [MODEL_MISFIT if m.startswith("the file is damaged") else m
+                                     for m in out.migration_missing]
         out.notes.extend(plan.notes)
     refusal = _version_refusal(res, gen)
     if refusal is not None:
         out.loads, out.answer, out.stage = False, refusal, "header"
         return out
     if gen.name == own.name or gen.name in tied:
+        if mismatch is not None:  # the bytes fit their own structure: the model is another one
+            out.loads, out.stage, out.exact_message = None, "unknown", False
+            out.answer = (f"not with the model given, which does not fit the file ({mismatch}); "
+                          "give the model that wrote it")
+            return out
         if res.n_errors:
             bad = next(f for f in res.findings if f.severity == "error")
             out.loads, out.stage, out.exact_message = False, "memory", False

@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 
 from kvscope.core.analysis.compat import GenCompat, compat_text
-from kvscope.core.analysis.verdict import Verdict, plural, verdict
+from kvscope.core.analysis.seq_owner import file_sequence
+from kvscope.core.analysis.verdict import Verdict, model_mismatch_reason, plural, verdict
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.layouts import GENERATION_BY_NAME
-from kvscope.core.reader.records import CellTable, ParseResult
+from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult
 
 KIND_TITLES = {
     "seq_file": "sequence state file",
@@ -33,15 +34,20 @@ KIND_TITLES = {
     "unknown": "not a llama.cpp state file",
 }
 WRITERS = {
-    "seq_file": "llama_state_seq_save_file (llama-server's slot save, POST /slots/ID?action=save)",
+    "seq_file": "llama_state_seq_save_file (a sequence state file)",
     "session_file": "llama_state_save_file (llama-completion --prompt-cache, common's state save)",
     "seq_blob": "llama_state_seq_get_data(_ext) (an in-memory sequence checkpoint)",
     "context_blob": "llama_state_get_data (the whole context in memory)",
 }
+SLOT_WRITER = ("llama_state_seq_save_file by llama-server's slot save (POST /slots/ID?action=save), with its "
+               "packed token payload")
 PARTIAL_WRITER = "llama_state_seq_get_data_ext with LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (the SWA / recurrent part only)"
 # Findings that are about the model the file was read with rather than about the bytes alone.
 MODEL_CODES = frozenset({"model_mismatch", "layer_count_mismatch", "row_size_mismatch", "type_mismatch",
                          "token_out_of_vocab"})
+# ... of which these compare the model's plan with the records (in a damaged file they may be the damage)
+PLAN_CODES = frozenset({"layer_count_mismatch", "row_size_mismatch", "type_mismatch"})
+FITS = "fits (layer count, row sizes and types agree)"
 MAX_VERIFY_RECORDS = 12  # records that are not a match, listed by verify_lines
 VERIFY_STATUSES = ("match", "differs", "nonfinite", "missing", "extra")  # kvscope.core.verify.compare.STATUSES order
 NOT_VERIFIED = "not verified: `kvscope verify` restores the file into a real llama.cpp build and compares the " \
@@ -52,14 +58,18 @@ NOT_VERIFIED = "not verified: `kvscope verify` restores the file into a real lla
 class SequenceFacts:
     """One sequence in one cell table."""
 
-    seq: int
+    seq: int | None  # None: a per-sequence file's sequence, whose id its bytes do not store
     table: str  # "kv · stream 0", "recurrent"
     cells: int
     pos_min: int
     pos_max: int
 
     def text(self) -> str:
-        return f"seq {self.seq} ({self.table}): {plural(self.cells, 'cell')}, positions {self.pos_min}..{self.pos_max}"
+        who = f"seq {self.seq}" if self.seq is not None else "the file's sequence"
+        where = (f"position {self.pos_min}" if self.pos_min == self.pos_max
+                 else f"positions {self.pos_min}..{self.pos_max}")
+        unnamed = " (its id is not stored)" if self.seq is None else ""
+        return f"{who} ({self.table}): {plural(self.cells, 'cell')}, {where}{unnamed}"
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,8 @@ class Overview:
     sequences: list[SequenceFacts]
     sections: list[SectionFacts]
     verdict: Verdict
+    cache_types: list[str] = field(default_factory=list)  # one line per memory section
+    rotation: list[str] = field(default_factory=list)  # one line per KV stream with records
     compat: list[GenCompat] | None = None  # None: not computed (yet)
     verify: dict[str, Any] | None = None  # a ``kvscope verify`` result, None: not verified
     sha256: str | None = None
@@ -149,6 +161,8 @@ class Overview:
             ("model", self.model_line()),
             ("sequences", self.sequences_line()),
             ("sections", "; ".join(s.text() for s in self.sections) or "none"),
+            ("cache types", "; ".join(self.cache_types) or "no records"),
+            ("rotation", "; ".join(self.rotation) or "no KV records"),
             ("loads in", "; ".join(self.compat_lines())),
             ("verified", "; ".join(self.verify_lines())),
         ]
@@ -164,6 +178,8 @@ class Overview:
             "tokens": self.tokens,
             "sequences": [s.__dict__ for s in self.sequences],
             "sections": [s.__dict__ for s in self.sections],
+            "cache_types": list(self.cache_types),
+            "rotation": list(self.rotation),
             "verdict": self.verdict.to_json(),
             "compatibility": [c.to_json() for c in self.compat] if self.compat is not None else None,
             "compatibility_text": self.compat_lines(),
@@ -230,10 +246,18 @@ def _tables(res: ParseResult) -> list[tuple[str, CellTable]]:
 
 
 def sequences(res: ParseResult) -> list[SequenceFacts]:
-    """Every sequence of every cell table, with its cells and position range (one sort per table)."""
+    """Every sequence of every cell table, with its cells and position range (one sort per table).
+
+    A per-sequence file's cells stored without sequence ids (llama.cpp writes none for a recurrent
+    memory's cell, nor, before 2025-08, for any) are the cells of the file's one sequence."""
     out = []
+    owner = file_sequence(res)
     for label, t in _tables(res):
-        if not t.count or not t.seq_ids.size:
+        if not t.count:
+            continue
+        if not t.seq_ids.size:
+            if owner is not None and t.pos.size:
+                out.append(SequenceFacts(owner.seq, label, int(t.count), int(t.pos.min()), int(t.pos.max())))
             continue
         cell_of = np.repeat(np.arange(t.count, dtype=np.int64), np.maximum(t.n_seq, 0))[: t.seq_ids.size]
         order = np.argsort(t.seq_ids[: cell_of.size], kind="stable")
@@ -259,6 +283,69 @@ def sections(res: ParseResult) -> list[SectionFacts]:
     return out
 
 
+def _types(recs: list[LayerRecord]) -> str:
+    """``f16`` or ``q8_0 ×3, f16`` (how many records of each type, when they differ)."""
+    counts: dict[str, int] = {}
+    for r in recs:
+        counts[r.type] = counts.get(r.type, 0) + 1
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{t} ×{n}" for t, n in counts.items())
+
+
+def cache_types(res: ParseResult) -> list[str]:
+    """The record types of every memory section: ``kv: K f16, V q8_0 (transposed)``."""
+    out = []
+    for sec in res.sections:
+        roles: list[tuple[str, list[LayerRecord]]]
+        if sec.kind == "kv":
+            k = [r for st in sec.streams for r in st.k_layers]
+            v = [r for st in sec.streams for r in st.v_layers]
+            roles = [("K", k), ("V", v)]
+        else:
+            roles = [("r", sec.r_layers), ("s", sec.s_layers)]
+        parts = []
+        for name, recs in roles:
+            if recs:
+                trans = " (transposed)" if name == "V" and any(r.transposed for r in recs) else ""
+                parts.append(f"{name} {_types(recs)}{trans}")
+        if parts:
+            out.append(f"{sec.role}: {', '.join(parts)}")
+    return out
+
+
+def _rows_rotated(recs: list[LayerRecord]) -> str:
+    marks = {(r.rotated, r.rot_block) for r in recs}
+    if len(marks) != 1:
+        return "rotated in some records only"
+    rotated, block = next(iter(marks))
+    if rotated is None:
+        return "not known"
+    return f"Hadamard-rotated, blocks of {block}" if rotated else "not rotated"
+
+
+def rotation(res: ParseResult) -> list[str]:
+    """The K/V rotation of every KV stream with records: the ``n_rot_k``/``n_rot_v`` fields (as written by
+    2026-10-v4 files, else inferred from the model and cache types) and whether the rows are rotated."""
+    out = []
+    for sec in res.sections:
+        if sec.kind != "kv":
+            continue
+        for st in sec.streams:
+            if not st.k_layers and not st.v_layers:
+                continue
+            if st.n_rot_k is not None or st.n_rot_v is not None:
+                how = "inferred from the model and cache types" if st.n_rot_inferred else "as written"
+                fields = f"n_rot_k {st.n_rot_k if st.n_rot_k is not None else '?'}, " \
+                         f"n_rot_v {st.n_rot_v if st.n_rot_v is not None else '?'} ({how})"
+            else:
+                fields = "n_rot_k/n_rot_v not stored in this layout (give the model to infer them)"
+            rows = [f"{name} rows {_rows_rotated(recs)}" for name, recs in (("K", st.k_layers), ("V", st.v_layers))
+                    if recs]
+            out.append(f"{sec.role} stream {st.index}: {fields}; {', '.join(rows)}")
+    return out
+
+
 def _model(res: ParseResult, profile: ModelProfile | None, full_paths: bool) -> tuple[str, bool | None, str]:
     arch = res.header.get("arch")
     if profile is None:
@@ -266,10 +353,22 @@ def _model(res: ParseResult, profile: ModelProfile | None, full_paths: bool) -> 
         return "none given", None, note + "give the GGUF model to check the rows, layers and tokens against it"
     name = profile.path if full_paths else os.path.basename(profile.path)
     what = f"{name} ({profile.arch}, {plural(profile.n_layer, 'layer')}, {profile.memory_class} memory)"
-    bad = [f for f in res.findings if f.code in MODEL_CODES and f.severity in ("error", "warning")]
-    if bad:
-        return what, False, f"does not fit: {bad[0].message}"
-    return what, True, "fits (layer count, row sizes and types agree)"
+    if res.kind == "unknown":
+        return what, None, "not checked: the file is not a llama.cpp state file"
+    mismatch = model_mismatch_reason(res, profile)
+    if mismatch is not None:
+        return what, False, f"does not fit: {mismatch}"
+    warned = [f for f in res.findings if f.code == "model_mismatch" and f.severity == "warning"]
+    if warned:
+        return what, False, f"does not fit: {warned[0].message}"
+    plan = [f for f in res.findings if f.code in PLAN_CODES and f.severity in ("error", "warning")]
+    if plan:  # the file is damaged (else it would be a model mismatch): the damage may be the disagreement
+        return what, None, f"not certain: the file is damaged where it disagrees with the model ({plan[0].message})"
+    if any(f.code == "token_out_of_vocab" for f in res.findings):
+        return what, True, f"{FITS}; the token ids outside its vocabulary are damage (see the findings)"
+    if res.n_errors and not res.sections:
+        return what, None, "not certain: the file is damaged before its memory state"
+    return what, True, FITS
 
 
 def build_overview(res: ParseResult, profile: ModelProfile | None = None, compat: list[GenCompat] | None = None,
@@ -281,17 +380,21 @@ def build_overview(res: ParseResult, profile: ModelProfile | None = None, compat
     lay = res.layout
     gen = GENERATION_BY_NAME.get(lay.name)
     runners = []
-    for alt in lay.alternatives[:3]:
+    others = [alt for alt in lay.alternatives if alt.get("name") != lay.name]  # another reading of the same one
+    for alt in others[:3]:
         note = "byte-identical" if alt.get("indistinguishable") else plural(int(alt.get("errors", 0)), "error")
         runners.append(f"{alt.get('name')} ({note})")
     writer = WRITERS.get(res.kind, "unknown")
     if res.partial and res.kind == "seq_blob":
         writer = PARTIAL_WRITER
+    if res.kind == "seq_file" and res.token_payload is not None:
+        writer = SLOT_WRITER
     model, fits, note = _model(res, profile, full_paths)
     return Overview(
         file=res.path if full_paths else os.path.basename(res.path), path=res.path, size=res.size,
         kind=res.kind, kind_title=KIND_TITLES.get(res.kind, res.kind), writer=writer,
         layout=lay.name, layout_title=gen.title if gen is not None else "no known layout", confidence=lay.confidence,
         runners_up=runners, model=model, model_fits=fits, model_note=note, tokens=len(res.tokens),
-        sequences=sequences(res), sections=sections(res), verdict=verdict(res, profile), compat=compat, verify=verify,
+        sequences=sequences(res), sections=sections(res), verdict=verdict(res, profile),
+        cache_types=cache_types(res), rotation=rotation(res), compat=compat, verify=verify,
         sha256=sha256, full_paths=full_paths)

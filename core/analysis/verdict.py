@@ -7,8 +7,13 @@ all call it, so they never disagree. The rules:
 
 - ``not_state``: the reader did not recognise the file (``kind == "unknown"``).
 - ``damaged``: at least one error finding (the file ends early, a count or record is invalid...),
-  unless every error is ``model_mismatch``: a file that does not fit the given model may be
-  intact, written by another model, and is ``suspicious``.
+  unless every error is about the model (see ``model_mismatch``).
+- ``model_mismatch`` (a ``suspicious`` level, never ``damaged``): the file fits its own structure but
+  not the model given: every error is a ``model_mismatch`` finding (the reader found the model's
+  plan wrong and the file's own structure clean, or the file names another architecture) or a token
+  id outside the model's vocabulary, and either such a finding is there or the token ids say the
+  file used a larger vocabulary (:func:`vocabulary_mismatch`). One id outside the vocabulary among
+  ids inside it is damage; most ids above it, all plausible vocabulary ids, are another model.
 - ``suspicious``: warnings, or bytes that were not parsed or not trusted without an error.
 - ``healthy``: nothing of the above (info notes, such as "give the model to confirm the end",
   are mentioned in the reason).
@@ -24,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+
 from kvscope.core.findings import SEVERITY_RANK, Finding
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
@@ -31,8 +38,16 @@ from kvscope.core.reader.tree import coverage
 
 Level = Literal["healthy", "damaged", "suspicious", "not_state"]
 LEVELS: tuple[Level, ...] = ("healthy", "suspicious", "damaged", "not_state")
+# A verdict's state: its level, or a finer state of that level ("model_mismatch" is "suspicious").
+State = Literal["healthy", "damaged", "suspicious", "model_mismatch", "not_state"]
 LEVEL_TITLE: dict[str, str] = {"healthy": "healthy", "damaged": "damaged", "suspicious": "suspicious",
-                               "not_state": "not a state file"}
+                               "model_mismatch": "model mismatch", "not_state": "not a state file"}
+MODEL_ONLY_CODES = frozenset({"model_mismatch", "token_out_of_vocab"})  # errors about the model, not the bytes
+# A larger vocabulary than the model's: at least this share of the token ids outside it, all of them
+# ids a real vocabulary can have (the largest today hold about 2**18 tokens; random or NaN-filled
+# bytes give ids far above, negative ones none)
+VOCAB_MISMATCH_SHARE = 0.25
+MAX_VOCAB_ID = 1 << 20
 TOP_FINDINGS = 5
 EMPTY_STREAM_BYTES = 4  # a stream holds at least its u32 cell_count
 
@@ -89,17 +104,25 @@ class Verdict:
     top_findings: tuple[Finding, ...] = ()
     missing: MissingBytes | None = None
     counts: dict[str, int] = field(default_factory=dict)  # findings per severity
+    detail: State | None = None  # a finer state than the level ("model_mismatch"); None: the level itself
+
+    @property
+    def state(self) -> State:
+        """The level, or the finer state of it: ``model_mismatch`` is a ``suspicious`` file that does not fit
+        the model given."""
+        return self.detail or self.level
 
     @property
     def title(self) -> str:
-        return LEVEL_TITLE[self.level]
+        return LEVEL_TITLE[self.state]
 
     def line(self) -> str:
         """``damaged: the file ends inside ...``."""
         return f"{self.title}: {self.reason}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"level": self.level, "title": self.title, "reason": self.reason, "counts": dict(self.counts),
+        return {"level": self.level, "state": self.state, "title": self.title, "reason": self.reason,
+                "counts": dict(self.counts),
                 "top_findings": [f.to_json() for f in self.top_findings],
                 "missing": self.missing.to_json() if self.missing is not None else None}
 
@@ -145,8 +168,11 @@ def verdict(res: ParseResult, profile: ModelProfile | None = None) -> Verdict:
     missing = missing_bytes(res, profile)
     if errors:
         more = f" (and {plural(len(errors) - 1, 'more error')})" if len(errors) > 1 else ""
-        if all(f.code == "model_mismatch" for f in errors):
-            return Verdict("suspicious", f"it does not fit the model: {errors[0].message}{more}", top, None, counts)
+        mismatch = model_mismatch_reason(res, profile)
+        if mismatch is not None:
+            if "does not fit" not in mismatch:
+                mismatch = f"it does not fit the model: {mismatch}"
+            return Verdict("suspicious", mismatch, top, None, counts, "model_mismatch")
         if missing is not None:
             first = missing.finding
             return Verdict("damaged", f"the file ends early, {missing.text()}; {first.message}{more}", top,
@@ -157,7 +183,11 @@ def verdict(res: ParseResult, profile: ModelProfile | None = None) -> Verdict:
     if warnings:
         first = min(warnings, key=lambda f: f.offset)
         more = f" (and {plural(len(warnings) - 1, 'more warning')})" if len(warnings) > 1 else ""
-        return Verdict("suspicious", f"{first.message}{more}", top, None, counts)
+        about_model = all(f.code == "model_mismatch" for f in warnings)
+        why = f"{first.message}{more}"
+        if about_model and "does not fit" not in why:
+            why = f"it does not fit the model: {why}"
+        return Verdict("suspicious", why, top, None, counts, "model_mismatch" if about_model else None)
     cov = coverage(res.root)
     odd = cov["unparsed_bytes"] + cov["untrusted_bytes"] + cov["trailing_bytes"]
     if odd:
@@ -168,6 +198,41 @@ def verdict(res: ParseResult, profile: ModelProfile | None = None) -> Verdict:
     if notes:
         reason += f" ({plural(len(notes), 'note')} in the findings)"
     return Verdict("healthy", reason, top, None, counts)
+
+
+def vocabulary_mismatch(res: ParseResult, profile: ModelProfile | None) -> str | None:
+    """Why the file's token ids say it was written with a larger vocabulary than ``profile``'s (None: they
+    do not, or there is no model): at least two ids and :data:`VOCAB_MISMATCH_SHARE` of them outside the
+    vocabulary, every one a plausible vocabulary id (0 <= id < :data:`MAX_VOCAB_ID`)."""
+    if profile is None or not profile.n_vocab or not res.tokens:
+        return None
+    toks = np.asarray(res.tokens, dtype=np.int64)
+    bad = toks[(toks < 0) | (toks >= profile.n_vocab)]
+    if bad.size < 2 or bad.size < VOCAB_MISMATCH_SHARE * toks.size:
+        return None
+    if int(bad.min()) < 0 or int(bad.max()) >= MAX_VOCAB_ID:
+        return None
+    return (f"{bad.size:,} of its {plural(toks.size, 'token id')} are outside the model's vocabulary of "
+            f"{profile.n_vocab:,} (ids up to {int(bad.max()):,}): it was written with a larger vocabulary")
+
+
+def model_mismatch_reason(res: ParseResult, profile: ModelProfile | None = None) -> str | None:
+    """Why ``res`` fits its own structure but not the model it was read with (None: it is not a model
+    mismatch): every error is a model-only finding (:data:`MODEL_ONLY_CODES`) and a ``model_mismatch``
+    error or :func:`vocabulary_mismatch` says the model is another one."""
+    errors = [f for f in res.findings if f.severity == "error"]
+    if not errors or any(f.code not in MODEL_ONLY_CODES for f in errors):
+        return None
+    named = [f for f in errors if f.code == "model_mismatch"]
+    vocab = vocabulary_mismatch(res, profile)
+    if not named and vocab is None:
+        return None  # ids outside the vocabulary among ids inside it: damage, not another model
+    parts = [f.message for f in named]
+    if vocab is not None:
+        parts.append(vocab)
+    elif len(errors) > len(named):  # read with the wrong model, its vocabulary says nothing
+        parts.append(f"{plural(len(errors) - len(named), 'token finding')} against its vocabulary")
+    return "; ".join(parts)
 
 
 # -- the bytes past the end ------------------------------------------------------------------------

@@ -124,8 +124,9 @@ class OverviewView(QWidget):
                  f'<p style="font-size:large;margin-top:0">{escape(v.reason)}</p>']
         if self.doc.verify:
             vcol = verdict_color(VERIFY_LEVELS.get(str(self.doc.verify.get("verdict")), "suspicious"), dark).name()
+            stale = f" <i>({escape(self.doc.verify_stale)})</i>" if self.doc.verify_stale else ""
             parts.append(f'<p><a href="view:verify"><span style="color:{vcol}"><b>'
-                         f"{escape(verify_html.summary_line(self.doc.verify))}</b></span></a></p>")
+                         f"{escape(verify_html.summary_line(self.doc.verify))}</b></span></a>{stale}</p>")
         if self.doc.changed:
             parts.append(f'<p><b>The file changed on disk:</b> {escape(self.doc.changed)}. What is shown is the file '
                          'as it was read; reload it to see the new bytes.</p>')
@@ -138,7 +139,9 @@ class OverviewView(QWidget):
                 ("model", self._model_html(ov, dark)),
                 ("tokens", plural(ov.tokens, "token") if ov.tokens else "none stored"),
                 ("sequences", "<br>".join(escape(s.text()) for s in ov.sequences) or "no cells"),
-                ("sections", "<br>".join(escape(s.text()) for s in ov.sections) or "none")]
+                ("sections", "<br>".join(escape(s.text()) for s in ov.sections) or "none"),
+                ("cache types", "<br>".join(escape(t) for t in ov.cache_types) or "no records"),
+                ("rotation", "<br>".join(escape(t) for t in ov.rotation) or "no KV records")]
         parts.append(_table(rows))
         parts.append("<h3>Which llama.cpp builds load it</h3>")
         parts.append(self._compat_html(ov, dark))
@@ -153,7 +156,12 @@ class OverviewView(QWidget):
         if doc.verify_error:
             return verify_html.error_html(doc.verify_engine, doc.verify_error, dark)
         if doc.verify:
-            return verify_html.result_html(doc.verify, dark)
+            stale = ""
+            if doc.verify_stale:
+                col = verdict_color("suspicious", dark).name()
+                stale = (f'<p><span style="color:{col}"><b>Not the last run:</b></span> {escape(doc.verify_stale)}. '
+                         '<a href="verify:">Verify again</a></p>')
+            return stale + verify_html.result_html(doc.verify, dark)
         engine = doc.verify_engine or "the engine of the settings"
         can = doc.profile is not None
         return verify_html.not_verified_html(engine, can, "" if can else NEEDS_MODEL)
@@ -186,6 +194,9 @@ class OverviewView(QWidget):
     def _model_html(ov: Overview, dark: bool) -> str:
         text = escape(ov.model)
         if ov.model_fits is None:
+            if ov.model_note.startswith("not certain"):
+                col = verdict_color("suspicious", dark).name()
+                return f'{text}: <span style="color:{col}">{escape(ov.model_note)}</span>'
             return f"{text}: {escape(ov.model_note)}"
         col = verdict_color("healthy" if ov.model_fits else "damaged", dark).name()
         return f'{text}: <span style="color:{col}">{escape(ov.model_note)}</span>'
@@ -203,8 +214,13 @@ class OverviewView(QWidget):
             col = verdict_color(level, dark).name()
             items.append(f'<li><span style="color:{col}">{STAGE_MARK.get(c.stage, "?")}</span> {escape(line)}</li>')
         loads = ov.loads_in()
-        head = (f"<p>Loads as it is in: <b>{escape(', '.join(loads))}</b></p>" if loads
-                else "<p><b>No llama.cpp generation loads it as it is.</b></p>")
+        if ov.verdict.state == "model_mismatch":
+            head = ("<p><b>Not with the model given:</b> the file does not fit it. Give the model that wrote it "
+                    "to tell which builds load it.</p>")
+        elif loads:
+            head = f"<p>Loads as it is in: <b>{escape(', '.join(loads))}</b></p>"
+        else:
+            head = "<p><b>No llama.cpp generation loads it as it is.</b></p>"
         return head + "<ul>" + "".join(items) + "</ul>"
 
     # -- links ------------------------------------------------------------------------------------

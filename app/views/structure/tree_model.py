@@ -7,7 +7,10 @@ are one row here.
 Problems are flagged where they are: a node a finding points at, and every container above it,
 gets the finding's severity as an icon and colour and the finding in its tooltip; untrusted,
 unparsed and trailing ranges and truncated records get their own icon. A truncated file gets a
-second top-level row, "missing (past the end)", holding the records it should still have had.
+second top-level row, "missing (past the end)", holding the records it should still have had. A record
+a stream dropped (:mod:`~kvscope.app.document.missing_records`) gets a placeholder row where it would
+have been, among its stream's records: ``K? (missing: one of layers 0..3)``, or the layer once Verify
+names it. Placeholders are the model's own nodes, never added to the parse's tree.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelInde
 from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPen, QPixmap, QPolygonF
 
 from kvscope.app.base.theme import SEVERITY_COLORS, WARNING_COLOR
+from kvscope.app.document.missing_records import DroppedRecord
 from kvscope.core.analysis.verdict import MissingBytes
 from kvscope.core.findings import SEVERITY_RANK, Finding
 from kvscope.core.reader.tree import Node
@@ -72,6 +76,18 @@ def value_text(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def node_value_text(node: Node, limit: int = 80) -> str:
+    """The value column: a magic number as the four letters llama.cpp spells it (``ggsq``, ``ggsn``) with
+    the number beside, any other value as :func:`value_text`."""
+    v = node.value
+    if "magic" in node.name and isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 32:
+        letters = v.to_bytes(4, "big")  # llama.cpp's multi-character constants: 'ggsq' = 0x67677371
+        if all(0x20 < b < 0x7F for b in letters):
+            return f"{letters.decode('ascii')} (0x{v:08x})"
+        return f"0x{v:08x}"
+    return value_text(v, limit)
+
+
 class StructureModel(QAbstractItemModel):
     """Rows are Nodes; the single top-level row is the file node."""
 
@@ -86,6 +102,9 @@ class StructureModel(QAbstractItemModel):
         self._below: dict[int, str] = {}  # id(container) -> worst severity of a finding below it
         self._icons: dict[str, QIcon] = {}
         self.missing_node: Node | None = None
+        self._virtual: dict[int, list[Node]] = {}  # id(parent) -> placeholders of records it dropped
+        self._merged: dict[int, list[Node]] = {}  # id(parent) -> its children with the placeholders
+        self._dropped_key: list[tuple[int, int, str]] = []
         self.set_root(root)
 
     def set_root(self, root: Node | None) -> None:
@@ -97,14 +116,75 @@ class StructureModel(QAbstractItemModel):
         self._flags.clear()
         self._below.clear()
         self.missing_node = None
+        self._virtual.clear()
+        self._merged.clear()
+        self._dropped_key = []
         self.endResetModel()
 
-    def set_problems(self, findings: list[Finding], missing: MissingBytes | None) -> None:
+    def _kids(self, node: Node) -> list[Node]:
+        """``node``'s rows: its children, with the placeholders of the records it dropped in place."""
+        if id(node) not in self._virtual:
+            return node.children
+        merged = self._merged.get(id(node))
+        if merged is None:
+            merged = list(node.children)
+            for ph in self._virtual[id(node)]:
+                at = next((i for i, c in enumerate(merged) if c.offset >= ph.offset and c.kind != MISSING_KIND),
+                          len(merged))
+                merged.insert(at, ph)
+            self._merged[id(node)] = merged
+        return merged
+
+    def placeholders(self) -> list[Node]:
+        """The placeholder rows of dropped records, in file order."""
+        return sorted((n for nodes in self._virtual.values() for n in nodes), key=lambda n: n.offset)
+
+    def _set_dropped(self, dropped: list[DroppedRecord]) -> None:
+        root = self._root
+        assert root is not None
+        pairs = []
+        for d in dropped:
+            f = d.finding
+            parent = f.node if isinstance(f.node, Node) else (root.find(f.path) if f.path else None)
+            if parent is not None:
+                pairs.append((parent, d))
+        key = [(id(par), d.offset, d.role) for par, d in pairs]
+        if key == self._dropped_key:  # the same records: Verify may name them now
+            for (_, d), ph in zip(pairs, self.placeholders(), strict=True):
+                ph.name, ph.note = d.name, _dropped_note(d)
+            return
+        if self._dropped_key:  # other records than before (a new parse resets first): start over
+            self.set_root(root)
+        self._dropped_key = key
+        for par, d in pairs:
+            ph = Node(d.name, MISSING_KIND, d.offset, 0, None, "unparsed", note=_dropped_note(d))
+            ph.parent = par  # the model's own row: the parse's tree is left as it is
+            shown = self._shown.get(id(par))
+            self._virtual.setdefault(id(par), []).append(ph)
+            self._merged.pop(id(par), None)
+            row = next(i for i, n in enumerate(self._kids(par)) if n is ph)
+            self._rows.pop(id(par), None)
+            if shown is None or row > shown:  # not exposed yet: fetchMore brings it
+                continue
+            pidx = self.index_of(par)
+            self._virtual[id(par)].remove(ph)  # announced before it appears
+            self._merged.pop(id(par), None)
+            self.beginInsertRows(pidx, row, row)
+            self._virtual[id(par)].append(ph)
+            self._merged.pop(id(par), None)
+            self._shown[id(par)] = shown + 1
+            self._rows.pop(id(par), None)
+            self.endInsertRows()
+
+    def set_problems(self, findings: list[Finding], missing: MissingBytes | None,
+                     dropped: list[DroppedRecord] | None = None) -> None:
         """Flag the nodes ``findings`` point at (and their containers); show what ``missing`` says is
-        missing past the end of the file as a second top-level row."""
+        missing past the end of the file as a second top-level row, and a placeholder row for every
+        record of ``dropped`` among its stream's records."""
         root = self._root
         if root is None:
             return
+        self._set_dropped(list(dropped or []))
         self.layoutAboutToBeChanged.emit()
         self._flags.clear()
         self._below.clear()
@@ -151,7 +231,7 @@ class StructureModel(QAbstractItemModel):
         if not parent.isValid():
             return self._top
         node = self.node(parent)
-        return node.children if node is not None else []
+        return self._kids(node) if node is not None else []
 
     def _shown_count(self, parent: Index) -> int:
         kids = self._children(parent)
@@ -181,7 +261,7 @@ class StructureModel(QAbstractItemModel):
         par = node.parent
         rows = self._rows.get(id(par))
         if rows is None:
-            rows = {id(c): i for i, c in enumerate(par.children)}
+            rows = {id(c): i for i, c in enumerate(self._kids(par))}
             self._rows[id(par)] = rows
         return rows[id(node)]
 
@@ -204,7 +284,7 @@ class StructureModel(QAbstractItemModel):
         if node is None:
             return
         have = self._shown_count(parent)
-        more = min(len(node.children), have + CHUNK)
+        more = min(len(self._kids(node)), have + CHUNK)
         if more <= have:
             return
         self.beginInsertRows(parent, have, more - 1)
@@ -253,7 +333,7 @@ class StructureModel(QAbstractItemModel):
             if col == "size":
                 return f"{node.size:,}"
             if col == "value":
-                return value_text(node.value)
+                return node_value_text(node)
             return node.status
         if role == SORT_ROLE:
             return {"offset": node.offset, "size": node.size}.get(col, self.data(index))
@@ -268,7 +348,7 @@ class StructureModel(QAbstractItemModel):
             if node.note:
                 tip += f"\n{node.note}"
             if node.value is not None:
-                tip += f"\nvalue: {value_text(node.value, 400)}"
+                tip += f"\nvalue: {node_value_text(node, 400)}"
             found = self._flags.get(id(node), [])
             for f in found[:MAX_TIP_FINDINGS]:
                 tip += f"\n{f.severity} {f.code} @{f.offset:,}: {f.message}"
@@ -330,6 +410,14 @@ class StructureModel(QAbstractItemModel):
                 icon = _icon("hatch", WARNING_COLOR)
             self._icons[flag] = icon
         return icon
+
+
+def _dropped_note(d: DroppedRecord) -> str:
+    if d.layer is not None:
+        return (f"the stream holds no {d.role.upper()} record for layer {d.layer}: Verify names it (the engine "
+                "writes it, the file does not hold it)")
+    return (f"{d.finding.message}. Verify (Tools → Verify) names the layer by comparing with the records a real "
+            "llama.cpp writes")
 
 
 def _missing_tree(m: MissingBytes) -> Node:
