@@ -18,8 +18,10 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
+from kvscope.core import errors
 
-class Cancelled(Exception):
+
+class Cancelled(errors.Cancelled):
     """Raised by a job (``token.check()``) that noticed it was cancelled."""
 
 

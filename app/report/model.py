@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kvscope.core.errors import InputError
+
 if TYPE_CHECKING:
     from kvscope.app.document.doc_index import DocumentIndex
     from kvscope.app.report.names import PathNames
@@ -24,7 +26,7 @@ MAX_HEATMAPS = 4  # flagged layers pictured; the others are listed
 MAX_CELL_TABLES = 4  # cell tables pictured
 
 
-class ReportError(Exception):
+class ReportError(InputError):
     """Bad input or an unwritable destination: one line for the user (exit code 2)."""
 
 

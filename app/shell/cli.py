@@ -2,6 +2,10 @@
 
 The core CLI finds :func:`register` through the ``kvscope.commands`` entry-point group; this
 module imports Qt only when the command runs, so ``kvscope inspect`` never pays for it.
+
+Exit codes: 0 the window was closed (``--screenshot``: the picture is saved); 2 a FILE, model or
+``--diff`` file that is not a regular file, no PySide6, or a picture that could not be taken (one
+line on stderr). A file that opens but is not a state file is shown in the window, not refused here.
 """
 
 from __future__ import annotations

@@ -14,7 +14,11 @@ import argparse
 import sys
 from typing import Any
 
-EXIT_OK, EXIT_INEXACT, EXIT_BAD_INPUT = 0, 1, 2
+from kvscope.core.errors import EXIT_BAD_INPUT, EXIT_OK, error_line
+from kvscope.core.errors import EXIT_FINDINGS as EXIT_INEXACT
+
+COMMANDS = ("rewrite",)
+__all__ = ["EXIT_BAD_INPUT", "EXIT_INEXACT", "EXIT_OK", "cmd_rewrite", "register"]
 
 
 def register(subparsers: Any) -> None:
@@ -47,22 +51,22 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
         try:
             profile = load_model_profile(args.model)
         except (ModelProfileError, OSError) as e:
-            print(f"kvscope: cannot use model {args.model}: {e}", file=sys.stderr)
+            print(error_line(f"cannot use model {args.model}: {e}"), file=sys.stderr)
             return EXIT_BAD_INPUT
     try:
         outcome = rewrite_file(args.file, args.output, args.layout, profile, rotation=args.rotation,
                                seq_id=args.seq_id, drop_trailing=args.drop_trailing, via_core=args.via_core)
     except OSError as e:
-        print(f"kvscope: {e.filename or args.output}: {e.strerror}", file=sys.stderr)
+        print(error_line(f"{e.filename or args.output}: {e.strerror}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     except ImportError as e:
-        print(f"kvscope: this conversion needs the memory core and torch (pip install 'kvscope[memory]'): {e}",
+        print(error_line(f"this conversion needs the memory core and torch (pip install 'kvscope[memory]'): {e}"),
               file=sys.stderr)
         return EXIT_BAD_INPUT
     for note in outcome.notes:
-        print(f"kvscope: note: {note}", file=sys.stderr)
+        print(error_line(f"note: {note}"), file=sys.stderr)
     if not outcome.ok:
-        print(f"kvscope: {outcome.message}", file=sys.stderr)
+        print(error_line(outcome.message), file=sys.stderr)
         return outcome.code
     print(outcome.message)
     return EXIT_OK

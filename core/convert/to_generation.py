@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.errors import InputError
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.layouts import BLOB_IO_MAGIC, Generation, generation_named
 from kvscope.core.reader.records import KvStream, ParseResult
@@ -259,7 +260,7 @@ def _pieces(edits: list[tuple[int, int, bytes]], end: int) -> list[Piece]:
     return pieces
 
 
-class SourceChanged(Exception):
+class SourceChanged(InputError):
     """The source file changed while it was copied."""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kvscope.core.engine.builds import BUILDS, LlamaBuild
+from kvscope.core.errors import SetupError
 
 BINDING_PACKAGE = "llama_cpp_python"  # distribution name of llama-cpp-python
 BINDING_VERSION = "0.3.36"
@@ -66,7 +67,7 @@ MODEL_DEFAULTS: dict[str, Any] = {
 KNOWN_HEADERS: dict[str, LlamaBuild] = {b.llama_h_sha256: b for b in BUILDS}
 
 
-class ABIMismatch(Exception):
+class ABIMismatch(SetupError):
     """The library is not the ABI the binding was written for: one line saying what differs."""
 
 

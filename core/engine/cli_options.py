@@ -1,10 +1,27 @@
-"""The command-line options that say which llama.cpp to run (``kvscope verify`` and ``kvscope lab``)."""
+"""The command-line options that say which llama.cpp to run and with what (``kvscope verify`` and ``kvscope lab``):
+the engine's location, and :func:`parse_pairs`, the one parser of ``KEY=VALUE`` options (``--ctx-param``,
+``--live-seq``; :mod:`kvscope.core.cli.plumbing` exports it to every command)."""
 
 from __future__ import annotations
 
 import argparse
 
 from kvscope.core.engine.builds import BUILDS
+from kvscope.core.errors import UsageError
+
+
+def parse_pairs(items: list[str] | None, option: str) -> dict[str, str]:
+    """``KEY=VALUE`` strings of a repeatable ``option`` as a dict (keys and values stripped; a later key wins).
+
+    UsageError names the option and the item when one has no ``=`` or an empty key.
+    """
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"{option} {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def add_engine_location(p: argparse.ArgumentParser, build_default: str) -> None:

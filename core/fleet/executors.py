@@ -17,11 +17,13 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
+from kvscope.core.errors import SetupError
+
 T = TypeVar("T")
 Result = dict[str, Any]
 
 
-class ExecutorError(Exception):
+class ExecutorError(SetupError):
     """The executor cannot run at all (no dask installed, the scheduler unreachable): one line for the user."""
 
 

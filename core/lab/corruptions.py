@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.errors import UsageError
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
@@ -27,7 +28,7 @@ from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Sect
 KINDS = ("truncate", "set", "fill", "drop", "swap", "dup-cell", "trailer")
 
 
-class CorruptionError(ValueError):
+class CorruptionError(UsageError, ValueError):
     """The mutation does not apply to this state (no such section, layer, cell...)."""
 
 

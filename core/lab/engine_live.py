@@ -30,6 +30,7 @@ import numpy.typing as npt
 from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.llamacpp import CtxParams, LlamaProcess, Outcome
 from kvscope.core.engine.server import ServerClient, ServerError, ServerProcess
+from kvscope.core.errors import SetupError
 from kvscope.core.lab.scenario import RestoreInput, Scenario, ScenarioError, create_scenario
 from kvscope.core.memory import ContextParams
 from kvscope.core.model.profile import ModelProfile
@@ -37,7 +38,7 @@ from kvscope.core.model.profile import ModelProfile
 F32A = npt.NDArray[np.float32]
 
 
-class EngineLabError(ValueError):
+class EngineLabError(SetupError, ValueError):
     """The lab cannot run this scenario in the engine (one line)."""
 
 

@@ -25,9 +25,12 @@ import sys
 from typing import Any
 
 from kvscope.core.engine.choices import LAB_ENGINES
-from kvscope.core.engine.cli_options import add_engine_location
+from kvscope.core.engine.cli_options import add_engine_location, parse_pairs
+from kvscope.core.errors import EXIT_BAD_INPUT, EXIT_OK, KvscopeError, UsageError, error_line
+from kvscope.core.errors import EXIT_FINDINGS as EXIT_DISAGREE
 
-EXIT_OK, EXIT_DISAGREE, EXIT_BAD_INPUT = 0, 1, 2
+COMMANDS = ("lab",)
+__all__ = ["EXIT_BAD_INPUT", "EXIT_DISAGREE", "EXIT_OK", "cmd_lab", "main", "register"]
 
 
 def register(subparsers: Any) -> None:
@@ -62,39 +65,25 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=cmd_lab)
 
 
-class _BadInput(Exception):
-    pass
-
-
-def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise _BadInput(f"{what} {item!r}: expected KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def _ctx_overrides(items: list[str] | None) -> dict[str, Any]:
     from kvscope.core.memory import ContextParams
 
     types = {f.name: str(f.type) for f in dataclasses.fields(ContextParams)}
     out: dict[str, Any] = {}
-    for key, value in _pairs(items, "--ctx-param").items():
+    for key, value in parse_pairs(items, "--ctx-param").items():
         if key not in types:
-            raise _BadInput(f"--ctx-param {key}: not a context parameter ({', '.join(types)})")
+            raise UsageError(f"--ctx-param {key}: not a context parameter ({', '.join(types)})")
         t = types[key]
         if t == "bool":
             low = value.lower()
             if low not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-                raise _BadInput(f"--ctx-param {key}={value}: expected true or false")
+                raise UsageError(f"--ctx-param {key}={value}: expected true or false")
             out[key] = low in ("1", "true", "yes", "on")
         elif t.startswith("int"):
             try:
                 out[key] = None if value.lower() == "none" and "None" in t else int(value, 0)
             except ValueError:
-                raise _BadInput(f"--ctx-param {key}={value}: expected an integer") from None
+                raise UsageError(f"--ctx-param {key}={value}: expected an integer") from None
         else:
             out[key] = value
     return out
@@ -110,14 +99,14 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
     readers = tuple(args.reader or READERS)
     for p in policies:
         if p not in POLICIES:
-            raise _BadInput(f"--policy {p}: unknown ({', '.join(POLICIES)})")
+            raise UsageError(f"--policy {p}: unknown ({', '.join(POLICIES)})")
     for r in readers:
         if r not in READERS:
-            raise _BadInput(f"--reader {r}: unknown ({', '.join(READERS)})")
+            raise UsageError(f"--reader {r}: unknown ({', '.join(READERS)})")
     try:
-        live_seqs = {int(k): v for k, v in _pairs(args.live_seq, "--live-seq").items()}
+        live_seqs = {int(k): v for k, v in parse_pairs(args.live_seq, "--live-seq").items()}
     except ValueError:
-        raise _BadInput("--live-seq: the sequence id must be an integer") from None
+        raise UsageError("--live-seq: the sequence id must be an integer") from None
     try:
         scenario = load_scenario(args.context, model=args.model, restore=args.restore, into=args.into,
                                  live_seqs=live_seqs or None, layout=args.layout,
@@ -129,7 +118,7 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
         for case in runner.cases:
             runner.prepare(case)
     except (ScenarioError, LabError, CorruptionError, ValueError) as e:
-        raise _BadInput(str(e)) from None
+        raise UsageError(str(e)) from None
     if args.engine != "torch":
         return _run_engine(args, scenario, cases)
     run = runner.run()
@@ -144,16 +133,16 @@ def _run_engine(args: argparse.Namespace, scenario: Any, cases: Any) -> tuple[st
     from kvscope.core.lab.engine_report import engine_run_to_json, render_engine_markdown
 
     if args.policy or args.reader:
-        raise _BadInput("--policy and --reader choose the core's cells; a real engine restores with its own code "
+        raise UsageError("--policy and --reader choose the core's cells; a real engine restores with its own code "
                         "(--engine both runs the core with policy contained and the reader of the input's API)")
     if args.engine != "server" and (args.server or args.slot_dir or args.server_bin):
-        raise _BadInput("--server, --slot-dir and --server-bin go with --engine server")
+        raise UsageError("--server, --slot-dir and --server-bin go with --engine server")
     try:
         runner = EngineLabRunner(scenario, args.engine, cases, build=args.build, lib_path=args.lib,
                                  server_url=args.server, slot_dir=args.slot_dir, server_bin=args.server_bin,
                                  model=args.model)
     except (EngineLabError, ValueError) as e:
-        raise _BadInput(str(e)) from None
+        raise UsageError(str(e)) from None
     try:
         er = runner.run()
     finally:
@@ -165,23 +154,23 @@ def _run_engine(args: argparse.Namespace, scenario: Any, cases: Any) -> tuple[st
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
-    """Run the matrix and print it; 0 ran, 1 disagreements (--engine both), 2 bad input."""
-    try:
-        text, code = _run(args)
-    except _BadInput as e:
-        print(f"kvscope lab: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    """Run the matrix and print it; 0 ran, 1 disagreements (--engine both); bad input raises UsageError (2)."""
+    text, code = _run(args)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return code
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (``python -m kvscope.core.lab.lab_cli``), until ``kvscope lab`` is wired in core/cli/main.py."""
+    """Standalone entry (``python -m kvscope.core.lab.lab_cli lab ...``); ``kvscope lab`` is the same command."""
     parser = argparse.ArgumentParser(prog="kvscope")
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return cmd_lab(args)
+    except KvscopeError as e:
+        print(error_line(e), file=sys.stderr)
+        return e.exit_code
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvscope.core.errors import UsageError
 from kvscope.core.lab.corruptions import CATALOG, Corruption, CorruptionError, parse_spec
 from kvscope.core.lab.probe import Probe, component_bytes, probe_sequences, seq_cells, stale_cells
 from kvscope.core.lab.report import (
@@ -58,7 +59,7 @@ Progress = Callable[[int, int, str], None]
 Cancel = Callable[[], bool] | threading.Event
 
 
-class LabError(ValueError):
+class LabError(UsageError, ValueError):
     """A case, policy or reader the lab cannot run (one-line message)."""
 
 

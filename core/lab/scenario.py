@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.errors import InputError
 from kvscope.core.fileio import open_regular, pread_into
 from kvscope.core.memory import ContextParams, Layout, MemoryContext, ParamsError, ReadResult, SpecError
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
@@ -45,7 +46,7 @@ KIND_BY_SUFFIX = {".seqdata.bin": "seq_blob", ".seqstate": "seq_file", ".state.b
 LIVE_STATE = "context.state.bin"
 
 
-class ScenarioError(ValueError):
+class ScenarioError(InputError, ValueError):
     """The scenario cannot be built (missing file, unusable model, a live state that does not load)."""
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.errors import InputError
 from kvscope.core.memory.io import StateReader
 from kvscope.core.memory.result import RestoreFailure
 from kvscope.core.memory.spec import Dsv4Spec
@@ -44,7 +45,7 @@ F32 = 0
 Dsv4Snap = tuple[()]
 
 
-class Dsv4Error(ValueError):
+class Dsv4Error(InputError, ValueError):
     """A DeepSeek-V4 operation llama.cpp refuses (one-line message)."""
 
 

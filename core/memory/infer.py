@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.errors import InputError
 from kvscope.core.memory.context import Data, MemoryContext
 from kvscope.core.memory.infer_spec import (
     UNKNOWN_SWA,
@@ -41,7 +42,7 @@ __all__ = ["UNKNOWN_SWA", "InferError", "Inferred", "infer_context", "load", "wr
 _SWA_ROLES = ("kv_swa", "kv_raw_swa")
 
 
-class InferError(ValueError):
+class InferError(InputError, ValueError):
     """The parse does not describe a state the memory core can hold (one-line message)."""
 
 

@@ -11,6 +11,7 @@ is outside it), whether a 12-byte cell ext is M-RoPE or PLE.
 from __future__ import annotations
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.errors import InputError
 from kvscope.core.memory.spec import SWA_STANDARD, AttnLayer, CacheSpec, Dsv4Block, Dsv4Spec, MemorySpec
 from kvscope.core.reader.records import KvStream, ParseResult, Section
 
@@ -35,7 +36,7 @@ _KCACHE_RATIO = {"kcache_csa": 4, "kcache_hca": 128, "kcache_lid": 4}  # DSV4_CS
 _SWA_ROLES = ("kv_swa", "kv_raw_swa")
 
 
-class StructureError(ValueError):
+class StructureError(InputError, ValueError):
     """The sections are not a memory class the core knows (one-line message)."""
 
 

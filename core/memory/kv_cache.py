@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.errors import InputError
 from kvscope.core.memory.cells import I64, TOKEN_NULL, CellsSnap, KvCells, SlotInfo, Ubatch, index_runs
 from kvscope.core.memory.spec import LLAMA_MAX_SEQ, SWA_NONE, AttnLayer
 from kvscope.core.memory.tensors import TensorStore, dequantize_rows, quantize_rows
@@ -23,7 +24,7 @@ from kvscope.core.memory.tensors import TensorStore, dequantize_rows, quantize_r
 POS_MAX = np.iinfo(np.int32).max
 
 
-class CacheError(ValueError):
+class CacheError(InputError, ValueError):
     """An operation or construction llama.cpp would reject (one-line message)."""
 
 

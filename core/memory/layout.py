@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvscope.core.errors import UsageError
 from kvscope.core.memory.spec import NEW_CLASSES, MemorySpec
 from kvscope.core.reader.layouts import GENERATION_BY_NAME, GENERATIONS, Generation, generation_named
 
@@ -21,7 +22,7 @@ FLAG_PARTIAL_ONLY = 1
 FLAG_ON_DEVICE = 2
 
 
-class LayoutError(ValueError):
+class LayoutError(UsageError, ValueError):
     """A memory state cannot be expressed in (or read from) a layout (one-line message)."""
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.errors import UsageError
 from kvscope.core.memory.spec import LLAMA_MAX_SEQ
 
 PAD = 256
 
 
-class ParamsError(ValueError):
+class ParamsError(UsageError, ValueError):
     """Context parameters llama.cpp would refuse (one-line message)."""
 
 

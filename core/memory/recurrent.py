@@ -15,6 +15,7 @@ import numpy.typing as npt
 import torch
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.errors import InputError
 from kvscope.core.memory.cells import I32, Ubatch
 from kvscope.core.memory.tensors import TensorStore, dequantize_rows, quantize_rows
 
@@ -22,7 +23,7 @@ POS_MAX = np.iinfo(np.int32).max
 RecSnap = tuple[I32, I32, I32, npt.NDArray[np.bool_], int]
 
 
-class RecurrentError(ValueError):
+class RecurrentError(InputError, ValueError):
     """An operation or construction llama.cpp would reject (one-line message)."""
 
 

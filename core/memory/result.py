@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvscope.core.errors import InputError
+
 CHECKS: frozenset[str] = frozenset({
     "truncated", "magic", "version", "token_count", "io_magic", "arch", "output_id",
     "logits_size", "embd_size", "n_stream", "cell_count_bound", "alloc", "n_seq_id", "seq_id_range",
@@ -33,7 +35,7 @@ CHECKS: frozenset[str] = frozenset({
 })
 
 
-class RestoreFailure(Exception):
+class RestoreFailure(InputError):
     """A check failed at ``offset`` (absolute, in the bytes given to the restore).
 
     ``offset`` is that of the field for scalar checks, of the cell record for cell checks

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from kvscope.core.errors import InputError
 from kvscope.core.model.memory_plan import ExpectedSection
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.model.rotation_rule import OWN_HEAD_ROLES, planned_cache_heads
@@ -44,7 +45,7 @@ CLASS_ROLES: dict[str, tuple[str, ...]] = {
 LLAMA_MAX_SEQ = 256
 
 
-class SpecError(ValueError):
+class SpecError(InputError, ValueError):
     """The model (or the inferred structure) cannot be held by one of the memory classes."""
 
 

@@ -18,11 +18,12 @@ from gguf import GGMLQuantizationType
 from gguf import quants as gq
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.errors import InputError
 
 U8 = npt.NDArray[np.uint8]
 
 
-class ConversionError(ValueError):
+class ConversionError(InputError, ValueError):
     """A float conversion gguf-py cannot do (e.g. quantizing to iq4_nl)."""
 
 

@@ -33,6 +33,7 @@ import numpy as np
 from gguf import GGUFReader, GGUFValueType
 from gguf.gguf_reader import ReaderField
 
+from kvscope.core.errors import InputError
 from kvscope.core.fileio import CHANGED_MESSAGE, FileIdentity, open_regular
 from kvscope.core.textsafe import safe_text
 
@@ -49,7 +50,7 @@ __all__ = [
 Backend = Literal["fast", "gguf"]
 
 
-class GGUFMetadataError(Exception):
+class GGUFMetadataError(InputError):
     """The GGUF metadata could not be read, or a key has the wrong type (one-line message).
 
     The message is escaped (:func:`kvscope.core.textsafe.safe_text`): key names and values

@@ -26,6 +26,7 @@ from typing import Literal
 
 import numpy as np
 
+from kvscope.core.errors import InputError
 from kvscope.core.model import detokenize as _detok
 from kvscope.core.model.architectures import (
     DEFAULT_ATTENTION_INTERVAL,
@@ -57,7 +58,7 @@ MemoryClass = Literal["kv", "iswa", "recurrent", "hybrid", "hybrid_iswa", "hybri
                       "dsv4", "none"]
 
 
-class ModelProfileError(Exception):
+class ModelProfileError(InputError):
     """A GGUF model could not be read into a :class:`ModelProfile` (one-line message, escaped:
     architecture names and keys in it come from the file)."""
 

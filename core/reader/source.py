@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from kvscope.core.errors import InputError
 from kvscope.core.fileio import CHANGED_MESSAGE, FileIdentity, open_regular, pread_into
 
 __all__ = ["CHANGED_MESSAGE", "ByteSource", "FileChangedError", "FileIdentity"]
@@ -41,7 +42,7 @@ CHUNK = 1 << 20  # bytes per step of chunked reads (find, chunks)
 MAX_SLICE = 64 << 20  # the largest ``src[a:b]`` copy (bigger reads go through chunks())
 
 
-class FileChangedError(Exception):
+class FileChangedError(InputError):
     """The file changed (size, mtime, inode or device) while it was read; ``str()`` is the message."""
 
     def __init__(self, path: str, detail: str = "") -> None:

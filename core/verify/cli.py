@@ -19,9 +19,12 @@ import sys
 from typing import Any
 
 from kvscope.core.engine.choices import VERIFY_ENGINES
-from kvscope.core.engine.cli_options import add_engine_location
+from kvscope.core.engine.cli_options import add_engine_location, parse_pairs
+from kvscope.core.errors import EXIT_BAD_INPUT as EXIT_SETUP
+from kvscope.core.errors import EXIT_FINDINGS as EXIT_VERDICT
+from kvscope.core.errors import EXIT_OK, UsageError, error_line
 
-EXIT_OK, EXIT_VERDICT, EXIT_SETUP = 0, 1, 2
+COMMANDS = ("verify",)
 
 
 def register(subparsers: Any) -> None:
@@ -50,20 +53,6 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=cmd_verify)
 
 
-class _Usage(Exception):
-    pass
-
-
-def _pairs(items: list[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise _Usage(f"--ctx-param {item!r}: expected KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def parse_tokens(spec: str | None) -> list[int] | dict[int, list[int]] | None:
     """``1,2,3`` or ``@FILE`` (a JSON list, or an object of sequence -> list)."""
     if spec is None:
@@ -73,7 +62,7 @@ def parse_tokens(spec: str | None) -> list[int] | dict[int, list[int]] | None:
             with open(spec[1:], encoding="utf-8") as fh:
                 doc = json.load(fh)
         except (OSError, ValueError) as e:
-            raise _Usage(f"--tokens {spec}: {e}") from None
+            raise UsageError(f"--tokens {spec}: {e}") from None
         try:
             if isinstance(doc, dict):
                 return {int(k): [int(t) for t in v] for k, v in doc.items()}
@@ -81,11 +70,11 @@ def parse_tokens(spec: str | None) -> list[int] | dict[int, list[int]] | None:
                 return [int(t) for t in doc]
         except (TypeError, ValueError):
             pass
-        raise _Usage(f"--tokens {spec}: expected a JSON list of token ids or an object of sequence -> list")
+        raise UsageError(f"--tokens {spec}: expected a JSON list of token ids or an object of sequence -> list")
     try:
         return [int(t) for t in spec.replace(" ", "").split(",") if t]
     except ValueError:
-        raise _Usage(f"--tokens {spec!r}: expected comma-separated token ids") from None
+        raise UsageError(f"--tokens {spec!r}: expected comma-separated token ids") from None
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -95,18 +84,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     try:
         if args.engine != "server" and (args.server or args.slot_dir or args.server_bin):
-            raise _Usage("--server, --slot-dir and --server-bin go with --engine server")
+            raise UsageError("--server, --slot-dir and --server-bin go with --engine server")
         if args.server and args.server_bin:
-            raise _Usage("give either --server URL (a running server) or --server-bin PATH, not both")
+            raise UsageError("give either --server URL (a running server) or --server-bin PATH, not both")
         if args.server and not args.slot_dir:
-            raise _Usage("--server needs --slot-dir (the server's --slot-save-path folder)")
+            raise UsageError("--server needs --slot-dir (the server's --slot-save-path folder)")
         verifier = Verifier(args.file, args.model, engine=args.engine, build=args.build, lib_path=args.lib,
                             server_url=args.server, slot_dir=args.slot_dir, server_bin=args.server_bin,
-                            overrides=_pairs(args.ctx_param), tokens=parse_tokens(args.tokens),
+                            overrides=parse_pairs(args.ctx_param, "--ctx-param"), tokens=parse_tokens(args.tokens),
                             next_token=args.next_token, timeout_s=args.timeout)
         res = verifier.run()
-    except (_Usage, VerifyError) as e:
-        print(f"kvscope verify: {e}", file=sys.stderr)
+    except (UsageError, VerifyError) as e:
+        print(error_line(e), file=sys.stderr)
         return EXIT_SETUP
     if args.json:
         sys.stdout.write(json.dumps(res.to_json(), indent=1, allow_nan=False) + "\n")

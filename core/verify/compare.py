@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvscope.core import errors
 from kvscope.core import ggml_types as gt
 from kvscope.core.analysis.record_values import derotates, record_rows, record_shape
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult, Section
@@ -46,7 +47,7 @@ SKIP_COST = 1.5  # cost of leaving a record unpaired (a pair of unrelated record
 Progress = Callable[[int, int, str], None]
 
 
-class Cancelled(Exception):
+class Cancelled(errors.Cancelled):
     """The comparison was cancelled."""
 
 

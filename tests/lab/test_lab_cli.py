@@ -84,7 +84,7 @@ def test_ctx_params_and_live_sequences(capsys: pytest.CaptureFixture[str]) -> No
 def test_bad_input_exits_2_with_one_line(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
     code, out, err = _lab(capsys, *args)
     assert code == 2 and out == ""
-    assert err.startswith("kvscope lab: ") and err.count("\n") == 1 and message in err, err
+    assert err.startswith("kvscope: ") and err.count("\n") == 1 and message in err, err
 
 
 def test_register_does_not_import_torch() -> None:

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from kvscope.core.errors import UsageError
+
 PIECE = 4 << 20
 KINDS: dict[str, str] = {  # kind -> what the entry takes
     "hex": "hex bytes: 71 73 67 67",
@@ -34,7 +36,7 @@ Cancelled = Callable[[], bool]
 Progress = Callable[[float], None]
 
 
-class QueryError(ValueError):
+class QueryError(UsageError, ValueError):
     """A query that names no bytes (one line, for the find bar)."""
 
 

@@ -1,0 +1,96 @@
+"""Which subcommands exist and where they come from, found without a hand-kept list.
+
+* **core front-ends**: every module of the ``kvscope.core`` tree named ``cli.py`` or ``*_cli.py`` that
+  defines ``COMMANDS`` (the names it adds) and ``register(subparsers)``. They are found by listing the
+  package folders (no package is imported for it: ``kvscope.core.memory`` would import torch) and
+  imported when the parser is built; each imports only the standard library at module level
+  (tests/cli/test_cli_registry.py holds them to it).
+* **other layers' commands** (the app's ``gui`` and ``report``): the ``kvscope.commands`` entry-point
+  group. They are loaded only when the command asked for is not a core one (or none is asked for: the
+  full help), and then only the one asked for if it is there, so ``kvscope verify --help`` never
+  imports Qt.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kvscope.core.errors import error_line
+
+Registrar = Callable[[Any], None]  # adds subcommands to argparse's subparsers object
+ENTRY_POINT_GROUP = "kvscope.commands"
+CORE_PACKAGE = "kvscope.core"
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """A core module that registers subcommands."""
+
+    module: str  # dotted name
+    commands: tuple[str, ...]
+    register: Registrar
+
+
+def _front_end_modules() -> list[str]:
+    """Dotted names of the ``cli.py`` / ``*_cli.py`` modules of the core tree (found on disk, not imported)."""
+    spec = importlib.util.find_spec(CORE_PACKAGE)
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    names: set[str] = set()
+    for root in roots:
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d.isidentifier() and os.path.isfile(os.path.join(folder, d,
+                                                                                                 "__init__.py")))
+            rel = os.path.relpath(folder, root)
+            package = CORE_PACKAGE if rel == "." else f"{CORE_PACKAGE}.{rel.replace(os.sep, '.')}"
+            for f in files:
+                stem, ext = os.path.splitext(f)
+                if ext == ".py" and (stem == "cli" or stem.endswith("_cli")) and stem.isidentifier():
+                    names.add(f"{package}.{stem}")
+    return sorted(names)
+
+
+def core_front_ends() -> list[FrontEnd]:
+    """Every core front-end module, imported, with the commands it declares (sorted by module name)."""
+    out = []
+    for name in _front_end_modules():
+        mod = importlib.import_module(name)
+        commands = getattr(mod, "COMMANDS", None)
+        register = getattr(mod, "register", None)
+        if commands and callable(register):
+            out.append(FrontEnd(name, tuple(commands), register))
+    return out
+
+
+def core_commands() -> dict[str, FrontEnd]:
+    """Command name -> the front-end that registers it."""
+    return {c: fe for fe in core_front_ends() for c in fe.commands}
+
+
+def plugin_commands(wanted: str | None, core: set[str] | None = None) -> dict[str, Registrar]:
+    """The entry-point commands to register for a run that asks for ``wanted``.
+
+    None when ``wanted`` is a core command; else the one named ``wanted`` if it is there, else all
+    (for the help, or for argparse to say the command does not exist). A plugin that fails to load is
+    reported on stderr and left out.
+    """
+    if wanted is not None and wanted in (core if core is not None else set(core_commands())):
+        return {}
+    from importlib.metadata import entry_points
+
+    eps = list(entry_points(group=ENTRY_POINT_GROUP))
+    if any(ep.name == wanted for ep in eps):
+        eps = [ep for ep in eps if ep.name == wanted]
+    out: dict[str, Registrar] = {}
+    for ep in eps:
+        try:
+            out[ep.name] = ep.load()
+        except Exception as e:  # a broken plugin must not take the core commands down
+            import sys
+
+            print(error_line(f"command {ep.name!r} unavailable: {e}"), file=sys.stderr)
+    return out

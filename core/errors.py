@@ -1,0 +1,68 @@
+"""The one error hierarchy of kvscope, and the exit codes every command shares.
+
+A failure the user must read (bad input, a usage error, a missing engine) is a :class:`KvscopeError`:
+it carries the process ``exit_code`` and a one-line :attr:`~KvscopeError.message` (escaped: a file
+name or a string from a file cannot split it or reorder it on screen). The command line prints
+:func:`error_line` of it and exits with its code; the app shows the same message. The exception
+classes of the other modules derive from these (keeping ``ValueError`` beside where callers catch
+that), so one ``except KvscopeError`` catches every failure kvscope means to report.
+
+Exit codes: :data:`EXIT_OK` 0; :data:`EXIT_FINDINGS` 1 (the command ran and found something: error
+findings, a verdict other than ok, disagreements, files left unmigrated); :data:`EXIT_BAD_INPUT` 2
+(unreadable or unusable input, a usage error, a missing engine); :data:`EXIT_INTERRUPTED` 130 (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+from kvscope.core.textsafe import safe_text
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+PREFIX = "kvscope: "  # every line kvscope writes about a failure starts with it
+MESSAGE_LIMIT = 2000  # characters of one message (a file can make a reason as long as it likes)
+
+
+class KvscopeError(Exception):
+    """A failure meant for the user: one line (:attr:`message`) and the process exit code."""
+
+    exit_code: int = EXIT_BAD_INPUT
+    _message: str | None = None
+
+    @property
+    def message(self) -> str:
+        """The reason as one printable line (control and bidi characters escaped, long ones cut)."""
+        text = self._message if self._message is not None else (str(self) or type(self).__name__)
+        return safe_text(text, MESSAGE_LIMIT)
+
+    @message.setter
+    def message(self, text: str) -> None:  # subclasses that keep a message of their own (an HTTP error's)
+        self._message = text
+
+
+class UsageError(KvscopeError):
+    """The command line asks for something that cannot be done (a bad option value, options that conflict)."""
+
+
+class InputError(KvscopeError):
+    """An input (a state file, a model, a folder) is missing, unreadable, special or not what it must be."""
+
+
+class SetupError(KvscopeError):
+    """What the command needs to run is missing (an engine, a build, an optional dependency)."""
+
+
+class Cancelled(KvscopeError):
+    """The user stopped the work."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+def error_line(error: BaseException | str) -> str:
+    """``kvscope: REASON`` for an error or a message, one escaped line (no newline at the end)."""
+    if isinstance(error, KvscopeError):
+        return PREFIX + error.message
+    text = error if isinstance(error, str) else (str(error) or type(error).__name__)
+    return PREFIX + safe_text(text, MESSAGE_LIMIT)
