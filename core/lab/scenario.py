@@ -364,14 +364,71 @@ def _profile(model: str | Path | ModelProfile | None, cj: Mapping[str, Any] | No
         return model
     path: Path | None = Path(model) if model is not None else None
     if path is None and cj is not None:
-        rel = (cj.get("model") or {}).get("path_from_this_folder")
-        path = (folder / rel).resolve() if rel else None
+        path = _recorded_model(cj, folder)
     if path is None:
         raise ScenarioError("no model: give the GGUF the state was written with")
     try:
         return load_model_profile(path)
     except ModelProfileError as e:
         raise ScenarioError(f"cannot use model {path}: {e}") from None
+
+
+def _sha256_regular(path: Path) -> tuple[int, str]:
+    """``(size, sha256)`` of a regular file, read with pread (a FIFO or a device is refused unopened)."""
+    import hashlib
+
+    try:
+        fd, st = open_regular(path)
+    except OSError as e:
+        raise ScenarioError(f"{path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise ScenarioError(f"{path}: {e}") from None
+    h, buf, off = hashlib.sha256(), bytearray(8 << 20), 0
+    try:
+        while (n := pread_into(fd, memoryview(buf), off)) > 0:
+            h.update(memoryview(buf)[:n])
+            off += n
+    except OSError as e:
+        raise ScenarioError(f"{path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    return off, h.hexdigest()
+
+
+def _recorded_model(cj: Mapping[str, Any], folder: Path) -> Path | None:
+    """The model ``context.json`` names (``model.path_from_this_folder``), used only if it is the file recorded.
+
+    A scenario folder is input like any other: its path may lead anywhere (``..``, absolute), so the model
+    it names is opened only when its size and ``sha256`` match the ones recorded beside the path; with no
+    sha256 recorded, only a path inside the scenario folder is followed. Otherwise ScenarioError (give
+    ``--model``).
+    """
+    entry = cj.get("model") if isinstance(cj.get("model"), Mapping) else {}
+    rel = entry.get("path_from_this_folder")
+    if not rel:
+        return None
+    if not isinstance(rel, str):
+        raise ScenarioError("context.json: model.path_from_this_folder is not a path")
+    path = (folder / rel).resolve()
+    want = entry.get("sha256")
+    if not isinstance(want, str) or len(want) != 64:
+        inside = path.is_relative_to(folder.resolve())
+        if not inside:
+            raise ScenarioError(f"context.json names the model {rel}, outside the scenario folder, with no sha256 "
+                                "to check it against: give --model")
+        return path
+    recorded_size = entry.get("size")
+    try:
+        if isinstance(recorded_size, int) and os.stat(path).st_size != recorded_size:  # no hashing a wrong file
+            raise ScenarioError(f"{path}: not the model context.json records ({os.stat(path).st_size} bytes, "
+                                f"recorded {recorded_size}): give --model")
+    except OSError as e:
+        raise ScenarioError(f"{path}: {e.strerror or e}") from None
+    size, got = _sha256_regular(path)
+    if (isinstance(recorded_size, int) and size != recorded_size) or got != want.lower():
+        raise ScenarioError(f"{path}: not the model context.json records (sha256 {got[:16]}..., recorded "
+                            f"{want[:16]}...): give --model")
+    return path
 
 
 def load_scenario(path: str | Path, *, model: str | Path | ModelProfile | None = None,
