@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
@@ -66,9 +67,13 @@ def matrix_text(r: CellResult | None) -> str:
     return cell_text(r).replace("**", "")
 
 
+_RANGE = re.compile(r" \[-?\d+,-?\d+\]")
+
+
 def short_text(r: CellResult | None) -> str:
-    """The matrix cell's text in the table: ``restored [0,6] ✓ =`` (the Markdown cell without the return value,
-    which the tooltip and detail pane give), ``error`` or ``⚠ short read``."""
+    """The matrix cell's text in the table: ``restored ✓ =`` (the Markdown cell without the return value and
+    the target's position range, which the tooltip and detail pane give: a dense matrix fits a laptop
+    screen), ``error`` or ``⚠ short read``."""
     if r is None:
         return "–"
     if r.error is not None:
@@ -76,7 +81,8 @@ def short_text(r: CellResult | None) -> str:
     if r.hazard:
         return "⚠ short read"
     parts = matrix_text(r).split(" · ")
-    return " ".join(parts[1:]) if len(parts) >= 4 else matrix_text(r)
+    text = " ".join(parts[1:]) if len(parts) >= 4 else matrix_text(r)
+    return _RANGE.sub("", text, count=1)
 
 
 def probe_text(d: float | None) -> str:
@@ -335,8 +341,10 @@ class LabMatrixModel(QAbstractTableModel):
     def headerData(self, section: int, orientation: Qt.Orientation,
                    role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if orientation == Qt.Orientation.Horizontal and 0 <= section < len(self.columns):
-            if role == Qt.ItemDataRole.DisplayRole:
-                return "{} · {}".format(*self.columns[section])
+            if role == Qt.ItemDataRole.DisplayRole:  # two lines: the matrix is as wide as its cells
+                return "{}\n{}".format(*self.columns[section])
+            if role == Qt.ItemDataRole.ToolTipRole:
+                return "policy {} · reader {}".format(*self.columns[section])
         elif orientation == Qt.Orientation.Vertical and 0 <= section < len(self.cases):
             name = self.cases[section][0]
             if role == Qt.ItemDataRole.DisplayRole:

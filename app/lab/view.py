@@ -60,6 +60,8 @@ if TYPE_CHECKING:
     from kvscope.core.lab.report import CellResult
 
 COLUMN_WIDTH = 132  # the report's matrix picture uses fixed columns of this width
+ROW_PAD = 3  # pixels above the text height of a matrix row
+DETAIL_MIN = 130  # the selected cell's detail keeps at least this height below the matrix (it scrolls)
 MATRIX_HINT = ("The matrix appears here: choose corruptions, policies and readers on the left and press Run. "
                "Each cell restores the file, corrupted that way, into the live context.")
 
@@ -114,7 +116,10 @@ class LabView(QWidget):
         hh, vh = self.table.horizontalHeader(), self.table.verticalHeader()
         hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)  # headers and texts never cut
         vh.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        vh.setDefaultSectionSize(self.table.fontMetrics().height() + 8)
+        vh.setMinimumSectionSize(self.table.fontMetrics().height() + ROW_PAD)  # dense: 21 cases fit at 1280x800
+        vh.setDefaultSectionSize(self.table.fontMetrics().height() + ROW_PAD)
+        # the style's header margins would cut the case names' underscores off at this row height
+        vh.setStyleSheet("QHeaderView::section { padding-top: 0px; padding-bottom: 0px; }")
         self.matrix_hint = plain_label(MATRIX_HINT, wrap=True)
         self.matrix_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.matrix_stack = QStackedWidget()
@@ -134,24 +139,25 @@ class LabView(QWidget):
         self.detail_area.setWidget(self.detail)
         self.detail_area.setWidgetResizable(True)
         self.detail_area.setFrameShape(QFrame.Shape.NoFrame)
-        # controls | matrix above, the selected cell's detail across the whole width below
-        self.upper = QSplitter(Qt.Orientation.Horizontal)
-        self.upper.addWidget(self.controls_area)
-        self.upper.addWidget(top)
-        self.upper.setStretchFactor(1, 1)
-        self.upper.setSizes([280, 1000])
-        self.upper.setChildrenCollapsible(False)
+        self.matrix_pane = top
+        # the controls the whole height on the left; the matrix above the selected cell's detail on the right
         self.split = QSplitter(Qt.Orientation.Vertical)
-        self.split.addWidget(self.upper)
+        self.split.addWidget(top)
         self.split.addWidget(self.detail_area)
         self.split.setStretchFactor(0, 1)
         self.split.setStretchFactor(1, 1)
         self.split.setSizes([520, 420])
         self.split.setChildrenCollapsible(False)
+        self.upper = QSplitter(Qt.Orientation.Horizontal)
+        self.upper.addWidget(self.controls_area)
+        self.upper.addWidget(self.split)
+        self.upper.setStretchFactor(1, 1)
+        self.upper.setSizes([280, 1000])
+        self.upper.setChildrenCollapsible(False)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addWidget(self.reason)
-        lay.addWidget(self.split, 1)
+        lay.addWidget(self.upper, 1)
         self.model.modelReset.connect(self._on_matrix_reset)
 
         c = self.controls
@@ -400,9 +406,30 @@ class LabView(QWidget):
 
     # -- results -------------------------------------------------------------------------------------
     def _on_matrix_reset(self) -> None:
-        """The table once it has rows; the hint before the first run."""
+        """The table once it has rows; the hint before the first run. The matrix gets the height of all its rows
+        (the detail pane below takes the rest, and scrolls)."""
         has = self.model.rowCount() > 0 and self.model.columnCount() > 0
         self.matrix_stack.setCurrentWidget(self.table if has else self.matrix_hint)
+        if has:
+            QTimer.singleShot(0, self.fit_matrix)
+
+    def matrix_height(self) -> int:
+        """The table's height with every row in view."""
+        t = self.table
+        t.horizontalHeader().resizeSections(QHeaderView.ResizeMode.ResizeToContents)
+        hbar = t.horizontalScrollBar().sizeHint().height() if t.horizontalScrollBar().maximum() > 0 else 0
+        return (t.horizontalHeader().height() + t.verticalHeader().length() + 2 * t.frameWidth() + hbar + 2)
+
+    def fit_matrix(self) -> None:
+        """Give the upper pane what the matrix needs to show every row, up to what leaves the detail pane
+        its minimum."""
+        total = sum(self.split.sizes())
+        if total <= 0:
+            return
+        chrome = self.matrix_pane.height() - self.table.height() if self.table.isVisible() else 0
+        want = self.matrix_height() + max(0, chrome)
+        upper = min(want, total - min(DETAIL_MIN, total // 3))
+        self.split.setSizes([upper, total - upper])
 
     def _on_current(self, current: QModelIndex, _prev: QModelIndex) -> None:
         r = self.model.cell(current.row(), current.column()) if current.isValid() else None
@@ -428,11 +455,18 @@ class LabView(QWidget):
         self.controls.status.setText(f"saved the matrix as {fmt} to {os.path.basename(path)}")
         return True
 
+    def export_name(self) -> str:
+        """The export's default file name: the scenario's name (the document's when it has none) and
+        ``-lab-matrix.md``."""
+        name = str(self.lab_run.scenario.get("name") or "") if self.lab_run is not None else ""
+        if not name.strip() or name.strip().lower() == "lab":
+            name = self.doc.name.split(".")[0] or "state"
+        return f"{name.strip().replace(os.sep, '-')}-lab-matrix.md"
+
     def export_dialog(self) -> None:
         if self.lab_run is None:
             return
-        name = str(self.lab_run.scenario.get("name") or "lab").replace(os.sep, "-")
-        start = os.path.join(os.path.dirname(self.doc.path), f"lab-{name}.md")
+        start = os.path.join(os.path.dirname(self.doc.path), self.export_name())
         path, chosen = QFileDialog.getSaveFileName(self, "Export the lab matrix", start,
                                                    "Markdown (*.md);;JSON (*.json)")
         if path:

@@ -29,8 +29,8 @@ from kvscope.app.views.structure.tree_view import StructureView
 from kvscope.app.views.tokens.tokens_view import TokensView
 from kvscope.core.analysis.verdict import plural
 
-# Names accepted by ``--view`` and the View menu, in tab order; tree and bytemap are always shown.
-VIEW_NAMES = ("overview", "tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")
+# The views shown as tabs, in order (VIEW_NAMES, what --view and the View menu accept, adds the tree and
+# the byte map, which are always shown).
 TAB_VIEWS = ("overview", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")
 TAB_TITLES = {"overview": "Overview", "hex": "Hex", "cells": "Cells", "layers": "Layers", "tokens": "Tokens",
               "findings": "Findings", "diff": "Diff", "lab": "Lab"}
@@ -79,6 +79,7 @@ class DocumentWidget(QWidget):
         self.split.addWidget(right)
         self.split.setStretchFactor(1, 1)
         self.split.setSizes([470, 930])
+        self.split.setCollapsible(0, True)
         self.error = plain_label()
         self.error.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.error.setWordWrap(True)
@@ -106,6 +107,23 @@ class DocumentWidget(QWidget):
         theme.changed.connect(lambda dark: self.hex.model.set_colors(self.hex.palette().highlight().color(), dark))
         self.error.setText(f"Reading {doc.name}…")
         self.stack.setCurrentWidget(self.error)
+        self._tree_sizes: list[int] | None = None  # the split before the Lab folded the tree away
+        self.tabs.currentChanged.connect(self._on_tab)
+
+    def _on_tab(self, index: int) -> None:
+        """The Lab is a workspace of its own: in front, it takes the tree's width and the byte map's height
+        (its matrix and controls fit at 1280x800); the tree and byte map come back as they were after."""
+        lab = 0 <= index < len(TAB_VIEWS) and TAB_VIEWS[index] == "lab"
+        self.bytemap.setVisible(not lab)
+        self.bytemap_export.setVisible(not lab)
+        sizes = self.split.sizes()
+        if lab and self._tree_sizes is None:
+            self._tree_sizes = sizes
+            self.split.setSizes([0, sum(sizes)])
+        elif not lab and self._tree_sizes is not None:
+            if sizes[0] == 0:  # not opened again by hand meanwhile
+                self.split.setSizes(self._tree_sizes)
+            self._tree_sizes = None
 
     def _on_loaded(self) -> None:
         self.stack.setCurrentWidget(self.split)
@@ -152,6 +170,12 @@ class DocumentWidget(QWidget):
         return TAB_VIEWS[self.tabs.currentIndex()]
 
     def save_layout(self) -> QByteArray:
+        if self._tree_sizes is not None:  # the tree as the user left it, not folded by the Lab
+            folded = self.split.sizes()
+            self.split.setSizes(self._tree_sizes)
+            state = self.split.saveState()
+            self.split.setSizes(folded)
+            return state
         return self.split.saveState()
 
     def restore_layout(self, state: QByteArray | None) -> None:

@@ -75,16 +75,17 @@ def test_gui_matrix_equals_kvscope_lab(qtbot, open_doc, capsys, tmp_path):  # ty
     by_key = {(r["corruption"], r["policy"], r["reader"]): r for r in cli["results"]}
     m = lab.model
     assert m.rowCount() == len(CASES) + 1 and m.columnCount() == 6
-    assert [m.headerData(c, Qt.Orientation.Horizontal) for c in range(6)][:2] == ["contained · buffer",
-                                                                                   "contained · file"]
+    assert [m.headerData(c, Qt.Orientation.Horizontal) for c in range(6)][:2] == ["contained\nbuffer",
+                                                                                   "contained\nfile"]
+    assert m.headerData(0, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole) == "policy contained · reader buffer"
     for row in range(m.rowCount()):
         for col in range(m.columnCount()):
             i = m.index(row, col)
             r = i.data(CELL_ROLE)
             assert _no_seconds(cell_to_json(r)) == _no_seconds(by_key[(r.corruption, r.policy, r.reader)])
             assert matrix_text(r) == cell_text(r).replace("**", "")
-            assert i.data() == short_text(r)  # the Markdown cell without the return value
-            assert i.data().startswith(f"{r.target.state} [{r.target.pos_min},{r.target.pos_max}]")
+            assert i.data() == short_text(r)  # the Markdown cell without the return value and range
+            assert i.data().startswith(f"{r.target.state} ") and "[" not in i.data()
             assert str(r.restore.returned).lower() not in i.data().split()[:1]
             assert i.data(Qt.ItemDataRole.BackgroundRole) is not None
             tip = i.data(Qt.ItemDataRole.ToolTipRole)

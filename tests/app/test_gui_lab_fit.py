@@ -74,7 +74,8 @@ def _check_matrix(lab) -> None:  # type: ignore[no-untyped-def]
     hh, vh = t.horizontalHeader(), t.verticalHeader()
     assert hh.isVisible() and vh.isVisible()
     for c in range(m.columnCount()):
-        need = max(fm.horizontalAdvance(str(m.headerData(c, Qt.Orientation.Horizontal))),
+        need = max(*(fm.horizontalAdvance(line) for line in str(m.headerData(c, Qt.Orientation.Horizontal))
+                     .splitlines()),
                    *(fm.horizontalAdvance(str(m.index(r, c).data() or "")) for r in range(m.rowCount())))
         assert hh.sectionSize(c) >= need, (c, hh.sectionSize(c), need)
     widest = max(hh.fontMetrics().horizontalAdvance(str(m.headerData(r, Qt.Orientation.Vertical)))
@@ -104,6 +105,43 @@ def test_lab_fits_1280x800(qtbot, open_doc, window) -> None:  # type: ignore[no-
     _check_matrix(lab)
     _check_plots(lab)
     _check_not_clipped(lab)
+
+
+@pytest.mark.xserver
+@pytest.mark.parametrize("size", [(1280, 800), (1920, 1080)])
+def test_the_whole_catalog_and_its_controls_fit_without_folding_by_hand(qtbot, open_doc, window, size):  # type: ignore[no-untyped-def]
+    """The issue's case: the tree as the window opens it, every corruption of the catalog: all 6 columns and
+    every row in view at once, the Run button and the legend inside the tab; the tree comes back after."""
+    window.resize(*size)
+    w = open_doc(CONTEXT, "llama")
+    tree_before = w.split.sizes()[0]
+    assert tree_before > 0
+    w.show_view("lab")
+    lab = w.lab
+    qtbot.waitUntil(lambda: lab.ready is not None and not lab._dirty, timeout=20000)
+    assert w.split.sizes()[0] == 0 and not w.bytemap.isVisible()  # the Lab takes the tree's and map's room
+    _run(qtbot, lab, None)
+    qtbot.wait(100)
+    t = lab.table
+    assert lab.model.columnCount() == 6 and lab.model.rowCount() >= 20
+    assert t.horizontalScrollBar().maximum() == 0 and t.verticalScrollBar().maximum() == 0
+    hh = t.horizontalHeader()
+    last = lab.model.columnCount() - 1
+    assert hh.sectionViewportPosition(last) + hh.sectionSize(last) <= t.viewport().width()
+    assert t.rowViewportPosition(lab.model.rowCount() - 1) + t.rowHeight(0) <= t.viewport().height()
+    inside = lab.rect()
+    for widget in (lab.controls.run_button, lab.controls.export_button, lab.legend):
+        assert widget.isVisible() and inside.contains(_rect_in(widget, lab)), widget
+    _check_matrix(lab)
+    w.show_view("overview")
+    assert w.split.sizes()[0] > 0 and w.bytemap.isVisible()
+
+
+def test_lab_export_is_named_after_the_scenario(qtbot, open_doc, window) -> None:  # type: ignore[no-untyped-def]
+    w, lab = _lab(qtbot, open_doc, window, (1280, 800))
+    _run(qtbot, lab, CASES[:1])
+    name = lab.export_name()
+    assert name.endswith("-lab-matrix.md") and not name.startswith("lab-lab") and "/" not in name
 
 
 def test_lab_shows_the_whole_catalog_at_1920x1080(qtbot, open_doc, window) -> None:  # type: ignore[no-untyped-def]
