@@ -26,6 +26,7 @@ from kvscope.app.document.source import ViewSource, describe_change, empty_sourc
 from kvscope.app.document.verify_job import NEEDS_MODEL, EngineChoice, verify_job
 from kvscope.core.analysis.verdict import Verdict, plural, verdict
 from kvscope.core.reader.source import CHANGED_MESSAGE, FileChangedError
+from kvscope.core.textsafe import safe_text
 
 if TYPE_CHECKING:
     from kvscope.core.analysis.compat import GenCompat
@@ -72,7 +73,7 @@ def _load_profile(model_path: str | None) -> tuple[ModelProfile | None, str | No
     try:
         return load_model_profile(model_path), None
     except ModelProfileError as e:
-        return None, f"model {os.path.basename(model_path)} not used: {e}"
+        return None, f"model {safe_text(os.path.basename(model_path))} not used: {e}"
 
 
 def load_job(path: str, model_path: str | None) -> Any:
@@ -89,7 +90,7 @@ def load_job(path: str, model_path: str | None) -> Any:
         try:
             src = ViewSource.open(path)
         except ValueError as e:  # not a regular file
-            raise ValueError(f"{os.path.basename(path)}: {e}") from None
+            raise ValueError(f"{safe_text(os.path.basename(path))}: {e}") from None
         try:
             res = read_source(src, profile=profile)
             src.check()
@@ -161,7 +162,9 @@ class Document(QObject):
     # -- state -----------------------------------------------------------------------------------
     @property
     def name(self) -> str:
-        return os.path.basename(self.path)
+        """The file's base name as shown (tabs, title, messages): escaped, so a bidi control or a newline in
+        it cannot reorder or split what is drawn around it."""
+        return safe_text(os.path.basename(self.path))
 
     @property
     def busy(self) -> bool:
@@ -425,11 +428,11 @@ class Document(QObject):
             from kvscope.core.analysis.diff import diff_states
             from kvscope.core.reader.parse import read_state
 
-            report(None, f"parsing {os.path.basename(other_path)}")
+            report(None, f"parsing {safe_text(os.path.basename(other_path))}")
             other = read_state(other_path, profile=profile)
             if other.kind == "unknown":
                 why = other.findings[0].message if other.findings else "not a llama.cpp state file"
-                raise ValueError(f"{os.path.basename(other_path)}: {why}")
+                raise ValueError(f"{safe_text(os.path.basename(other_path))}: {why}")
             token.check()
             report(None, "comparing")
             return DiffState(os.path.abspath(other_path), other, diff_states(res, other))
@@ -440,7 +443,7 @@ class Document(QObject):
         self.diff = state
         self.diffReady.emit()
         n = len(state.diff.differences)
-        self.message.emit(f"diff against {os.path.basename(state.other_path)}: "
+        self.message.emit(f"diff against {safe_text(os.path.basename(state.other_path))}: "
                           + (plural(n, "difference") if n else "identical"))
 
     def _on_diff_failed(self, message: str) -> None:

@@ -28,6 +28,7 @@ from kvscope.core.analysis.stats import LayerStats
 from kvscope.core.analysis.verdict import MissingBytes, plural
 from kvscope.core.reader.records import CellTable
 from kvscope.core.reader.tree import Node
+from kvscope.core.textsafe import safe_text
 
 WIDTH = 900
 MARGIN = 16
@@ -117,7 +118,9 @@ class Canvas:
 
     def text(self, x: float, y: float, s: str, f: QFont, color: QColor, width: float,
              align: Qt.AlignmentFlag = Qt.AlignmentFlag.AlignLeft) -> float:
-        """Draw wrapped text from (x, y); return the y below it."""
+        """Draw wrapped text from (x, y); return the y below it. Each line is escaped (a file name's bidi
+        control would reverse the text drawn after it)."""
+        s = "\n".join(safe_text(line) for line in s.split("\n"))
         self.p.setFont(f)
         self.p.setPen(color)
         r = self.p.boundingRect(QRectF(x, y, width, 10000), int(align | Qt.TextFlag.TextWordWrap), s)

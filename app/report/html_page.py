@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import base64
 import math
-from html import escape
 from typing import TYPE_CHECKING
 
 from kvscope.app.report.model import ReportData, ReportImage
 from kvscope.app.report.summary import counts_text, flagged_note, kvscope_version, overview, top_findings
 from kvscope.core.analysis.verdict import plural
+from kvscope.core.textsafe import html_block
+from kvscope.core.textsafe import html_text as escape  # every string: one visible line (bidi shown), then entities
 
 if TYPE_CHECKING:
     from kvscope.core.lab.report import LabRun
@@ -199,9 +200,9 @@ def render_html(data: ReportData, images: list[ReportImage]) -> str:
         parts.append(f"<p>{escape(note)}</p>")
     parts += _lab(data, images)
     if data.diff is not None:
-        parts += ['<h2 id="diff">Diff</h2>', f"<pre>{escape(names.text(data.diff.to_text()))}</pre>"]
+        parts += ['<h2 id="diff">Diff</h2>', f"<pre>{html_block(names.text(data.diff.to_text()))}</pre>"]
     details = names.text(result_to_text(data.result, data.profile))
-    parts += ['<h2 id="details">Details</h2>', f"<pre>{escape(details)}</pre>",
+    parts += ['<h2 id="details">Details</h2>', f"<pre>{html_block(details)}</pre>",
               f"<footer><p>Written by kvscope {escape(kvscope_version())} (<code>kvscope report</code>). "
               "The same data is in report.json beside this page.</p></footer>", "</body></html>", ""]
     return names.text("\n".join(parts))

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 from kvscope.app.report.model import ReportData, ReportImage
 from kvscope.app.report.summary import flagged_note, kvscope_version, overview, top_findings
+from kvscope.core.textsafe import markdown_line, markdown_text, safe_text
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _fenced(text: str, info: str = "text") -> list[str]:
+    """``text`` in a code fence longer than any run of backticks in it (each line escaped: one visible line)."""
+    lines = [safe_text(line) for line in text.rstrip("\n").split("\n")]
+    run = max((len(r) for line in lines for r in re.findall("`+", line)), default=0)
+    fence = "`" * max(3, run + 1)
+    return [fence + info, *lines, fence]
 
 
 def _demote(text: str) -> str:
@@ -15,11 +23,11 @@ def _demote(text: str) -> str:
     return "\n".join("##" + line if line.startswith("#") else line for line in text.splitlines())
 
 
-def _figures(images: list[ReportImage], prefix: str) -> list[str]:
+def _figures(images: list[ReportImage], prefix: str, md: Callable[[str], str]) -> list[str]:
     out: list[str] = []
     for im in images:
         if im.file.startswith(prefix):
-            out += [f"### {im.title}", "", f"![{im.title}]({im.file})", "", im.caption, ""]
+            out += [f"### {md(im.title)}", "", f"![{md(im.title)}]({im.file})", "", md(im.caption), ""]
     return out
 
 
@@ -28,46 +36,53 @@ def render_markdown(data: ReportData, images: list[ReportImage]) -> str:
     from kvscope.core.reader.render import result_to_text
 
     names = data.options.names()
+
+    def md(text: str) -> str:  # a value from the file or its name: paths shortened, then escaped for Markdown
+        return markdown_text(names.text(text))
+
+    def md_block(text: str) -> list[str]:  # Markdown the core rendered, with file-derived text in it
+        return [markdown_line(line) for line in names.text(text).rstrip("\n").split("\n")]
+
     v = data.overview.verdict
-    lines = [f"# kvscope report: {data.name}", "", f"**{v.title.upper()}**: {v.reason}", ""]
+    lines = [f"# kvscope report: {md(data.name)}", "", f"**{md(v.title.upper())}**: {md(v.reason)}", ""]
     top = top_findings(data)
     if top:
-        lines += ["Top findings:", "", *[f"- {_cell(t)}" for t in top], ""]
+        lines += ["Top findings:", "", *[f"- {md(t)}" for t in top], ""]
     lines += ["## Overview", "", "| | |", "|---|---|"]
-    lines += [f"| {k} | {_cell(v)} |" for k, v in overview(data)]
+    lines += [f"| {md(k)} | {md(v)} |" for k, v in overview(data)]
     loads = data.overview.loads_in()
     lines += ["", "### Which llama.cpp builds load it", "",
-              f"Loads as it is in: **{', '.join(loads)}**." if loads else "**No llama.cpp generation loads it as it "
-              "is.**", ""]
-    lines += [f"- {line}" for line in data.overview.compat_lines()]
+              f"Loads as it is in: **{md(', '.join(loads))}**." if loads else "**No llama.cpp generation loads it as "
+              "it is.**", ""]
+    lines += [f"- {md(line)}" for line in data.overview.compat_lines()]
     lines += ["", "## Structure", ""]
-    lines += _figures(images, "bytemap")
-    cells = _figures(images, "cells-")
+    lines += _figures(images, "bytemap", md)
+    cells = _figures(images, "cells-", md)
     if cells:
         lines += ["## Cells", "", *cells]
-    stats = _figures(images, "stats-")
+    stats = _figures(images, "stats-", md)
     if stats:
         lines += ["## Per-layer statistics", "", *stats]
-    heat = _figures(images, "heatmap-")
+    heat = _figures(images, "heatmap-", md)
     if heat:
         lines += ["## Layer heatmaps", "", *heat]
         note = flagged_note(data)
         if note:
-            lines += [note, ""]
+            lines += [md(note), ""]
     if data.lab is not None:
         lines += ["## Lab", ""]
         if data.lab.run is None:
-            lines += [f"The lab did not run: {data.lab.reason}.", ""]
+            lines += [f"The lab did not run: {md(data.lab.reason)}.", ""]
         else:
             from kvscope.core.lab.report import render_markdown as lab_markdown
 
-            lines += _figures(images, "lab-")
-            lines += [lab_markdown(data.lab.run), ""]  # its heading is level 3 already
+            lines += _figures(images, "lab-", md)
+            lines += [*md_block(lab_markdown(data.lab.run)), ""]  # its heading is level 3 already
     if data.diff is not None:
-        lines += ["## Diff", "", "```text", data.diff.to_text().rstrip("\n"), "```", ""]
-    lines += ["## Details", "", _demote(result_to_text(data.result, data.profile, markdown=True)).rstrip("\n"), ""]
+        lines += ["## Diff", "", *_fenced(names.text(data.diff.to_text())), ""]
+    lines += ["## Details", "", *md_block(_demote(result_to_text(data.result, data.profile, markdown=True))), ""]
     if data.stats is not None:
-        lines += [_demote(data.stats.to_text(markdown=True)).rstrip("\n"), ""]
+        lines += [*md_block(_demote(data.stats.to_text(markdown=True))), ""]
     lines += ["---", "", f"Written by kvscope {kvscope_version()} (`kvscope report`). The same data as JSON: "
               "[report.json](report.json).", ""]
-    return names.text("\n".join(lines))
+    return "\n".join(lines)

@@ -28,6 +28,7 @@ from kvscope.app.shell.document_widget import DocumentWidget
 from kvscope.app.shell.engine_dialog import EngineDialog, edit_engine
 from kvscope.app.shell.menus import build_menus
 from kvscope.app.shell.settings import AppSettings
+from kvscope.core.textsafe import safe_text
 
 # What llama.cpp and llama-server name saved state: slot saves (--slot-save-path), sequence state,
 # prompt caches and session files, state blobs written by hand.
@@ -137,7 +138,7 @@ class MainWindow(QMainWindow):
         doc.loaded.connect(self._update_actions)
         doc.loaded.connect(lambda d=doc: self._forget_unfit_model(d))
         i = self.tabs.addTab(w, doc.name)
-        self.tabs.setTabToolTip(i, path)
+        self.tabs.setTabToolTip(i, safe_text(path))
         self.tabs.setCurrentIndex(i)
         self._show_welcome(False)
         self.settings.add_recent(path)
@@ -146,8 +147,8 @@ class MainWindow(QMainWindow):
         return w
 
     def _on_load_failed(self, path: str, message: str) -> None:
-        self.statusBar().showMessage(f"Cannot read {os.path.basename(path)}: {message}", 10000)
-        self._warn(f"Cannot read {path}:\n{message}")
+        self.statusBar().showMessage(f"Cannot read {safe_text(os.path.basename(path))}: {message}", 10000)
+        self._warn(f"Cannot read {safe_text(path)}:\n{message}")
 
     def _warn(self, text: str) -> None:
         """A non-blocking message box (never a modal loop that tests or scripts could hang on)."""

@@ -18,6 +18,7 @@ from kvscope.app.base.theme import THEMES, Theme
 from kvscope.app.document.document import diff_available
 from kvscope.app.shell.document_widget import TAB_TITLES, TAB_VIEWS, DocumentWidget
 from kvscope.app.shell.settings import AppSettings
+from kvscope.core.textsafe import safe_text
 
 
 class MenuHost(Protocol):
@@ -104,9 +105,9 @@ def _fill_recent(win: MenuHost, menu: QMenu) -> None:
     menu.clear()
     paths = win.settings.recent_files()
     for i, p in enumerate(paths):
-        a = menu.addAction(f"&{(i + 1) % 10} {os.path.basename(p)}")
-        a.setToolTip(p)
-        a.setStatusTip(p)
+        a = menu.addAction(f"&{(i + 1) % 10} {safe_text(os.path.basename(p))}")
+        a.setToolTip(safe_text(p))
+        a.setStatusTip(safe_text(p))
         a.triggered.connect(lambda _=False, p=p: win.open_file(p))
     if not paths:
         menu.addAction("(no recent files)").setEnabled(False)

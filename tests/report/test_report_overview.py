@@ -9,6 +9,7 @@ from pathlib import Path
 from kvscope.app.report import figures
 from kvscope.app.report.cli import main
 from kvscope.core.reader.layouts import GENERATIONS
+from kvscope.core.textsafe import markdown_text
 from tests.support.report_paths import LAB, MODEL, NAN_FILE
 
 TRUNCATED = LAB / "truncated_half.seqdata.bin"  # 3,688 of 7,376 bytes
@@ -28,7 +29,7 @@ def test_reports_name_files_by_base_name(nan_report: Path) -> None:
     assert meta["overview"]["file"] == NAN_FILE.name and meta["overview"]["sha256"] == sha
     assert "path" not in meta["overview"]
     md = (nan_report / "report.md").read_text(encoding="utf-8")
-    assert f"| file | {NAN_FILE.name} ({NAN_FILE.stat().st_size:,} bytes, sha256 {sha}) |" in md
+    assert f"| file | {markdown_text(NAN_FILE.name)} ({NAN_FILE.stat().st_size:,} bytes, sha256 {sha}) |" in md
     assert all(NAN_FILE.name not in im["title"] or "/" not in im["title"] for im in meta["report"]["images"])
 
 
@@ -44,7 +45,7 @@ def test_the_overview_heads_every_format(tmp_path: Path) -> None:
     assert main([str(TRUNCATED), "--model", str(MODEL), "-o", str(tmp_path / "r")]) == 1
     folder = tmp_path / "r"
     md = (folder / "report.md").read_text(encoding="utf-8").splitlines()
-    assert md[0] == f"# kvscope report: {TRUNCATED.name}"
+    assert md[0] == f"# kvscope report: {markdown_text(TRUNCATED.name)}"  # truncated\\_half: escaped for Markdown
     assert md[2].startswith("**DAMAGED**: the file ends early, at least 3,688 bytes missing")
     assert any(line.startswith("- missing bytes past the end: ") for line in md[:10])
     html = (folder / "report.html").read_text(encoding="utf-8")

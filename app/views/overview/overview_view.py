@@ -15,7 +15,6 @@ PNG.
 from __future__ import annotations
 
 from dataclasses import replace
-from html import escape
 
 from PySide6.QtCore import QUrl, Signal
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QTextBrowser, QVBoxLayout, QWidget
@@ -30,6 +29,7 @@ from kvscope.core.analysis.overview import Overview, build_overview
 from kvscope.core.analysis.verdict import Verdict, plural
 from kvscope.core.findings import Finding
 from kvscope.core.reader.records import ParseResult
+from kvscope.core.textsafe import html_text as escape  # one visible line (bidi, controls escaped), then entities
 
 STAGE_MARK = {"ok": "✔", "silent": "⚠", "header": "✘", "memory": "✘", "unknown": "?"}
 

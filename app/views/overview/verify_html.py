@@ -9,12 +9,12 @@ cells only one state holds, the next token's logits, and the verifier's notes.
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 from kvscope.app.base.theme import VERIFY_LEVELS, VERIFY_STATUS_COLORS, verdict_color
 from kvscope.app.document.verify_marks import status_counts
 from kvscope.core.analysis.overview import NOT_VERIFIED
+from kvscope.core.textsafe import html_text as escape  # one visible line (bidi, controls escaped), then entities
 
 MAX_LISTED = 24  # records that are not a match, listed one by one
 MAX_NOTES = 6
