@@ -403,7 +403,8 @@ def _recorded_model(cj: Mapping[str, Any], folder: Path) -> Path | None:
     sha256 recorded, only a path inside the scenario folder is followed. Otherwise ScenarioError (give
     ``--model``).
     """
-    entry = cj.get("model") if isinstance(cj.get("model"), Mapping) else {}
+    model = cj.get("model")
+    entry: Mapping[str, Any] = model if isinstance(model, Mapping) else {}
     rel = entry.get("path_from_this_folder")
     if not rel:
         return None
