@@ -17,3 +17,17 @@ def test_the_memory_core_takes_every_layout_rule_from_the_reader_table() -> None
     for gen in GENERATIONS:
         lay = Layout.named(gen.name)
         assert {n: getattr(lay, n) for n in shared} == {n: getattr(gen, n) for n in shared}, gen.name
+
+
+def test_the_pinned_builds_are_named_once() -> None:
+    """The engine builds the table the analysis names builds from (compat had its own map)."""
+    from kvscope.core import pinned_builds
+    from kvscope.core.analysis import compat
+    from kvscope.core.engine import builds
+    from kvscope.core.reader.layouts import GENERATION_BY_NAME
+
+    assert builds.BUILDS is pinned_builds.BUILDS
+    assert not [n for n in vars(compat) if "BUILD" in n.upper() and n != "build_writing"]
+    for b in pinned_builds.BUILDS:
+        assert b.writes in GENERATION_BY_NAME
+        assert pinned_builds.build_writing(b.writes) == b.name
