@@ -152,7 +152,7 @@ class HexView(QWidget):
             hh.resizeSection(c, cw)
         self._char_w = fm.horizontalAdvance("M")
         hh.resizeSection(ASCII_COL, self._char_w * 16 + 16)
-        hh.setStretchLastSection(True)
+        hh.setStretchLastSection(False)  # the ASCII header as wide as its 16 columns, not over the empty rest
         self.scrollbar = QScrollBar(Qt.Orientation.Vertical)
         self.scrollbar.valueChanged.connect(self._on_scroll)
         self.find_bar = FindBar(doc, lambda: self.cursor_offset)
@@ -164,7 +164,8 @@ class HexView(QWidget):
         self.location.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.location.setWordWrap(True)
         self.inspector = QTableWidget(len(INSPECT_TYPES), 2)
-        self.inspector.setHorizontalHeaderLabels(["type", "value at the cursor (little-endian)"])
+        self.inspector.setHorizontalHeaderLabels(["type", "value (little-endian)"])
+        self.inspector.horizontalHeaderItem(1).setToolTip("the bytes at the cursor read as each type, little-endian")
         self.inspector.verticalHeader().hide()
         self.inspector.horizontalHeader().setStretchLastSection(True)
         self.inspector.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
@@ -191,6 +192,7 @@ class HexView(QWidget):
         dl.setSpacing(0)
         dl.addWidget(self.table, 1)
         dl.addWidget(self.scrollbar)
+        dump.setMinimumWidth(self.dump_width())  # all 16 hex and ASCII columns, whatever the window
         self.split = QSplitter(Qt.Orientation.Horizontal)
         self.split.addWidget(dump)
         self.split.addWidget(side)
@@ -209,6 +211,13 @@ class HexView(QWidget):
         doc.bus.changed.connect(self._on_selection)
         self._syncing = False
         self._reload()
+
+    def dump_width(self) -> int:
+        """The width that shows the offsets, the 16 hex columns and the 16 ASCII columns whole."""
+        hh, vh = self.table.horizontalHeader(), self.table.verticalHeader()
+        offsets = max(vh.sizeHint().width(), self.table.fontMetrics().horizontalAdvance("00000000") + 12)
+        cols = sum(hh.sectionSize(c) for c in range(hh.count()))
+        return offsets + cols + 2 * self.table.frameWidth() + self.scrollbar.sizeHint().width() + 4
 
     # -- paging -----------------------------------------------------------------------------------
     def _reload(self) -> None:
