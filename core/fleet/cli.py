@@ -105,6 +105,14 @@ def _fail(message: str) -> int:
     return EXIT_BAD_INPUT
 
 
+def _stopped(e: Any) -> int:
+    """A command stopped by SIGTERM/SIGHUP (all cleaned up): one line, exit status 128 + the signal."""
+    from kvscope.core.fleet.stopsignals import exit_status
+
+    print(f"kvscope: stopped by {e.name}", file=sys.stderr)
+    return exit_status(e)
+
+
 def _generation(name: str) -> str:
     from kvscope.core.reader.layouts import GENERATION_BY_NAME, generation_named
 
@@ -154,21 +162,30 @@ def _session(args: argparse.Namespace, dest: str | None = None) -> Iterator[tupl
     With ``dest`` (migrate's), the walk never enters DEST, however a link of SOURCE leads there."""
     from kvscope.core.fleet.executors import ExecutorError
     from kvscope.core.fleet.source import SourceError, open_source
+    from kvscope.core.fleet.stopsignals import stopped_by_signals
 
-    try:
-        source = open_source(args.source)
-        if dest is not None and source.local:
-            source.exclude(dest, "a link into DEST (--out): not walked, so no run migrates its own outputs")
-        executor = make_executor(args.executor, args.jobs, args.scheduler, args.batch, args.file_timeout or None)
-        executor.__enter__()
-    except (SourceError, ExecutorError) as e:
-        raise UsageError(str(e)) from None
-    try:
-        yield source, executor
-    except ExecutorError as e:
-        raise UsageError(str(e)) from None
-    finally:
-        executor.__exit__(None, None, None)
+    with stopped_by_signals():  # SIGTERM/SIGHUP raise Stopped: the finally below closes the executor first
+        try:
+            source = open_source(args.source)
+            if dest is not None and source.local:
+                source.exclude(dest, "a link into DEST (--out): not walked, so no run migrates its own outputs")
+            executor = make_executor(args.executor, args.jobs, args.scheduler, args.batch,
+                                     args.file_timeout or None)
+        except (SourceError, ExecutorError) as e:
+            raise UsageError(str(e)) from None
+        try:
+            executor.__enter__()
+        except ExecutorError as e:
+            raise UsageError(str(e)) from None
+        except BaseException:  # Stopped while a cluster starts: what started is stopped
+            executor.__exit__(None, None, None)
+            raise
+        try:
+            yield source, executor
+        except ExecutorError as e:
+            raise UsageError(str(e)) from None
+        finally:
+            executor.__exit__(None, None, None)
 
 
 def _writer() -> Callable[[str], None]:
@@ -221,6 +238,7 @@ def run_scan(source: Any, executor: Any, model: str | None, target: str | None, 
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
+    from kvscope.core.fleet.stopsignals import Stopped
     from kvscope.core.fleet.summary import exit_code
 
     try:
@@ -230,6 +248,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
             s = run_scan(source, executor, args.model, target, args.json, _writer(), _progress(source, "scan"))
     except UsageError as e:
         return _fail(str(e))
+    except Stopped as e:
+        return _stopped(e)
     return exit_code(s)
 
 
@@ -269,12 +289,32 @@ def _check_dest(source: Any, dest: str) -> str:
     return os.path.realpath(dest)  # resolved once: outputs are reached from it without following links
 
 
-def run_migrate(source: Any, executor: Any, opts: Any, as_json: bool, write: Callable[[str], None],
-                progress: Any = None) -> dict[str, Any]:
-    """Migrate every entry; one line per file, then the summary (returned)."""
-    from kvscope.core.fleet.migrate import PROBLEM_ACTIONS, Manifest, items, migrate_entry
+@contextmanager
+def _dest_locked(dest: str) -> Iterator[tuple[Any, int]]:
+    """``(manifest, temporaries removed)``: DEST's manifest, locked for the run, and what killed runs left
+    there swept away (ours alone: the lock is held). A run that does not finish sweeps again once its
+    executor is closed (a Dask worker stopped mid-file, a thread, has no signal cleanup)."""
+    from kvscope.core.fleet.migrate import DestBusy, Manifest, sweep_temporaries
 
-    manifest = Manifest(opts.dest).load()
+    try:
+        manifest = Manifest(dest).lock().load()
+    except DestBusy as e:
+        raise UsageError(str(e)) from None
+    try:
+        yield manifest, sweep_temporaries(dest)
+    except BaseException:
+        sweep_temporaries(dest)
+        raise
+    finally:
+        manifest.close()
+
+
+def run_migrate(source: Any, executor: Any, opts: Any, manifest: Any, swept: int, as_json: bool,
+                write: Callable[[str], None], progress: Any = None) -> dict[str, Any]:
+    """Migrate every entry, recording into ``manifest`` (locked); one line per file, then the summary
+    (returned); ``swept``: the temporaries of killed runs removed before."""
+    from kvscope.core.fleet.migrate import PROBLEM_ACTIONS, items, migrate_entry
+
     actions: Counter[str] = Counter()
     layouts: Counter[str] = Counter()
     problems: list[dict[str, Any]] = []
@@ -297,14 +337,14 @@ def run_migrate(source: Any, executor: Any, opts: Any, as_json: bool, write: Cal
             if progress is not None:
                 progress.step()
     finally:
-        manifest.close()
+        manifest.sync()
         if progress is not None:
             progress.clear()
     elapsed = time.monotonic() - started
     s = {"files": sum(actions.values()), "actions": dict(actions), "layouts_from": dict(layouts),
          "target": opts.layout, "dest": opts.dest, "problems": n_problems, "problem_files": problems,
          "executor": executor.name, "elapsed_s": round(elapsed, 3),
-         "workers_lost": int(getattr(executor, "workers_lost", 0))}
+         "workers_lost": int(getattr(executor, "workers_lost", 0)), "temporaries_removed": swept}
     write((json.dumps({"summary": s}) if as_json else _migrate_summary(s)) + "\n")
     return s
 
@@ -314,6 +354,8 @@ def _migrate_summary(s: dict[str, Any]) -> str:
 
     counts = ", ".join(f"{v} {k}" for k, v in sorted(s["actions"].items()))
     lines = [f"summary: {s['files']} files, {counts or 'none'} | into {safe_text(s['dest'])} as {s['target']}"]
+    if s.get("temporaries_removed"):
+        lines[0] += f" | removed {s['temporaries_removed']} temporaries an interrupted run left"
     if s["problems"]:
         more = s["problems"] - len(s["problem_files"])
         lines.append(f"not migrated ({s['problems']}):")
@@ -325,6 +367,7 @@ def _migrate_summary(s: dict[str, Any]) -> str:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     from kvscope.core.fleet.migrate import MigrateOptions
+    from kvscope.core.fleet.stopsignals import Stopped
 
     try:
         _check_common(args)
@@ -336,8 +379,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         except SourceError as e:
             raise UsageError(str(e)) from None
         opts = MigrateOptions(dest, layout, args.model, args.rotation, args.drop_trailing)
-        with _session(args, dest) as (source, executor):
-            s = run_migrate(source, executor, opts, args.json, _writer(), _progress(source, "migrate"))
+        with _dest_locked(dest) as (manifest, swept), _session(args, dest) as (source, executor):
+            s = run_migrate(source, executor, opts, manifest, swept, args.json, _writer(),
+                            _progress(source, "migrate"))
     except UsageError as e:
         return _fail(str(e))
+    except Stopped as e:
+        return _stopped(e)
     return EXIT_FINDINGS if s["problems"] else EXIT_OK

@@ -35,6 +35,7 @@ import itertools
 import logging
 import os
 import re
+import shutil
 import signal
 import tempfile
 import threading
@@ -120,6 +121,15 @@ def run_marked(fn: Callable[[Any], Result], items: list[Any], key: str, marks: s
     return out
 
 
+def _remove_tree(path: str, tries: int = 50) -> None:
+    """Remove ``path``; again while a worker that is still exiting writes into it (a few seconds at most)."""
+    for _ in range(tries):
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            return
+        time.sleep(0.1)
+
+
 def _dask() -> tuple[Any, Any]:
     try:
         import dask
@@ -147,7 +157,8 @@ class DaskPool:
         self._deaths: _NannyDeaths | None = None
         self._nanny_logger_state: tuple[int, bool] | None = None
         self._seq = itertools.count()
-        self._marks: tempfile.TemporaryDirectory[str] | None = None  # our LocalCluster's workers' running tasks
+        self._tmp: str | None = None  # our LocalCluster's private folder (0700): marks/ and the workers' scratch/
+        self._marks: str | None = None  # its workers' running tasks (pid -> task key)
 
     @property
     def workers_lost(self) -> int:
@@ -169,14 +180,19 @@ class DaskPool:
                 self.client = distributed.Client(self.scheduler, timeout=CONNECT_TIMEOUT, set_as_default=False)
             else:
                 self._watch_nannies()
-                with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
+                self._tmp = tempfile.mkdtemp(prefix="kvscope-dask-")
+                marks, scratch = os.path.join(self._tmp, "marks"), os.path.join(self._tmp, "scratch")
+                os.mkdir(marks, 0o700)
+                os.mkdir(scratch, 0o700)
+                with dask.config.set({"distributed.scheduler.worker-saturation": 1.0,
+                                      "temporary-directory": scratch}):  # the scheduler's scratch too
                     self._cluster = distributed.LocalCluster(
                         n_workers=self.jobs or default_jobs(), threads_per_worker=1, processes=True,
                         dashboard_address=None, silence_logs=logging.CRITICAL, host="127.0.0.1",
-                        scheduler_kwargs={"allowed_failures": 0},
+                        scheduler_kwargs={"allowed_failures": 0}, local_directory=scratch,
                     )
                 self.client = distributed.Client(self._cluster, set_as_default=False)
-                self._marks = tempfile.TemporaryDirectory(prefix="kvscope-dask-")
+                self._marks = marks
         except (OSError, TimeoutError) as e:
             self.close()
             where = self.scheduler or "a local cluster"
@@ -218,9 +234,9 @@ class DaskPool:
             if self._cluster is not None:
                 self._cluster.close()
         self.client = self._cluster = None
-        if self._marks is not None:
-            self._marks.cleanup()
-            self._marks = None
+        if self._tmp is not None:  # the marks and the workers' scratch space (no dask-scratch-space left in /tmp)
+            _remove_tree(self._tmp)
+        self._tmp = self._marks = None
         self._unwatch_nannies()
 
     def nthreads(self) -> int:
@@ -246,7 +262,7 @@ class DaskPool:
             if not task.items:
                 return False
             key = f"kvscope-{fn.func.__name__ if isinstance(fn, partial) else 'task'}-{next(self._seq)}"
-            marks = self._marks.name if self._marks is not None else None
+            marks = self._marks
             task.key = key
             fut = self.client.submit(run_marked, fn, task.items, key, marks, key=key, pure=False, retries=0)
             tasks[fut.key] = task
@@ -280,7 +296,7 @@ class DaskPool:
 
     def _kill_overdue(self, keys: set[str]) -> None:
         assert self._marks is not None and self.timeout is not None
-        marks = self._marks.name
+        marks = self._marks
         for name in os.listdir(marks):
             path = os.path.join(marks, name)
             try:
@@ -344,7 +360,7 @@ class DaskPool:
         if self._marks is None or pid is None:
             return False
         try:
-            with open(os.path.join(self._marks.name, str(pid))) as fh:
+            with open(os.path.join(self._marks, str(pid))) as fh:
                 return fh.read() != key
         except OSError:
             return False

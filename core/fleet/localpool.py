@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
 
-from kvscope.core.fleet.executors import Result
+from kvscope.core.fleet.executors import ExecutorError, Result
 
 T = TypeVar("T")
 BATCH = 8  # items per message to a worker
+START_TRIES = 3  # tries to start a worker (the fork server may have just died)
 LOW_WATER = 4  # send more when a worker holds fewer unanswered items than this
 PRELOAD = ["kvscope.core.fleet.scanfile", "kvscope.core.reader.parse", "kvscope.core.analysis.verdict"]
 _END = None
@@ -53,7 +54,10 @@ def _worker_main(conn: Any) -> None:
                 res = fn(item)
             except Exception as e:  # fn never raises; a bug still costs only this item
                 res = {"__error__": f"{type(e).__name__}: {e}"}
-            conn.send(res)
+            try:
+                conn.send(res)
+            except OSError:  # the client is gone (killed): nobody to answer, and nothing to print
+                return
 
 
 def death_reason(exitcode: int | None) -> str:
@@ -108,24 +112,43 @@ class LocalPool:
         return self._ctx
 
     def _start(self) -> _Worker:
+        """A new worker; if the fork server died (killed) as it forked, once more (multiprocessing starts
+        a new fork server), then :class:`ExecutorError`."""
         ctx = self._context()
-        ours, theirs = ctx.Pipe(duplex=True)
-        proc = ctx.Process(target=_worker_main, args=(theirs,), daemon=True, name="kvscope-worker")
-        proc.start()
-        theirs.close()
-        return _Worker(proc, ours)
+        for attempt in range(START_TRIES):
+            ours, theirs = ctx.Pipe(duplex=True)
+            proc = ctx.Process(target=_worker_main, args=(theirs,), daemon=True, name="kvscope-worker")
+            try:
+                proc.start()
+            except (EOFError, OSError) as e:
+                ours.close()
+                theirs.close()
+                if attempt + 1 == START_TRIES:
+                    raise ExecutorError(f"cannot start a worker process: {type(e).__name__}: {e}") from None
+                time.sleep(0.1)
+                continue
+            theirs.close()
+            return _Worker(proc, ours)
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
-        """Stop every worker (politely, then SIGKILL after a second)."""
+        """Stop every worker: politely; a busy one after a second by SIGTERM (its temporary outputs
+        are removed by :mod:`kvscope.core.fsutil`'s handler), then by SIGKILL (a stopped one)."""
         workers, self._workers = self._workers, []
         for w in workers:
             with contextlib.suppress(OSError, ValueError):
                 w.conn.send(_END)
+        for how, grace in (("terminate", 1.0), ("kill", 2.0), (None, None)):
+            end = time.monotonic() + (grace or 0.0)
+            for w in workers:
+                w.proc.join(max(0.0, end - time.monotonic()) if grace else None)
+            alive = [w for w in workers if w.proc.is_alive()]
+            if how is None or not alive:
+                break
+            for w in alive:
+                with contextlib.suppress(OSError):
+                    getattr(w.proc, how)()
         for w in workers:
-            w.proc.join(1.0)
-            if w.proc.is_alive():
-                w.proc.kill()
-                w.proc.join()
             w.conn.close()
 
     def map(self, fn: Callable[[T], Result], items: Iterable[T], on_error: Callable[[T, str], Result]

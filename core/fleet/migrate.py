@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -40,7 +41,7 @@ from typing import IO, Any
 
 from kvscope.core.fleet import destdir
 from kvscope.core.fleet.source import MANIFEST_NAME, Entry, local_copy
-from kvscope.core.fsutil import sha256_file, temporary_folder
+from kvscope.core.fsutil import sha256_file, temp_name, temporary_folder
 
 CHUNK = 8 << 20
 TEMP_TAG = "migrate"  # DEST/.kvscope-tmp-migrate-*: a run's staging folders (swept by the next run)
@@ -222,8 +223,33 @@ def _finish(path: str, entry: Entry, ident: tuple[int, int], opts: MigrateOption
 
 
 # -- the manifest (client side) --------------------------------------------------------------------
+class DestBusy(Exception):
+    """Another ``kvscope migrate`` holds DEST's manifest (one line for the user)."""
+
+
+def sweep_temporaries(dest: str) -> int:
+    """Remove what killed runs left in ``dest`` (``.kvscope-tmp-migrate-*`` folders and files, which
+    only migrate creates; links are not followed); how many. Call with the manifest locked."""
+    prefix = temp_name(TEMP_TAG)
+    removed = 0
+    for folder, dirs, files in os.walk(dest):
+        for name in [d for d in dirs if d.startswith(prefix)] + [f for f in files if f.startswith(prefix)]:
+            path = os.path.join(folder, name)
+            if name in dirs:
+                dirs.remove(name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            removed += 1
+    return removed
+
+
 class Manifest:
-    """``DEST/.kvscope-migrate.jsonl``: what earlier runs wrote (rel -> record) and this run's appends."""
+    """``DEST/.kvscope-migrate.jsonl``: what earlier runs wrote (rel -> record) and this run's appends.
+
+    :meth:`lock` holds it (``flock``) for the run, so two runs never write into one DEST at once."""
 
     def __init__(self, dest: str) -> None:
         self.path = os.path.join(dest, MANIFEST_NAME)
@@ -243,6 +269,17 @@ class Manifest:
                         self.records[rec["rel"]] = {k: rec[k] for k in _RECORD_KEYS if k in rec}
         except FileNotFoundError:
             pass
+        return self
+
+    def lock(self) -> Manifest:
+        """Open the manifest for the run and hold an exclusive lock on it; :class:`DestBusy` if held."""
+        fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (open for the run)
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.close()
+            raise DestBusy(f"--out {os.path.dirname(self.path)}: another kvscope migrate is writing into it") from None
+        self._fh = fh
         return self
 
     def prior(self, rel: str) -> dict[str, Any] | None:
