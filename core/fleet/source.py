@@ -101,9 +101,22 @@ class Source:
     def __repr__(self) -> str:
         return f"Source({self.spec!r})"
 
+    @property
+    def chain(self) -> str:
+        """The rest of a chained URL (``zip://::file:///x.zip``: ``::file:///x.zip``), or ``""``."""
+        return "::" + self.spec.split("::", 1)[1] if not self.local and "::" in self.spec else ""
+
+    def url(self, path: str) -> str:
+        """The full URL of a path of the file system, its chain kept (a worker opens it with fsspec.open)."""
+        return self.fs.unstrip_protocol(path) + self.chain
+
     def relative(self, ref: str) -> str:
         """An entry's ``ref`` (or any path or URL under SOURCE) relative to SOURCE, for a text line."""
         root = self.root if self.local else self.fs.unstrip_protocol(self.root)
+        if self.chain and ref.endswith(self.chain):  # zip://sub/a.bin::file:///x.zip (root: zip://)
+            ref = ref[: -len(self.chain)]
+            if ref.startswith(root):
+                return ref[len(root):].lstrip("/")
         root = root.rstrip("/")
         if ref.startswith(root + "/"):
             return ref[len(root) + 1:]
@@ -142,7 +155,7 @@ class Source:
                 continue
             depth_first.clear()
             for d in names:
-                if is_temp_name(d.name) or d.name == MANIFEST_NAME:
+                if is_temp_name(d.name) or (d.name == MANIFEST_NAME and not rel):  # migrate's, at DEST's top
                     continue
                 child_rel = f"{rel}/{d.name}" if rel else d.name
                 try:
@@ -186,13 +199,13 @@ class Source:
             try:
                 infos = self.fs.ls(folder, detail=True)
             except (OSError, ValueError) as e:
-                yield _unreadable(self.fs.unstrip_protocol(folder), rel, e, local=False)
+                yield _unreadable(self.url(folder), rel, e, local=False)
                 continue
             subfolders: list[tuple[str, str]] = []
             for info in sorted(infos, key=lambda i: str(i.get("name", ""))):
                 name = str(info.get("name", "")).rstrip("/")
                 base = name.rsplit("/", 1)[-1]
-                if not base or name == folder.rstrip("/") or is_temp_name(base) or base == MANIFEST_NAME:
+                if not base or name == folder.rstrip("/") or is_temp_name(base) or (base == MANIFEST_NAME and not rel):
                     continue
                 child_rel = f"{rel}/{base}" if rel else base
                 if info.get("islink"):
@@ -202,8 +215,7 @@ class Source:
                         subfolders.append((name, child_rel))
                 elif info.get("type") == "file":
                     mtime = info.get("mtime") or info.get("LastModified") or info.get("updated")
-                    yield Entry(self.fs.unstrip_protocol(name), child_rel, int(info.get("size") or 0),
-                                _as_timestamp(mtime), False)
+                    yield Entry(self.url(name), child_rel, int(info.get("size") or 0), _as_timestamp(mtime), False)
             if subfolders and len(stack) < MAX_DEPTH:
                 stack.append(iter(subfolders))
 
