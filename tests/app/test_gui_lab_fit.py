@@ -25,7 +25,7 @@ def _lab(qtbot, open_doc, window, size: tuple[int, int], path=CONTEXT):  # type:
     w.show_view("lab")
     w.split.setSizes([0, sum(w.split.sizes())])
     lab = w.lab
-    qtbot.waitUntil(lambda: lab.ready is not None and not lab._dirty, timeout=20000)
+    qtbot.waitUntil(lambda: lab.ready is not None and not lab._dirty, timeout=60000)
     return w, lab
 
 
@@ -118,7 +118,7 @@ def test_the_whole_catalog_and_its_controls_fit_without_folding_by_hand(qtbot, o
     assert tree_before > 0
     w.show_view("lab")
     lab = w.lab
-    qtbot.waitUntil(lambda: lab.ready is not None and not lab._dirty, timeout=20000)
+    qtbot.waitUntil(lambda: lab.ready is not None and not lab._dirty, timeout=60000)
     assert w.split.sizes()[0] == 0 and not w.bytemap.isVisible()  # the Lab takes the tree's and map's room
     _run(qtbot, lab, None)
     qtbot.wait(100)
