@@ -2,9 +2,10 @@
 
 * **core front-ends**: every module of the ``kvscope.core`` tree named ``cli.py`` or ``*_cli.py`` that
   defines ``COMMANDS`` (the names it adds) and ``register(subparsers)``. They are found by listing the
-  package folders (no package is imported for it: ``kvscope.core.memory`` would import torch) and
+  packages through the import system's finders (no package is imported for it: ``kvscope.core.memory``
+  would import torch; the same listing works in the frozen desktop bundle) and
   imported when the parser is built; each imports only the standard library at module level
-  (tests/cli/test_cli_registry.py holds them to it).
+  (tests/cli/test_cli_plumbing.py holds them to it).
 * **other layers' commands** (the app's ``gui`` and ``report``): the ``kvscope.commands`` entry-point
   group. They are loaded only when the command asked for is not a core one (or none is asked for: the
   full help), and then only the one asked for if it is there, so ``kvscope verify --help`` never
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,20 +38,23 @@ class FrontEnd:
 
 
 def _front_end_modules() -> list[str]:
-    """Dotted names of the ``cli.py`` / ``*_cli.py`` modules of the core tree (found on disk, not imported)."""
-    spec = importlib.util.find_spec(CORE_PACKAGE)
-    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    """Dotted names of the ``cli.py`` / ``*_cli.py`` modules of the core tree, listed by the import system's
+    finders (on disk, and in a frozen bundle through PyInstaller's), no package of the tree imported."""
     names: set[str] = set()
-    for root in roots:
-        for folder, dirs, files in os.walk(root):
-            dirs[:] = sorted(d for d in dirs if d.isidentifier() and os.path.isfile(os.path.join(folder, d,
-                                                                                                 "__init__.py")))
-            rel = os.path.relpath(folder, root)
-            package = CORE_PACKAGE if rel == "." else f"{CORE_PACKAGE}.{rel.replace(os.sep, '.')}"
-            for f in files:
-                stem, ext = os.path.splitext(f)
-                if ext == ".py" and (stem == "cli" or stem.endswith("_cli")) and stem.isidentifier():
-                    names.add(f"{package}.{stem}")
+
+    def walk(package: str, locations: list[str]) -> None:
+        for info in pkgutil.iter_modules(locations):
+            full = f"{package}.{info.name}"
+            if info.ispkg:
+                spec = info.module_finder.find_spec(full)  # type: ignore[call-arg]
+                if spec is not None and spec.submodule_search_locations:
+                    walk(full, list(spec.submodule_search_locations))
+            elif info.name == "cli" or info.name.endswith("_cli"):
+                names.add(full)
+
+    spec = importlib.util.find_spec(CORE_PACKAGE)
+    if spec is not None and spec.submodule_search_locations:
+        walk(CORE_PACKAGE, list(spec.submodule_search_locations))
     return sorted(names)
 
 

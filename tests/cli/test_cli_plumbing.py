@@ -157,3 +157,19 @@ def test_error_message_can_be_set_and_is_escaped() -> None:
     assert e.message == "server said \\x1b[31mno"
     assert errors.error_line(e) == "kvscope: server said \\x1b[31mno"
     assert errors.error_line(ValueError("x" * 5000)).endswith("... (5000 characters)")
+
+
+def test_front_ends_are_found_by_the_import_system_not_the_folders() -> None:
+    """The desktop bundle has no .py files on disk: the registry lists packages through their finders
+    (PyInstaller's frozen importer too), so a listing from the folders would find no command there."""
+    import pkgutil
+    from unittest import mock
+
+    from kvscope.core.cli import registry
+
+    found = registry._front_end_modules()
+    assert {"kvscope.core.cli.inspect_cli", "kvscope.core.verify.cli", "kvscope.core.fleet.cli"} <= set(found)
+    with mock.patch("os.walk", side_effect=AssertionError("listed from the folders")):
+        assert registry._front_end_modules() == found
+    with mock.patch.object(pkgutil, "iter_modules", return_value=iter(())):
+        assert registry._front_end_modules() == []
