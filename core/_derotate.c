@@ -90,14 +90,14 @@ TARGET static void flush(acc_t *acc) {
     acc->since_flush = 0;
 }
 
-TARGET static inline v8f select_gt(v8f a, v8f b) {  /* lane-wise max by a compare mask (maxps) */
-    const v8i gt = a > b;
-    return (v8f)(((v8i)a & gt) | ((v8i)b & ~gt));
+/* lane-wise a > b ? a : b, which is what maxps computes (NaN and equal lanes give b); written as
+ * a compare mask, gcc emitted a compare and a variable blend instead */
+TARGET static inline v8f select_gt(v8f a, v8f b) {
+    return (v8f)_mm256_max_ps((__m256)a, (__m256)b);
 }
 
-TARGET static inline v8f select_lt(v8f a, v8f b) {
-    const v8i lt = a < b;
-    return (v8f)(((v8i)a & lt) | ((v8i)b & ~lt));
+TARGET static inline v8f select_lt(v8f a, v8f b) {  /* a < b ? a : b: minps */
+    return (v8f)_mm256_min_ps((__m256)a, (__m256)b);
 }
 
 /* H(8) on each group of eight: the three lowest index bits, by shuffles (x + s*y is x - y
@@ -110,16 +110,11 @@ TARGET static inline __attribute__((always_inline)) v8f wht8(v8f v) {
     return SHUF(v, 4, 5, 6, 7, 0, 1, 2, 3) + v * s4;
 }
 
-/* One block of n values (a multiple of 16) in x[0..n/8): its sums, then the unnormalised
- * transform and the running extremes. The last butterfly stage is not stored: of a + b and a - b
- * the larger is a + |b| and the smaller a - |b| (the same roundings). */
-TARGET static inline __attribute__((always_inline)) void block_fold(v8f *x, const int n, acc_t *acc) {
+/* One block of n values (a multiple of 16, at most 128) in x[0..n/8): the unnormalised transform
+ * and the running extremes. The last butterfly stage is not stored: of a + b and a - b the larger
+ * is a + |b| and the smaller a - |b| (the same roundings). */
+TARGET static inline __attribute__((always_inline)) void block_extremes(v8f *x, const int n, acc_t *acc) {
     const int m = n / 8;
-    v8f sq = x[0] * x[0];
-    UNROLL for (int i = 1; i < m; i++) sq += x[i] * x[i];
-    acc->sq += sq;
-    acc->sum_first += (double)x[0][0];
-    if (++acc->since_flush == FLUSH_BLOCKS) flush(acc);
     UNROLL for (int i = 0; i < m; i++) x[i] = wht8(x[i]);
     UNROLL for (int h = 1; h < m / 2; h <<= 1)
         UNROLL for (int i = 0; i < m; i += 2 * h)
@@ -145,11 +140,36 @@ TARGET static inline __attribute__((always_inline)) void block_fold(v8f *x, cons
     acc->mn = select_lt(x[half], acc->mn);
 }
 
+/* A block's sums, then its extremes. Blocks past 128 values first take their top butterfly stages between halves (H(n) is
+ * H(n/128) (x) H(128)), then each 128-value part alone: sixteen vectors and the temporaries fit the
+ * registers, thirty-two spilled (half the speed). */
+TARGET static inline __attribute__((always_inline)) void block_fold(v8f *x, const int n, acc_t *acc) {
+    const int m = n / 8;
+    v8f sq = x[0] * x[0];
+    UNROLL for (int i = 1; i < m; i++) sq += x[i] * x[i];
+    acc->sq += sq;
+    acc->sum_first += (double)x[0][0];
+    if (++acc->since_flush == FLUSH_BLOCKS) flush(acc);
+    if (n <= 128) {
+        block_extremes(x, n, acc);
+        return;
+    }
+    for (int h = m / 2; h >= 16; h >>= 1)
+        for (int i = 0; i < m; i += 2 * h)
+            UNROLL for (int j = i; j < i + h; j++) {
+                v8f a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+    for (int i = 0; i < m; i += 16) block_extremes(x + i, 128, acc);
+}
+
 /* the common block sizes as constants (the loops then unroll) */
 #define FOLD(x, n, acc)                                    \
     do {                                                   \
         if ((n) == 64) block_fold((x), 64, (acc));         \
         else if ((n) == 128) block_fold((x), 128, (acc));  \
+        else if ((n) == 256) block_fold((x), 256, (acc));  \
         else block_fold((x), (n), (acc));                  \
     } while (0)
 
