@@ -8,7 +8,7 @@ from kvscope.core.jsonout import JsonArray
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult, Section
 from kvscope.core.reader.tree import coverage
-from kvscope.core.textsafe import safe_text
+from kvscope.core.textsafe import markdown_line, markdown_text, safe_text
 
 
 def result_to_json(res: ParseResult, profile: ModelProfile | None = None, tree: bool = False,
@@ -72,7 +72,7 @@ def result_to_text(res: ParseResult, profile: ModelProfile | None = None, markdo
     """Human summary: kind, layout, tokens, per-section tables, findings with offsets."""
     h = "## " if markdown else ""
     lines: list[str] = []
-    lines.append(f"{'# ' if markdown else ''}{res.path}  ({res.size:,} bytes)")
+    title = f"# {markdown_text(res.path)}" if markdown else safe_text(res.path)
     lines.append("")
     lines.append(f"kind:    {res.kind}" + ("  (PARTIAL_ONLY)" if res.partial else ""))
     lay = res.layout
@@ -125,7 +125,10 @@ def result_to_text(res: ParseResult, profile: ModelProfile | None = None, markdo
     lines.append("")
     lines.append(f"coverage: parsed {cov['parsed_bytes']:,}, untrusted {cov['untrusted_bytes']:,}, "
                  f"unparsed {cov['unparsed_bytes']:,}, trailing {cov['trailing_bytes']:,} of {cov['size']:,} bytes")
-    return "\n".join(safe_text(line) for line in lines) + "\n"  # file-derived text escaped
+    # file-derived text escaped for the medium: the terminal's (control and bidi characters), and Markdown's
+    # (no raw HTML, entity or autolink: the title is a literal heading)
+    esc = markdown_line if markdown else safe_text
+    return "\n".join([f"{title}  ({res.size:,} bytes)", *(esc(line) for line in lines)]) + "\n"
 
 
 def _table(head: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
