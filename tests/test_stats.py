@@ -363,7 +363,11 @@ def test_f16_sign_and_bit_pattern_edge_cases(tmp_path: Path, scan_path: str) -> 
     assert n_bad and rep.layers[3].n_nonfinite == rep.layers[8].n_nonfinite == n_bad
 
 
-def test_read_ahead_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("streams", [1, 2, 3])
+def test_read_ahead_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streams: int) -> None:
+    """The read-ahead with one or more reads in flight, chunks finishing in any order, the scan
+    waiting for them: the same statistics, and no thread left behind."""
+    import os
     import threading
 
     import kvscope.core.analysis.stats as stats_mod
@@ -371,6 +375,8 @@ def test_read_ahead_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     x = np.random.default_rng(5).standard_normal((400, 256)).astype("<f2")
     res = synthetic(tmp_path, [(1, x.tobytes(), 400, False), (1, x.tobytes(), 400, True)])
     monkeypatch.setattr(stats_mod, "_AHEAD", 4096)  # 400 KiB of payload: the thread runs
+    monkeypatch.setattr(stats_mod, "_CHUNK", 8192)  # a hundred chunks
+    monkeypatch.setattr(stats_mod, "_STREAMS", streams)
     started = []
     monkeypatch.setattr(stats_mod._Prefetch, "start", lambda self: started.append(threading.Thread.start(self)))
     assert not stats_mod._Prefetch(res.path, 0, Path(res.path).stat().st_size).cold()  # just written: cached
@@ -378,6 +384,12 @@ def test_read_ahead_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     before = threading.active_count()
     for chunk in (64 << 20, 3000):
         plain = scan_stats(res, chunk, data=np.fromfile(res.path, np.uint8)).layers  # bytes given: no read-ahead
+        fd = os.open(res.path, os.O_RDONLY)
+        try:  # out of the page cache where the kernel lets it go: the read-ahead reads for real
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
         assert scan_stats(res, chunk_bytes=chunk).layers == plain
     assert len(started) == 2 and threading.active_count() == before
 
