@@ -28,6 +28,7 @@ from kvscope.core.textsafe import safe_text
 
 if TYPE_CHECKING:
     from kvscope.core.analysis.compat import GenCompat
+    from kvscope.core.analysis.reuse import ReusePrediction
     from kvscope.core.analysis.stats import StatsReport
     from kvscope.core.model.profile import ModelProfile
 
@@ -66,7 +67,18 @@ class Inspection:
         if self.stats is not None:
             out["stats"] = self.stats.to_json()
             out["findings"] = [f.to_json() for f in self.result.findings]
+        if self.is_state:
+            out["reuse_prediction"] = [e.to_json() for e in self.reuse_prediction()]
         return out
+
+    def reuse_prediction(self) -> list[ReusePrediction]:
+        """What each pinned llama-server (``--swa-full`` off and on) does with the slot on a prompt that
+        continues it (:mod:`kvscope.core.analysis.reuse`); empty for a file that is not a slot file."""
+        if self.result.kind != "seq_file":
+            return []
+        from kvscope.core.analysis.reuse import predict_reuse
+
+        return predict_reuse(self.result, self.profile, self.compatibility)
 
     def to_text(self, markdown: bool = False) -> str:
         """``kvscope inspect``'s text (``markdown``: its Markdown): the summary with the verdict under
@@ -81,6 +93,10 @@ class Inspection:
 
             text += "\n" + ("## " if markdown else "") + "compatibility (which llama.cpp layouts load it)\n"
             text += "\n".join(compat_text(self.compatibility)) + "\n"
+        reuse = self.reuse_prediction() if self.is_state else []
+        if reuse:
+            text += "\n" + ("## " if markdown else "") + "llama-server reuse (a prompt that continues the slot)\n"
+            text += "\n".join(("- " if markdown else "  ") + safe_text(e.line()) for e in reuse) + "\n"
         if self.stats is not None:
             text += "\n" + self.stats.to_text(markdown=markdown)
         return text

@@ -237,7 +237,7 @@ def server_args(ctx: CtxParams) -> list[str]:
     fa = {None: "auto", True: "on", False: "off"}[ctx.flash_attn]
     args = ["-b", str(ctx.n_batch), "-ub", str(ctx.n_ubatch), "-fa", fa, "-ctk", ctx.type_k, "-ctv", ctx.type_v,
             "--kv-unified" if ctx.kv_unified else "--no-kv-unified", "--cache-ram", "0", "-ctxcp", "0",
-            "--no-warmup"]
+            "--no-warmup", "-lv", "4"]  # -lv 4: the server logs why it re-processes a prompt (verify's reuse)
     if ctx.swa_full:
         args.append("--swa-full")
     return args
@@ -254,6 +254,7 @@ class ServerEngine(VerifyEngine):
         self._process: ServerProcess | None = None
         self._names: list[str] = []
         self.build = build
+        self.last_completion: dict[str, Any] | None = None  # the answer of the last next_logits (reuse reads it)
         if url is not None:
             if slot_dir is None:
                 raise EngineUnavailable("--server needs the server's --slot-save-path folder as --slot-dir")
@@ -330,6 +331,7 @@ class ServerEngine(VerifyEngine):
                                        n_probs=SERVER_TOP_K, temperature=0.0, logit_bias=self._logit_bias())
         except ServerError as e:
             return None, str(e)
+        self.last_completion = doc
         probs = doc.get("completion_probabilities") or []
         if not probs:
             return None, "the server returned no probabilities"
@@ -348,6 +350,10 @@ class ServerEngine(VerifyEngine):
         self.client.slot_save(slot, name)
         with open(os.path.join(self.slot_dir, name), "rb") as fh:
             return fh.read()
+
+    def server_log(self, n: int = 400) -> list[str]:
+        """The last ``n`` lines of the log of a server kvscope started (none for the user's ``--server``)."""
+        return self._process.log_tail(n) if self._process is not None else []
 
     def kill(self) -> None:
         if self._process is not None:

@@ -117,6 +117,7 @@ class VerifyResult:
     seconds: dict[str, float] = field(default_factory=dict)
     cancelled: bool = False
     input_changed: str | None = None  # the path no longer names the file verify read (replaced, rewritten)
+    reuse: dict[str, Any] | None = None  # llama-server's reuse of the restored slot (core.verify.reuse)
 
     @property
     def compared(self) -> bool:
@@ -151,7 +152,7 @@ class VerifyResult:
             "verdict": self.verdict, "reasons": list(self.reasons), "damage": self.damage(),
             "compatibility": self.compatibility, "findings": self.findings, "notes": list(self.notes),
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()}, "cancelled": self.cancelled,
-            "input_changed": self.input_changed,
+            "input_changed": self.input_changed, "reuse": self.reuse,
         }
 
 
@@ -243,6 +244,8 @@ def result_text(res: VerifyResult) -> str:
             lines.append(f"next token {nt.token}: max |dlogit| {nt.max_abs_logit_diff:.4g}, same argmax "
                          f"{nt.same_argmax}, KL {nt.kl:.3g}" if nt.max_abs_logit_diff is not None and nt.kl is not None
                          else f"next token {nt.token}: same argmax {nt.same_argmax}")
+    if res.reuse is not None:
+        lines.append(f"reuse: {res.reuse['line']}")
     lines.append(f"verdict: {res.verdict}")
     lines += [f"  {r}" for r in res.reasons]
     lines += [f"note: {n}" for n in res.notes]

@@ -307,6 +307,10 @@ class Verifier:
             before = list(res.tokens) if engine.kind == "server" else plan.seqs.get(plan.next_seq, [])
             restored_logits, why = engine.next_logits(plan.next_seq, before, plan.next_token)
             out.seconds["next_restored"] = time.perf_counter() - t0
+            if engine.kind == "server":  # that completion continued the slot: the server's reuse of it
+                from kvscope.core.verify.reuse import engine_reuse
+
+                out.reuse = engine_reuse(engine, len(before))
             if restored_logits is None:
                 nt.skipped = f"decoding after the restore failed: {why}"
         if not plan.possible or not engine.can_prefill:
