@@ -157,6 +157,13 @@ class Input:
     target: str = "state"  # "state" | "model"
     sparse: int = 0  # extend the state with a hole to this size (0: no)
     race: bool = False  # parse while a thread cuts the file
+    name: str = ""  # a hostile file name to write the state under (its renderings are checked)
+
+
+NAMES_EVERY = 97  # one input in this many is written under a hostile name and its renderings checked
+# file names with control, bidi and HTML/Markdown characters (no "/" or NUL: a file system refuses them)
+HOSTILE_NAMES = ("a\u202eb.bin", "x\x1b[31my\x1b[0m.bin", "<img src=x onerror=alert(1)>.bin", "l1\nl2\r.bin",
+                 "*b*|[x](y)&amp;`c`.bin", "\u2066rtl\u2069\u200f.bin", "tab\tbell\x07\x7f.bin", "<script>alert(1)<script>")
 
 
 def make_input(seeds: list[Seed], run_seed: int, index: int, model_share: float = 0.25, sparse_every: int = 0,
@@ -176,4 +183,6 @@ def make_input(seeds: list[Seed], run_seed: int, index: int, model_share: float 
         inp.sparse = rng.randint(1, 50) << 30
     elif race_every and index % race_every == race_every // 3:
         inp.race = True
+    elif index % NAMES_EVERY == NAMES_EVERY // 2:  # no draw from rng: the other inputs stay as they were
+        inp.name = HOSTILE_NAMES[(index // NAMES_EVERY) % len(HOSTILE_NAMES)]
     return inp

@@ -12,7 +12,10 @@ section of the tiny GGUF that wrote the fixture gets the same mutations over its
 one-line, escaped ModelProfileError within 1 s, and a profile it returns then parses the fixture
 under the checks below. Every ``--sparse-every`` inputs, the mutated state is extended with a hole
 to 1-50 GB (a sparse giant tail); every ``--race-every`` inputs, a thread keeps cutting the file
-and growing it back while it is parsed, and ``FileChangedError`` is an accepted answer.
+and growing it back while it is parsed, and ``FileChangedError`` is an accepted answer. One input
+in ``NAMES_EVERY`` is written under a hostile file name (control, bidi, HTML and Markdown characters)
+and inspect's text, Markdown and JSON of it must escape the name and the file's strings for their
+medium.
 
 Every input is checked: ``read_state`` does not raise, ``check_tiling(root) == []``, each
 finding lies inside ``[0, size]``, coverage adds up to the size, the parse takes under 2 s (20 s
@@ -148,6 +151,32 @@ def _race(path: Path, size: int, fn: Any) -> Any:
         t.join()
 
 
+# what no rendering may pass through raw: C0/C1 controls but the newline, bidi embeddings, overrides,
+# isolates and marks; and in Markdown a < or & that is not backslash-escaped (raw HTML, an entity)
+_RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_MARKDOWN_RAW = re.compile(r"(?<!\\)[<&]")
+
+
+def check_renderings(res: ParseResult, prof: ModelProfile | None) -> None:
+    """inspect's text, Markdown and JSON of ``res`` (read from a hostile file name) escape it for their medium."""
+    import io
+
+    from kvscope.core.analysis.inspection import Inspection
+    from kvscope.core.analysis.verdict import verdict
+    from kvscope.core.jsonout import write_json
+
+    found = Inspection(res, prof, verdict(res, prof))
+    for markdown in (False, True):
+        out = found.to_text(markdown=markdown)
+        hit = _RAW_CONTROL.search(out) or (_MARKDOWN_RAW.search(out) if markdown else None)
+        if hit:
+            raise CheckFailed(f"{'Markdown' if markdown else 'text'} output passes {hit.group()!r} raw")
+    buf = io.StringIO()
+    write_json(found.to_json(lazy=True), buf)
+    if json.loads(buf.getvalue()).get("file") != res.path:
+        raise CheckFailed("the JSON does not give the file name back as it is")
+
+
 def run_one(path: Path, inp: Input, measure_memory: bool) -> tuple[ParseResult | None, float, int]:
     """Run and check one input (the state is written at ``path``); (result, seconds, peak bytes or -1)."""
     seed = inp.seed
@@ -174,6 +203,16 @@ def run_one(path: Path, inp: Input, measure_memory: bool) -> tuple[ParseResult |
         state = seed.data
         measure_memory = False  # measured above
         model_peak = mpeak
+    if inp.name:
+        path = path.with_name(inp.name)
+        try:
+            path.write_bytes(state)
+            res = read_state(path, profile=prof)
+            check_result(res, len(state))
+            check_renderings(res, prof)
+        finally:
+            path.unlink(missing_ok=True)
+        return res, 0.0, -1
     path.write_bytes(state)
     size = len(state)
     if inp.sparse:
