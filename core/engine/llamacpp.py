@@ -42,6 +42,7 @@ from kvscope.core.engine.abi import (
     identify,
 )
 from kvscope.core.engine.builds import BuildError, require_built
+from kvscope.core.engine.janitor import janitor
 
 PARTIAL_ONLY = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (= the older SWA_ONLY)
 ON_DEVICE = 2  # LLAMA_STATE_SEQ_FLAGS_ON_DEVICE
@@ -189,8 +190,11 @@ def _reap(proc: subprocess.Popen[bytes], fds: list[int], err: IO[bytes], scratch
             proc.kill()
             proc.wait()
     err.close()
+    jan = janitor()
+    jan.forget("group", proc.pid)
     for d in scratch:
         shutil.rmtree(d, ignore_errors=True)
+        jan.forget("dir", d)
 
 
 def _reap_unstarted(fds: list[int], err: IO[bytes], scratch: list[str]) -> None:
@@ -235,16 +239,20 @@ class LlamaProcess:
         self._err = tempfile.TemporaryFile(prefix="kvscope-llama-")  # noqa: SIM115 (closed by _reap)
         self._err_mark = 0  # stderr size at the last reply
         self._scratch = protocol.make_scratch()  # large payloads travel through files here
+        for d in self._scratch:
+            janitor().watch_dir(d)  # removed even when kvscope is killed
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "kvscope.core.engine.worker", str(req_r), str(rep_w)], pass_fds=(req_r, rep_w),
-                stdin=subprocess.DEVNULL, stdout=self._err, stderr=self._err, env=env, close_fds=True)
+                stdin=subprocess.DEVNULL, stdout=self._err, stderr=self._err, env=env, close_fds=True,
+                start_new_session=True)  # its own group: the janitor stops it should kvscope be killed
         except OSError as e:
             _reap_unstarted([self._wfd, self._rfd], self._err, self._scratch)
             raise EngineSetupError(f"cannot start the engine process: {e}") from None
         finally:
             os.close(req_r)  # the child holds its own copies
             os.close(rep_w)
+        janitor().watch_group(self._proc.pid)
         self._fds = [self._wfd, self._rfd]
         self._finalizer = weakref.finalize(self, _reap, self._proc, self._fds, self._err, self._scratch)
         self._reader = protocol.Reader(self._rfd)

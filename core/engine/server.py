@@ -10,7 +10,6 @@ and a client makes at most ``max_requests`` of them.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import shutil
@@ -28,9 +27,14 @@ from urllib.parse import urlsplit
 
 from kvscope.core.engine.abi import BINDING_ABI
 from kvscope.core.engine.builds import BuildError, LlamaBuild, require_built
+from kvscope.core.engine.http_bounded import Timeout, TooLarge, exchange
+from kvscope.core.engine.janitor import janitor
+from kvscope.core.textsafe import safe_text
 
 _ENV_PREFIXES = ("LLAMA_", "GGML_")  # llama-server reads LLAMA_ARG_* from the environment
 _LOG_TAIL = 64 * 1024
+MAX_ANSWER = 16 << 20  # bytes of one JSON answer (a completion with top-40 probabilities is a few KiB)
+_TEXT_MAX = 400  # characters of a server's message kept
 
 
 class ServerError(Exception):
@@ -45,6 +49,7 @@ class ServerHTTPError(ServerError):
     """The server answered with an HTTP error; ``message`` is the server's own."""
 
     def __init__(self, status: int, message: str, error_type: str | None = None, body: Any = None) -> None:
+        message = safe_text(message, limit=_TEXT_MAX)  # the server's text: one line, no terminal escapes
         self.status, self.message, self.error_type, self.body = status, message, error_type, body
         super().__init__(f"HTTP {status}: {message}")
 
@@ -59,7 +64,7 @@ class ServerDied(ServerError):
     def __init__(self, aborted: str, log: list[str]) -> None:
         self.aborted, self.log = aborted, log
         picked = [ln for ln in log if "GGML_ASSERT" in ln or "error" in ln.lower()] or log
-        last = picked[-1] if picked else ""
+        last = safe_text(picked[-1], limit=_TEXT_MAX) if picked else ""  # the server's log: no terminal escapes
         super().__init__(f"llama-server aborted: {aborted}" + (f": {last}" if last else ""))
 
 
@@ -107,44 +112,46 @@ class ServerClient:
         self.slot_dir = os.fspath(slot_dir) if slot_dir is not None else None
         self.max_requests = max_requests
         self.timeout_s = timeout_s
+        self.max_answer = MAX_ANSWER
         self.requests = 0  # made so far
         self._process = process
 
     # --- transport ---------------------------------------------------------------------------
-    def _connection(self) -> http.client.HTTPConnection:
-        if self._scheme == "https":
-            return http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout_s)
-        return http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
-
     def request(self, method: str, path: str, body: Any = None) -> Any:
-        """One request; returns the decoded JSON. Raises ServerHTTPError, ServerDied, ServerLimitError."""
+        """One request; returns the decoded JSON. Raises ServerHTTPError, ServerDied, ServerLimitError, and
+        ServerError when there is no complete answer within ``timeout_s`` (the whole exchange: a server
+        trickling bytes is cut off), when the answer exceeds ``max_answer`` bytes, or on a broken connection."""
         if self.requests >= self.max_requests:
             raise ServerLimitError(f"request limit reached: {self.max_requests} requests to {self.url}")
         self.requests += 1
-        deadline = time.monotonic() + self.timeout_s
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": "application/json"} if data is not None else {}
-        conn = self._connection()
+        where = f"{method} {self.url}{path}"
         try:
-            conn.request(method, self._prefix + path, body=data, headers=headers)
-            resp = conn.getresponse()
-            raw = _read_bounded(conn, resp, deadline)
-        except (OSError, http.client.HTTPException) as e:
+            ans = exchange(self._scheme, self._host, self._port, method, self._prefix + path, data, headers,
+                           self.timeout_s, self.max_answer)
+        except Timeout:
             self._raise_if_dead()
-            if isinstance(e, TimeoutError | socket.timeout):
-                raise ServerError(f"{method} {self.url}{path}: no answer within {self.timeout_s:g} s") from None
-            raise ServerError(f"{method} {self.url}{path}: {e}") from None
-        finally:
-            conn.close()
+            raise ServerError(f"{where}: no answer within {self.timeout_s:g} s") from None
+        except TooLarge as e:
+            raise ServerError(f"{where}: {e}") from None
+        except OSError as e:
+            self._raise_if_dead()
+            raise ServerError(f"{where}: {safe_text(e.strerror or e, limit=_TEXT_MAX)}") from None
+        raw = ans.body
         try:
             doc = json.loads(raw) if raw else None
         except ValueError:
             doc = raw.decode("utf-8", "replace")
-        if resp.status >= 400:
+        if ans.status >= 400:
             err = doc.get("error") if isinstance(doc, dict) else None
             if isinstance(err, dict):
-                raise ServerHTTPError(resp.status, str(err.get("message")), err.get("type"), doc)
-            raise ServerHTTPError(resp.status, str(err or doc or resp.reason), None, doc)
+                etype = err.get("type")
+                raise ServerHTTPError(ans.status, str(err.get("message")), etype if isinstance(etype, str) else None,
+                                      doc)
+            raise ServerHTTPError(ans.status, str(err or doc or ans.reason), None, doc)
+        if isinstance(doc, str):
+            raise ServerError(f"{where}: the answer is not JSON: {safe_text(doc, limit=80)}")
         return doc
 
     def _raise_if_dead(self) -> None:
@@ -198,21 +205,6 @@ def _as_dict(doc: Any) -> dict[str, Any]:
     return doc
 
 
-def _read_bounded(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, deadline: float) -> bytes:
-    """The response body, giving up at ``deadline`` even when the server trickles bytes."""
-    chunks: list[bytes] = []
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError
-        if conn.sock is not None:
-            conn.sock.settimeout(left)
-        chunk = resp.read(1 << 16)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-
-
 def _stop(proc: subprocess.Popen[bytes], log: Any, remove: list[str]) -> None:
     """Terminate, then kill, the server; close its log and remove our temporary folders."""
     if proc.poll() is None:
@@ -223,8 +215,11 @@ def _stop(proc: subprocess.Popen[bytes], log: Any, remove: list[str]) -> None:
             proc.kill()
             proc.wait()
     log.close()
+    jan = janitor()
+    jan.forget("group", proc.pid)
     for d in remove:
         shutil.rmtree(d, ignore_errors=True)
+        jan.forget("dir", d)
 
 
 class ServerProcess:
@@ -240,6 +235,7 @@ class ServerProcess:
         self.build, self.binary = self._resolve_binary(build, binary)
         self.timeout_s = timeout_s
         self._tmp = tempfile.mkdtemp(prefix="kvscope-server-")
+        janitor().watch_dir(self._tmp)  # removed even when kvscope is killed
         remove = [self._tmp]
         if slot_dir is None:
             self.slot_dir = os.path.join(self._tmp, "slots")
@@ -266,8 +262,10 @@ class ServerProcess:
             self.url = f"http://127.0.0.1:{self.port}"
             self.command = [*base, "--port", str(self.port), *args]
             start = self._log.tell()
+            # its own process group, stopped by the janitor should kvscope die without closing it
             self._proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=self._log,
-                                          stderr=subprocess.STDOUT, env=run_env)
+                                          stderr=subprocess.STDOUT, env=run_env, start_new_session=True)
+            janitor().watch_group(self._proc.pid)
             self._finalizer = weakref.finalize(self, _stop, self._proc, self._log, remove)
             try:
                 self._wait_healthy()
@@ -279,6 +277,7 @@ class ServerProcess:
                     self._finalizer()
                     raise
                 self._finalizer.detach()
+                janitor().forget("group", self._proc.pid)
 
     @staticmethod
     def _resolve_binary(build: str | None, binary: str | os.PathLike[str] | None) -> tuple[LlamaBuild | None, str]:

@@ -16,8 +16,8 @@ Every engine answers :meth:`restore` with a :class:`RestoreReport`, :meth:`next_
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-import shutil
 import time
 import uuid
 import warnings
@@ -28,14 +28,18 @@ import numpy as np
 import numpy.typing as npt
 
 from kvscope.core.engine.choices import VERIFY_ENGINES
+from kvscope.core.engine.janitor import janitor
 from kvscope.core.engine.llamacpp import ABIWarning, CtxParams, EngineError, LlamaProcess, Outcome, short_line
 from kvscope.core.engine.server import ServerClient, ServerDied, ServerError, ServerHTTPError, ServerProcess
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.verify.params import ContextPlan
 from kvscope.core.verify.prefill import PrefillPlan
+from kvscope.core.verify.snapshot import InputError, copy_sparse, kind_of, open_regular
 
 ENGINES = VERIFY_ENGINES
+MIN_SLOT_LIMIT = 256 << 20  # bytes a saved slot may have, at least (a fresh state of the file's tokens)
+SLOT_SIZE_FACTOR = 4  # ... and at most this many times the file's size
 SERVER_TOP_K = 40  # log-probabilities a server reports for the next token
 _ERROR_WORDS = ("error", "failed", "unknown", "mismatch", "incompatible", "invalid", "unable", "assert", "cannot",
                 "wrong", "expected", "exceed", "mirrored slot", "not supported")
@@ -274,28 +278,73 @@ class ServerEngine(VerifyEngine):
             self.client = self._process.client(max_requests=max_requests, timeout_s=timeout_s)
             self.started = True
         self.slot_dir = str(self.client.slot_dir)
+        self._slot_limit = MIN_SLOT_LIMIT
+        self._prefix = f"kvscope-verify-{os.getpid()}-{uuid.uuid4().hex[:6]}-"  # our files in the slot folder
+        self._pattern = self._prefix + "*.bin"
+        janitor().watch_files(self.slot_dir, self._pattern)  # deleted even when kvscope is killed
         try:
-            self._props = self.client.props()
+            self._props = _props(self.client.props())
         except ServerError:
             self._props = {}
 
     def describe(self) -> dict[str, Any]:
         p = self._process
         gen = self._props.get("default_generation_settings") or {}
+        gen = gen if isinstance(gen, dict) else {}
         return {"kind": self.kind, "build": p.build.name if p is not None and p.build is not None else self.build,
                 "url": self.client.url, "slot_dir": self.slot_dir, "started_by_kvscope": self.started,
                 "binary": p.binary if p is not None else None, "n_ctx": gen.get("n_ctx"),
                 "build_info": self._props.get("build_info"), "total_slots": self._props.get("total_slots")}
 
     def _slot(self, seq: int) -> int:
-        total = int(self._props.get("total_slots") or self.ctx.n_seq_max)
+        total = self._props.get("total_slots")
+        total = total if isinstance(total, int) and total > 0 else self.ctx.n_seq_max
         return seq if 0 <= seq < total else 0
 
     def _copy_in(self, path: str) -> str:
-        name = f"kvscope-verify-{os.getpid()}-{uuid.uuid4().hex[:8]}.bin"
-        shutil.copyfile(path, os.path.join(self.slot_dir, name))
-        self._names.append(name)
+        """Copy the file into the slot folder under a new name of ours (holes kept, no link followed)."""
+        name = f"{self._prefix}{uuid.uuid4().hex[:8]}.bin"
+        try:
+            fd, st = open_regular(path)
+        except InputError as e:
+            raise EngineUnavailable(str(e)) from None
+        try:
+            self._names.append(name)
+            copy_sparse(fd, os.path.join(self.slot_dir, name), st.st_size)
+        except OSError as e:
+            raise EngineUnavailable(f"cannot copy the file into the slot folder {self.slot_dir}: "
+                                    f"{e.strerror or e}") from None
+        finally:
+            os.close(fd)
+        self._slot_limit = max(MIN_SLOT_LIMIT, SLOT_SIZE_FACTOR * st.st_size)
         return name
+
+    def _read_slot(self, name: str) -> bytes:
+        """The slot file the server saved: a regular file (not a link, FIFO or device) of a plausible size."""
+        path = os.path.join(self.slot_dir, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        except OSError as e:
+            why = "a symbolic link" if e.errno == errno.ELOOP else e.strerror
+            raise EngineUnavailable(f"llama-server saved the slot but {path} cannot be read: {why}") from None
+        try:
+            st = os.fstat(fd)
+            kind = kind_of(st.st_mode)
+            if kind is not None:
+                raise EngineUnavailable(f"llama-server saved the slot but {path} is {kind}")
+            if st.st_size > self._slot_limit:
+                raise EngineUnavailable(f"the saved slot {path} is {st.st_size} bytes, more than the "
+                                        f"{self._slot_limit} a fresh state of this file can take")
+            os.set_blocking(fd, True)
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                data = fh.read(self._slot_limit + 1)
+            if len(data) > self._slot_limit:
+                raise EngineUnavailable(f"the saved slot {path} grew beyond {self._slot_limit} bytes")
+            return data
+        except OSError as e:
+            raise EngineUnavailable(f"cannot read the saved slot {path}: {e.strerror or e}") from None
+        finally:
+            os.close(fd)
 
     def restore(self, path: str, res: ParseResult, plan: ContextPlan) -> RestoreReport:
         t0 = time.perf_counter()
@@ -331,11 +380,12 @@ class ServerEngine(VerifyEngine):
                                        n_probs=SERVER_TOP_K, temperature=0.0, logit_bias=self._logit_bias())
         except ServerError as e:
             return None, str(e)
-        self.last_completion = doc
-        probs = doc.get("completion_probabilities") or []
-        if not probs:
+        self.last_completion = doc if isinstance(doc, dict) else None
+        top = _top_logprobs(doc.get("completion_probabilities"))
+        if top is None:
+            return None, "the server's completion_probabilities are not a list of {id, logprob} entries"
+        if not top:
             return None, "the server returned no probabilities"
-        top = {int(t["id"]): float(t["logprob"]) for t in probs[0].get("top_logprobs") or []}
         return Logits(top=top, basis=f"top-{SERVER_TOP_K} log-probabilities from llama-server"), ""
 
     def prefill(self, plan: PrefillPlan, ctx: ContextPlan) -> bytes:
@@ -343,13 +393,17 @@ class ServerEngine(VerifyEngine):
             raise EngineError("llama-server re-prefills one slot: this file holds several sequences")
         (seq, toks), = plan.seqs.items()
         slot = self._slot(seq)
-        self.client.slot_erase(slot)
-        self.client.complete(toks, n_predict=0, id_slot=slot)
-        name = f"kvscope-verify-{os.getpid()}-{uuid.uuid4().hex[:8]}.bin"
+        name = f"{self._prefix}{uuid.uuid4().hex[:8]}.bin"
         self._names.append(name)
-        self.client.slot_save(slot, name)
-        with open(os.path.join(self.slot_dir, name), "rb") as fh:
-            return fh.read()
+        try:
+            self.client.slot_erase(slot)
+            self.client.complete(toks, n_predict=0, id_slot=slot)
+            self.client.slot_save(slot, name)
+        except ServerDied as e:  # the file's tokens killed it: an outcome
+            raise EngineError(f"the re-prefill killed llama-server: {e}") from None
+        except ServerError as e:
+            raise EngineUnavailable(f"llama-server failed during the re-prefill: {e}") from None
+        return self._read_slot(name)
 
     def server_log(self, n: int = 400) -> list[str]:
         """The last ``n`` lines of the log of a server kvscope started (none for the user's ``--server``)."""
@@ -361,12 +415,51 @@ class ServerEngine(VerifyEngine):
 
     def close(self) -> None:
         for name in self._names:
+            path = os.path.join(self.slot_dir, name)
             with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.slot_dir, name))
+                if os.path.isdir(path) and not os.path.islink(path):
+                    os.rmdir(path)  # an empty folder that took our name; never one with content
+                else:
+                    os.unlink(path)
         self._names.clear()
+        janitor().forget("files", f"{os.path.abspath(self.slot_dir)}/{self._pattern}")
         if self._process is not None:
             self._process.close()
             self._process = None
+
+
+def _props(doc: dict[str, Any]) -> dict[str, Any]:
+    """The ``/props`` fields kvscope reads, each kept only when it has the type llama-server gives it."""
+    out: dict[str, Any] = {}
+    gen = doc.get("default_generation_settings")
+    if isinstance(gen, dict):
+        out["default_generation_settings"] = {k: v for k, v in gen.items() if k == "n_ctx" and isinstance(v, int)}
+    if isinstance(doc.get("build_info"), str):
+        out["build_info"] = doc["build_info"][:200]
+    total = doc.get("total_slots")
+    if isinstance(total, int) and not isinstance(total, bool):
+        out["total_slots"] = total
+    return out
+
+
+def _top_logprobs(probs: Any) -> dict[int, float] | None:
+    """token -> log-probability from a completion's ``completion_probabilities`` (None: not that shape)."""
+    if probs is None or probs == []:
+        return {}
+    if not isinstance(probs, list) or not isinstance(probs[0], dict):
+        return None
+    tops = probs[0].get("top_logprobs") or []
+    if not isinstance(tops, list):
+        return None
+    out: dict[int, float] = {}
+    for t in tops:
+        if not isinstance(t, dict):
+            return None
+        tid, lp = t.get("id"), t.get("logprob")
+        if not isinstance(tid, int) or isinstance(tid, bool) or not isinstance(lp, int | float) or isinstance(lp, bool):
+            return None
+        out[tid] = float(lp)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

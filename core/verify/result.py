@@ -180,9 +180,12 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
             reasons.append(f"`kvscope rewrite --layout {mine['generation']}` migrates it exactly for this build")
         return
     if cmp_ is None:
-        res.verdict = "ok" if restored and not reader_errors else "damaged"
+        failed = res.prefill.get("failed")
+        res.verdict = "ok" if restored and not reader_errors and not failed else "damaged"
         if not restored:
             reasons.append(f"the restore failed: {r.message if r else 'not run'}")
+        elif failed:
+            reasons.append(f"the re-prefill of the file's tokens failed: {failed}")
         elif reader_errors:
             reasons.append(f"the reader found {reader_errors} error(s) in the file")
         else:

@@ -222,6 +222,8 @@ class Verifier:
                 out.notes.append(f"the file's layout is {res.layout.name}, the engine writes {gen}: values are "
                                  "compared within the tolerance")
             decide(out, incompatible, reader_errors)
+        except EngineUnavailable as e:  # the engine failed under us (a server that broke off, a full disk)
+            raise VerifyError(str(e)) from None
         except Cancelled:
             out.cancelled = True
             out.verdict = "damaged"
@@ -322,7 +324,8 @@ class Verifier:
         t0 = time.perf_counter()
         try:
             fresh = engine.prefill(plan, ctx)
-        except EngineError as e:
+        except EngineError as e:  # the file's tokens broke the engine (a crash, a decode error): an outcome
+            out.prefill["failed"] = str(e)
             out.notes.append(f"the re-prefill failed: {e}")
             out.next_token = nt
             return

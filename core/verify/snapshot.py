@@ -24,6 +24,8 @@ import stat
 import tempfile
 from dataclasses import dataclass
 
+from kvscope.core.engine.janitor import janitor
+
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 _COPY_STEP = 1 << 30  # bytes per copy_file_range call
@@ -112,10 +114,27 @@ def _copy_range(src: int, dst: int, off: int, n: int) -> None:
         if got <= 0:  # not supported here, or the file shrank: copy through a buffer
             buf = os.pread(src, min(step, 1 << 24), off + done)
             if not buf:
-                raise InputError("the file shrank while it was read")
+                raise OSError(errno.EIO, "the file shrank while it was read")
             os.pwrite(dst, buf, off + done)
             got = len(buf)
         done += got
+
+
+def copy_sparse(src_fd: int, dst_path: str, size: int) -> None:
+    """Copy ``size`` bytes of ``src_fd`` into a new file ``dst_path`` (never an existing name, never through a
+    symbolic link), holes kept; OSError on failure (the partial copy removed)."""
+    out = os.open(dst_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        try:
+            for off, n in _data_ranges(src_fd, size):
+                _copy_range(src_fd, out, off, n)
+            os.ftruncate(out, size)
+        finally:
+            os.close(out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(dst_path)
+        raise
 
 
 class Snapshot:
@@ -125,6 +144,7 @@ class Snapshot:
         self.source = os.fspath(path)
         fd, st = open_regular(self.source)
         self.folder = tempfile.mkdtemp(prefix="kvscope-verify-", dir=folder)  # 0700
+        janitor().watch_dir(self.folder)  # removed even when kvscope is killed
         self.path = os.path.join(self.folder, "input.state")
         try:
             self.identity = self._copy(fd, st)
@@ -137,15 +157,12 @@ class Snapshot:
     def _copy(self, fd: int, st: os.stat_result) -> Identity:
         for _ in range(_TRIES):
             first = Identity.of(st)
-            out = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
             try:
-                for off, n in _data_ranges(fd, first.size):
-                    _copy_range(fd, out, off, n)
-                os.ftruncate(out, first.size)
+                copy_sparse(fd, self.path, first.size)
             except OSError as e:
-                raise InputError(f"{self.source}: cannot copy it ({e.strerror})") from None
-            finally:
-                os.close(out)
+                raise InputError(f"{self.source}: cannot copy it into {self.folder} ({e.strerror})") from None
             st = os.fstat(fd)
             if Identity.of(st) == first:
                 return first
@@ -167,6 +184,7 @@ class Snapshot:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             shutil.rmtree(self.folder)
+        janitor().forget("dir", self.folder)
 
     def __enter__(self) -> Snapshot:
         return self
