@@ -6,7 +6,10 @@ from another header may load and then corrupt memory. Three checks, stdlib only:
 * identity (parent side, nothing loaded): a folder from kvscope's build cache carries a
   ``BUILD.json``; its ``llama.h`` sha256 must be one of the pinned headers (0c1e5709 and b11434,
   identical apart from the two state-format version numbers). A foreign folder cannot be
-  identified: :func:`identify` says so in a warning and what the other checks cover.
+  identified: :func:`identify` says so in a warning and what the other checks cover. The
+  folder's files must still have the sha256 its ``BUILD.json`` recorded at build time
+  (``builds.check_files``): a changed one is refused before anything is loaded, and a cache made
+  before the record existed is identified but not verified (a warning saying how to rebuild it).
 * symbols (child side): the library exports every function in :data:`REQUIRED_SYMBOLS`.
 * defaults (child side): ``llama_context_default_params()`` and ``llama_model_default_params()``,
   read through the binding's struct layouts, give the 0c1e5709 values (:func:`default_problems`):
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvscope.core.engine.builds import BUILDS, LlamaBuild
+from kvscope.core.engine.builds import BUILDS, LlamaBuild, check_files, rebuild_hint
 from kvscope.core.errors import SetupError
 
 BINDING_PACKAGE = "llama_cpp_python"  # distribution name of llama-cpp-python
@@ -118,6 +121,15 @@ def identify(lib_dir: Path) -> LibIdentity:
     if build is None:
         raise ABIMismatch(f"{lib_dir} was built from a llama.h (sha256 {sha[:16]}...) that is not the llama.cpp "
                           f"{BINDING_ABI} header {BINDING_LABEL} binds")
+    files = check_files(path.parent, info)  # the built files, before anything loads them
+    if files.problems:
+        more = f" (and {len(files.problems) - 1} more)" if len(files.problems) > 1 else ""
+        raise ABIMismatch(f"{path.parent} was changed after it was built: {files.problems[0]}{more}; "
+                          f"{rebuild_hint(build)}")
+    if not files.recorded:
+        return LibIdentity(lib_dir, build, sha, False,
+                           f"llama.cpp build {build.name} in {path.parent} was cached before kvscope recorded the "
+                           f"sha256 of its files, so they cannot be checked: {rebuild_hint(build)}")
     return LibIdentity(lib_dir, build, sha, True, None)
 
 

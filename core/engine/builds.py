@@ -6,6 +6,12 @@ Command line: ``python -m kvscope.core.engine.builds [--build NAME ...] [--list]
 (also ``kvscope llama-build``; ``--with-model`` / ``--model-only`` also fetch the trained test model,
 :mod:`kvscope.core.engine.trained_model`). A build appears in the cache complete or not at all: it is made
 in a temporary folder beside its final place and renamed into place with its ``BUILD.json``.
+
+``BUILD.json`` records the sha256 of every file the build put in ``lib/`` and ``bin/`` (and the
+target of every link there). Before a library is loaded or ``llama-server`` is run, the files are
+checked against that record (:func:`check_files`): a file changed since the build is refused, and
+``--list`` says which. A cache made before the record existed cannot be checked: it still runs,
+marked unverified, and ``kvscope llama-build --build NAME --rebuild`` replaces it.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from kvscope.core.pinned_builds import BUILDS, LlamaBuild
 
 __all__ = ["BUILDS", "CMAKE_FLAGS", "TARGETS", "BuildError", "InstalledBuild", "LlamaBuild", "add_arguments",
            "build_dir", "by_name", "cache_root", "ensure_build", "fetch_sdist", "installed", "log", "main",
-           "require_built", "run", "sha256_of"]  # BUILDS and LlamaBuild are pinned_builds', re-exported
+           "require_built", "run", "sha256_of", "FILES_KEY", "FilesCheck", "check_files", "file_record",
+           "rebuild_hint"]  # BUILDS and LlamaBuild are pinned_builds', re-exported
 
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -91,6 +98,78 @@ class InstalledBuild:
         return self.path / "bin" / "llama-server"
 
 
+FILES_KEY = "files"  # BUILD.json: relative path -> sha256 (or "-> target" for a symbolic link)
+_hash_memo: dict[tuple[str, int, int, int, int], str] = {}
+
+
+@dataclass(frozen=True)
+class FilesCheck:
+    """A build folder's files against the sha256 recorded when it was built."""
+
+    recorded: bool  # BUILD.json holds the record (a cache made before it existed does not)
+    problems: tuple[str, ...] = ()  # files that are missing or no longer match, one line each
+
+    @property
+    def ok(self) -> bool:
+        return self.recorded and not self.problems
+
+
+def _file_digest(path: Path) -> str:
+    """sha256 of a file, remembered while its identity (device, inode, size, mtime, ctime) is the same."""
+    st = path.stat()
+    key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns + st.st_ctime_ns)
+    got = _hash_memo.get(key)
+    if got is None:
+        got = _hash_memo[key] = sha256_of(path)
+    return got
+
+
+def file_record(root: Path) -> dict[str, str]:
+    """The sha256 of every regular file in ``root``'s ``lib/`` and ``bin/``, the target of every link there."""
+    out: dict[str, str] = {}
+    for sub in ("lib", "bin"):
+        folder = root / sub
+        if not folder.is_dir():
+            continue
+        for f in sorted(folder.iterdir()):
+            rel = f"{sub}/{f.name}"
+            if f.is_symlink():
+                out[rel] = "-> " + os.readlink(f)
+            elif f.is_file():
+                out[rel] = sha256_of(f)
+    return out
+
+
+def check_files(root: Path, info: dict[str, object]) -> FilesCheck:
+    """``root``'s files against ``info[FILES_KEY]`` (see the module docstring)."""
+    record = info.get(FILES_KEY)
+    if not isinstance(record, dict) or not record:
+        return FilesCheck(False)
+    problems: list[str] = []
+    for rel, want in sorted(record.items()):
+        f = root / str(rel)
+        try:
+            if str(want).startswith("-> "):
+                if not f.is_symlink() or "-> " + os.readlink(f) != want:
+                    problems.append(f"{rel} is not the link to {str(want)[3:]} the build made")
+            elif f.is_symlink() or not f.is_file():
+                problems.append(f"{rel} is not the file the build made")
+            elif _file_digest(f) != want:
+                problems.append(f"{rel} no longer has the sha256 recorded when it was built")
+        except OSError as e:
+            problems.append(f"{rel}: {e.strerror}")
+    for sub in ("lib", "bin"):  # a file added beside them (a second libllama to be picked up)
+        folder = root / sub
+        if folder.is_dir():
+            problems += [f"{sub}/{f.name} was not made by the build" for f in sorted(folder.iterdir())
+                         if f"{sub}/{f.name}" not in record]
+    return FilesCheck(True, tuple(problems))
+
+
+def rebuild_hint(build: LlamaBuild) -> str:
+    return f"`kvscope llama-build --build {build.name} --rebuild` rebuilds it (about 6 minutes on 2 cores)"
+
+
 def installed(build: LlamaBuild) -> InstalledBuild | None:
     """The finished build of ``build``, or None when it is not in the cache."""
     d = build_dir(build)
@@ -112,6 +191,11 @@ def require_built(name: str) -> InstalledBuild:
     if have is None:
         raise BuildError(f"llama.cpp build {b.name} is not built: run `kvscope llama-build --build {b.name}` "
                          "(about 6 minutes on 2 cores)")
+    check = check_files(have.path, have.info)  # a cache without the record passes (identify() warns)
+    if check.problems:
+        more = f" (and {len(check.problems) - 1} more)" if len(check.problems) > 1 else ""
+        raise BuildError(f"llama.cpp build {b.name} in {have.path} was changed after it was built: "
+                         f"{check.problems[0]}{more}; {rebuild_hint(b)}")
     return have
 
 
@@ -152,19 +236,28 @@ def log(msg: str) -> None:
     print(f"kvscope llama-build: {msg}", file=sys.stderr, flush=True)
 
 
-def ensure_build(build: LlamaBuild, jobs: int | None = None, sdist: Path | None = None) -> InstalledBuild:
-    """Return the cached build, building it first when it is missing. Concurrent callers (two test
-    runs, say) take a lock per build: the second waits for the first build instead of starting its own."""
-    have = installed(build)
+def ensure_build(build: LlamaBuild, jobs: int | None = None, sdist: Path | None = None, *,
+                 rebuild: bool = False) -> InstalledBuild:
+    """Return the cached build, building it first when it is missing, when a file in it changed since it
+    was built, or (``rebuild``) always. Concurrent callers (two test runs, say) take a lock per build: the
+    second waits for the first build instead of starting its own."""
+    def usable() -> InstalledBuild | None:
+        have = installed(build)
+        if have is None or rebuild or check_files(have.path, have.info).problems:
+            return None
+        return have
+
+    have = usable()
     if have is not None:
         return have
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f".{build.key}.lock", "w") as lock:
         _lock(lock, build)
-        have = installed(build)
-        if have is not None:
-            return have
+        if not rebuild:
+            have = usable()
+            if have is not None:
+                return have
         return _build(build, jobs, sdist, root)
 
 
@@ -224,6 +317,7 @@ def _build(build: LlamaBuild, jobs: int | None, sdist: Path | None, root: Path) 
             "writes": build.writes, "cmake_flags": list(CMAKE_FLAGS), "jobs": int(n),
             "configure_s": round(t1 - t0, 1), "compile_s": round(t2 - t1, 1), "total_s": round(t2 - t0, 1),
             "cpu_count": os.cpu_count(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            FILES_KEY: file_record(out),
         }
         (out / "BUILD.json").write_text(json.dumps(info, indent=1) + "\n")
         final = build_dir(build)
@@ -257,10 +351,27 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help=f"build to make (default: all of {', '.join(b.name for b in BUILDS)})")
     ap.add_argument("--sdist", type=Path, metavar="FILE", help="use this sdist instead of downloading it")
     ap.add_argument("--jobs", type=int, metavar="N", help="compile jobs (default: all cores)")
-    ap.add_argument("--list", action="store_true", help="list the pinned builds and whether they are cached")
+    ap.add_argument("--list", action="store_true", help="list the pinned builds, whether they are cached and "
+                    "whether their files still match the sha256 recorded when they were built")
+    ap.add_argument("--rebuild", action="store_true", help="build again even when the build is cached")
     ap.add_argument("--with-model", action="store_true",
                     help="also fetch the trained test model (Gemma 3 270M, 253 MB) into the model cache")
     ap.add_argument("--model-only", action="store_true", help="fetch the trained test model and build nothing")
+
+
+def _state(b: LlamaBuild) -> str:
+    """``--list``'s last column: where the build is and whether its files are the ones built."""
+    have = installed(b)
+    if have is None:
+        return "not built"
+    state = f"cached at {have.path} (built in {have.info.get('total_s')} s)"
+    check = check_files(have.path, have.info)
+    if check.ok:
+        return state + "; files verified"
+    if not check.recorded:
+        return state + "; files not verified: cached before kvscope recorded their sha256, " + rebuild_hint(b)
+    more = f" (and {len(check.problems) - 1} more)" if len(check.problems) > 1 else ""
+    return state + f"; CHANGED since it was built: {check.problems[0]}{more}; {rebuild_hint(b)}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -268,16 +379,14 @@ def run(args: argparse.Namespace) -> int:
         wanted = [by_name(n) for n in args.build] if args.build else list(BUILDS)
         if args.list:
             for b in BUILDS:
-                have = installed(b)
-                state = f"cached at {have.path} (built in {have.info.get('total_s')} s)" if have else "not built"
-                print(f"{b.name}\t{b.date}\t{b.requirement}\twrites {b.writes}\t{state}")
+                print(f"{b.name}\t{b.date}\t{b.requirement}\twrites {b.writes}\t{_state(b)}")
             return 0
         if args.sdist is not None and len(wanted) != 1:
             raise BuildError("--sdist needs exactly one --build")
         if args.model_only and (args.build or args.sdist is not None):
             raise BuildError("--model-only builds nothing: drop --build/--sdist")
         for b in [] if args.model_only else wanted:
-            got = ensure_build(b, args.jobs, args.sdist)
+            got = ensure_build(b, args.jobs, args.sdist, rebuild=bool(getattr(args, "rebuild", False)))
             print(f"{b.name}\t{got.path}")
         if args.with_model or args.model_only:
             from kvscope.core.engine.trained_model import GEMMA3_270M, ensure_model

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from kvscope.core.engine.abi import BINDING_VERSION, REQUIRED_SYMBOLS
-from kvscope.core.engine.builds import InstalledBuild
+from kvscope.core.engine.builds import InstalledBuild, check_files
 from kvscope.core.engine.choose import build_for_layout
 from kvscope.core.engine.llamacpp import (
     PARTIAL_ONLY,
@@ -29,6 +29,7 @@ from kvscope.core.engine.llamacpp import (
     EngineSetupError,
     LlamaProcess,
 )
+from tests.support.build_copies import build_copy
 from tests.support.fixtures import MODELS, model_path
 from tests.support.gguf_variants import llama_head64
 
@@ -71,7 +72,8 @@ def test_info_reports_the_context_llama_cpp_built(build: str, builds: dict[str, 
     with LlamaProcess(model_path("llama"), ctx, build=build) as p:
         info = p.info()
     assert info["build"] == build and info["writes"] == builds[build].build.writes
-    assert info["abi"]["verified"] is True and info["abi"]["warning"] is None
+    recorded = check_files(builds[build].path, builds[build].info).ok  # False for a cache made before the record
+    assert info["abi"]["verified"] is recorded and (info["abi"]["warning"] is None) is recorded
     assert info["binding_version"] == BINDING_VERSION
     lib_dir = str(builds[build].lib_dir)
     assert info["libllama"].startswith(lib_dir)
@@ -405,9 +407,10 @@ def test_own_library_folder_runs_with_an_unverified_abi_warning(builds: dict[str
         assert info["build"] is None and info["abi"]["verified"] is False
         assert str(len(REQUIRED_SYMBOLS)) in info["abi"]["warning"]
         assert p.decode(0, TOKENS).rc == 0
+    ours = build_copy(builds["0c1e5709"], tmp_path / "cache")  # as a build made now: its files recorded
     with warnings.catch_warnings():  # a folder holding our BUILD.json is verified: no warning
         warnings.simplefilter("error")
-        with LlamaProcess(model_path("llama"), lib_path=builds["0c1e5709"].path) as q:
+        with LlamaProcess(model_path("llama"), lib_path=ours) as q:
             assert q.info()["build"] == "0c1e5709" and q.info()["abi"]["verified"] is True
 
 
