@@ -15,6 +15,7 @@ from kvscope.core.reader.context import ParseCtx, Stop
 from kvscope.core.reader.layouts import BLOB_IO_MAGIC, SERVER_TOKENS_MARKER
 from kvscope.core.reader.memory_state import PlanItem, parse_memory
 from kvscope.core.reader.records import Section
+from kvscope.core.reader.source import ByteSource
 from kvscope.core.reader.tree import Node
 
 MAX_ARCH_LEN = 128
@@ -143,6 +144,21 @@ def _context_body(ctx: ParseCtx, root: Node, off: int, out: Container) -> tuple[
     if ctx.gen.ctx_outputs:
         cur = _outputs(ctx, root, cur, out)
     return cur, arch
+
+
+def arch_string(src: ByteSource, kind: str) -> str | None:
+    """The architecture string a session file or context blob carries, read without parsing (None if none)."""
+    if kind == "context_blob":
+        off: int | None = 0
+    elif kind == "session_file":
+        n_tok = src.u32(8)
+        off = 12 + 4 * n_tok if n_tok is not None else None
+    else:
+        return None
+    ln = src.u32(off) if off is not None else None
+    if off is None or ln is None or not 0 < ln <= MAX_ARCH_LEN or not src.has(off + 4, ln):
+        return None
+    return (src.raw(off + 4, ln) or b"").decode("ascii", errors="replace")
 
 
 def _outputs(ctx: ParseCtx, root: Node, off: int, out: Container) -> int:

@@ -19,7 +19,8 @@ from __future__ import annotations
 from kvscope.core import ggml_types as gt
 from kvscope.core.model.memory_plan import ExpectedSection
 from kvscope.core.reader.context import ParseCtx, Stop, mark_bad
-from kvscope.core.reader.meta import MAX_LAYERS, MAX_STREAMS, PlanItem, give_up
+from kvscope.core.reader.dsv4_entries import RecordReader, read_entries
+from kvscope.core.reader.meta import MAX_LAYERS, MAX_STREAMS, PlanItem, TailCheck, give_up
 from kvscope.core.reader.records import LayerRecord, Section
 from kvscope.core.reader.tree import Node
 
@@ -52,8 +53,14 @@ def dsv4_structural_plan(ctx: ParseCtx, off: int) -> list[PlanItem]:
     return items
 
 
-def parse_dsv4_block(ctx: ParseCtx, parent: Node, off: int, limit: int, item: PlanItem) -> tuple[Section, int]:
-    """Parse the DSV4 header, a K-cache block or a compressor block at ``off``."""
+def parse_dsv4_block(
+    ctx: ParseCtx, parent: Node, off: int, limit: int, item: PlanItem, tail_ok: TailCheck | None = None
+) -> tuple[Section, int]:
+    """Parse the DSV4 header, a K-cache block or a compressor block at ``off``.
+
+    ``tail_ok`` says whether the rest of the state parses cleanly from an offset: it tells layer
+    entries (or one record of a compressor pair) that ``n_layer`` counts but the bytes lack.
+    """
     kind = item.kind
     title = {"dsv4_header": "llama_kv_cache_dsv4", "dsv4_kcache": "DSV4 K-cache block",
              "dsv4_comp": "DSV4 compressor state"}[kind]
@@ -63,9 +70,9 @@ def parse_dsv4_block(ctx: ParseCtx, parent: Node, off: int, limit: int, item: Pl
         if kind == "dsv4_header":
             cur = _header(ctx, node, off, sec, item)
         elif kind == "dsv4_kcache":
-            cur = _kcache(ctx, node, off, sec, item)
+            cur = _kcache(ctx, node, off, sec, item, tail_ok)
         else:
-            cur = _comp(ctx, node, off, sec, item)
+            cur = _comp(ctx, node, off, sec, item, tail_ok)
     except Stop as stop:
         raise give_up(ctx, sec, stop, limit) from None
     node.fit_to_children()
@@ -138,7 +145,7 @@ def _layers(ctx: ParseCtx, node: Node, item: PlanItem, n_layer: int, off: int) -
     return want
 
 
-def _kcache(ctx: ParseCtx, node: Node, off: int, sec: Section, item: PlanItem) -> int:
+def _kcache(ctx: ParseCtx, node: Node, off: int, sec: Section, item: PlanItem, tail_ok: TailCheck | None) -> int:
     version, n_rows, ns, n_layer = _u32s(ctx, node, off, ("version", "n_rows", "ns", "n_layer"))
     if version not in KCACHE_VERSIONS:
         raise _fail_at(ctx, node, off, "value_invalid", f"K-cache block version {version}: llama.cpp answers "
@@ -149,15 +156,14 @@ def _kcache(ctx: ParseCtx, node: Node, off: int, sec: Section, item: PlanItem) -
     sec.fields = {"version": version, "n_rows": n_rows, "ns": ns, "n_layer": n_layer}
     want = _layers(ctx, node, item, n_layer, off + 12)
     ne0 = item.sec.param("ne0") if item.sec is not None and ctx.profile is not None else None
-    cur = off + 16
-    for j in range(n_layer):
-        il, cur = _layer_id(ctx, node, cur, want, j, "K-cache")
-        rec, cur = _record(ctx, node, cur, "k", j, ns, n_rows, ne0, None, il)
-        sec.records.append(rec)
-    return cur
+
+    def k(c: ParseCtx, parent: Node, at: int, j: int, il: int) -> tuple[LayerRecord, int]:
+        return _record(c, parent, at, "k", j, ns, n_rows, ne0, None, il)
+
+    return read_entries(ctx, node, off + 16, sec, n_layer, want, (k,), tail_ok, "K-cache")
 
 
-def _comp(ctx: ParseCtx, node: Node, off: int, sec: Section, item: PlanItem) -> int:
+def _comp(ctx: ParseCtx, node: Node, off: int, sec: Section, item: PlanItem, tail_ok: TailCheck | None) -> int:
     names = ("version", "ratio", "state_size", "n_embd_state", "ns", "n_layer")
     version, ratio, state_size, n_embd_state, ns, n_layer = _u32s(ctx, node, off, names)
     if version != COMP_VERSION:
@@ -176,22 +182,14 @@ def _comp(ctx: ParseCtx, node: Node, off: int, sec: Section, item: PlanItem) -> 
                 ctx.find("error", "row_size_mismatch", o, 4, f"{name} {got}, the model's {item.role} has {exp}: "
                          "llama.cpp answers 'DSV4 compressor state metadata mismatch'", node, expected=exp)
     want = _layers(ctx, node, item, n_layer, off + 20)
-    cur = off + 24
-    for j in range(n_layer):
-        il, cur = _layer_id(ctx, node, cur, want, j, "compressor state")
-        for role in ("ckv", "csc"):
-            rec, cur = _record(ctx, node, cur, role, j, ns, state_size, n_embd_state, F32, il)
-            sec.records.append(rec)
-    return cur
 
+    def reader(role: str) -> RecordReader:
+        def read(c: ParseCtx, parent: Node, at: int, j: int, il: int) -> tuple[LayerRecord, int]:
+            return _record(c, parent, at, role, j, ns, state_size, n_embd_state, F32, il)
+        return read
 
-def _layer_id(ctx: ParseCtx, node: Node, off: int, want: list[int] | None, j: int, what: str) -> tuple[int, int]:
-    """The ``u32 il`` before a layer's records: (layer id as written, offset after it)."""
-    il = ctx.u32(node, f"il{j}", off, kind="field")
-    if want is not None and j < len(want) and il != want[j]:
-        ctx.find("error", "layer_count_mismatch", off, 4, f"layer id {il}, the model's next {what} layer is "
-                 f"{want[j]}: llama.cpp answers 'DSV4 {what} layer id mismatch'", node, expected=want[j])
-    return il, off + 4
+    return read_entries(ctx, node, off + 24, sec, n_layer, want, (reader("ckv"), reader("csc")), tail_ok,
+                        "compressor state")
 
 
 def _record(

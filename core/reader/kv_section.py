@@ -219,16 +219,31 @@ def _parse_kv_data(
         return Expect(j, None) if plain_kv else None
 
     _prefetch_headers(ctx, cur, rows, n_k + n_v)
+    k_only = n_v == 0 or (item.sec is not None and item.sec.k_only)
     j = 0
     while j < n_k:
         if v_trans and stream.k_layers and looks_like_vtrans_header(ctx, cur, rows, expect(v_exp, 0)):
             _missing(ctx, node, cur, "K", j, n_k, k_exp, stream)
             break
+        f_mark, n_mark = len(ctx.findings), len(node.children)
         try:
             rec, cur = read_record(ctx, node, cur, "k", j, rows, False, expect(k_exp, j))
             stream.k_layers.append(rec)
             j += 1
-        except HeaderStop:
+        except Stop as stop:
+            if stream.k_layers and (k_only or v_exp is None):
+                planned = item.sec is not None or item.layers is not None
+                ends = _k_records_end(ctx, cur, limit, streams_after, tail_ok, k_only, planned)
+                if ends is not None:
+                    # a K-only cache whose next structure starts where a K record should: n_layer
+                    # counts records that are not there (the PR #21576 pattern in an MLA-shaped cache)
+                    del ctx.findings[f_mark:]
+                    del node.children[n_mark:]
+                    _missing(ctx, node, cur, "K", j, n_k, k_exp, stream, at_eof=ends == "eof")
+                    ctx.k_only_seen = True
+                    return cur
+            if not isinstance(stop, HeaderStop):
+                raise
             cur, j = _resync(ctx, node, cur, limit, stream, "k", j)
     if (v_exp is None and n_v and stream.k_layers and not _v_header_like_k(ctx, cur, stream, bool(v_trans))
             and _k_only(ctx, cur, limit, streams_after)
@@ -300,6 +315,25 @@ def _v_header_like_k(ctx: ParseCtx, off: int, stream: KvStream, v_trans: bool) -
     return ctx.src.u64(off + 4) == k.row_bytes
 
 
+def _k_records_end(
+    ctx: ParseCtx, off: int, limit: int, streams_after: int, tail_ok: TailCheck | None, k_only: bool,
+    planned: bool,
+) -> str | None:
+    """Does this (K-only) stream's data end at ``off`` although n_layer counts more K records?
+
+    "next" when the rest of the state (the plan's; without a plan, the next stream or section)
+    parses cleanly from there, "eof" when the file ends there; None otherwise. A cache no model
+    says is K-only ends there only if what follows is no V record either.
+    """
+    if off >= ctx.src.size and not streams_after:
+        return "eof" if k_only or ctx.k_only_seen else None
+    if tail_ok is not None and tail_ok(off, streams_after):
+        return "next"
+    if not planned and _next_structure(ctx, off, limit, streams_after, k_only=True):
+        return "next"
+    return None
+
+
 def _k_only(ctx: ParseCtx, off: int, limit: int, streams_after: int) -> bool:
     """Without a model: does a K-only cache end at ``off`` (the next stream or section starts there)?
 
@@ -334,7 +368,8 @@ def _next_structure(ctx: ParseCtx, off: int, limit: int, streams_after: int, k_o
             if errors and all(f.code == "truncated" for f in errors) and limit >= ctx.src.size:
                 return True
             continue
-        if probe.n_errors == 0:
+        # a next stream that lacks records of its own (named by the same rule) still is one
+        if all(f.code == "missing_layer" for f in probe.findings if f.severity == "error"):
             return True
     return False
 

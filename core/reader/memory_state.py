@@ -16,7 +16,7 @@ from kvscope.core.reader.records import Section
 from kvscope.core.reader.recurrent_section import parse_recurrent_section
 from kvscope.core.reader.tree import Node
 
-__all__ = ["PlanItem", "parse_bare_section", "parse_memory"]
+__all__ = ["PlanItem", "may_continue", "parse_bare_section", "parse_memory"]
 
 
 def parse_bare_section(kind: str, ctx: ParseCtx, parent: Node, off: int, limit: int) -> Section:
@@ -37,7 +37,7 @@ def _parse_section(
                 return parse_kv_section(ctx, parent, off, limit, item, tail_ok)
         return parse_kv_section(ctx, parent, off, limit, item, tail_ok)
     if item.kind.startswith("dsv4"):
-        return parse_dsv4_block(ctx, parent, off, limit, item)
+        return parse_dsv4_block(ctx, parent, off, limit, item, tail_ok)
     return parse_recurrent_section(ctx, parent, off, limit, item)
 
 
@@ -101,8 +101,18 @@ _K_ONLY_ROLES: dict[tuple[str, ...], list[str]] = {("kv", "kv"): ["kv_mla", "kv_
 MAX_STRUCTURAL_SECTIONS = 3
 
 
-def _try(ctx: ParseCtx, off: int, limit: int, kind: str) -> tuple[ParseCtx, Node, Section | None, int, bool]:
+def _try(
+    ctx: ParseCtx, off: int, limit: int, kind: str, ext: int | None = None, after: tuple[str, ...] = ()
+) -> tuple[ParseCtx, Node, Section | None, int, bool]:
+    """Parse a ``kind`` section at ``off`` in a probe (``ext``: its cell-extension size; ``after``:
+    the kinds of the sections before it)."""
     probe = ctx.fork()
+    if ext is not None:
+        probe.ext_bytes = ext
+    if kind == "kv" and after == ("kv", "recurrent"):
+        # a KV cache after a hybrid's recurrent state is hybrid-idx's indexer, which llama.cpp
+        # builds MLA-shaped: it holds K only (llama_memory_hybrid_idx's constructor)
+        probe.k_only_seen = True
     scratch = Node("scratch", "scratch", off, 0)
 
     item = PlanItem(kind, kind, None)
@@ -113,6 +123,25 @@ def _try(ctx: ParseCtx, off: int, limit: int, kind: str) -> tuple[ParseCtx, Node
         return probe, scratch, sec, end, probe.n_errors == 0
     except Stop as stop:
         return probe, scratch, stop.section, limit, False
+
+
+_Try = tuple[str, ParseCtx, Node, Section | None, int, bool]
+
+
+def _own_cell_ext(ctx: ParseCtx, off: int, limit: int, t: _Try, after: tuple[str, ...]) -> _Try:
+    """A later KV section read with the other cell-extension size, where only that reads cleanly.
+
+    The caches of one memory need not agree: qwen4exp's QSA indexer cache carries no extension
+    unless the model has PLE layers while its attention cache carries M-RoPE's, and MSA's indexer
+    never carries one (llama_kv_cache::has_cell_ext() over each cache's own hparams). The first
+    section's size is the reading's (``read_source`` tries both); a later one keeps it unless it
+    fails and the other size explains the section without an error.
+    """
+    if t[0] != "kv" or t[5] or not ctx.gen.cell_ext:
+        return t
+    other = 0 if ctx.ext_bytes else ctx.gen.cell_ext
+    alt: _Try = ("kv", *_try(ctx, off, limit, "kv", other, after))
+    return alt if alt[5] and (alt[4] == limit or _has_cells(alt[3])) else t
 
 
 def _has_cells(sec: Section | None) -> bool:
@@ -151,6 +180,15 @@ def _next_kinds(kinds: list[str]) -> list[str]:
     return []
 
 
+def may_continue(kinds: list[str]) -> bool:
+    """Can another section follow sections of these kinds in some memory class's write order?
+
+    A hybrid-idx state (KV, recurrent, KV) or a DSA-iSWA one (three KV caches) is complete, and so
+    is a recurrent state with nothing before it; a lone KV cache may be an iSWA's first half.
+    """
+    return bool(_next_kinds(kinds)) and len(kinds) < MAX_STRUCTURAL_SECTIONS
+
+
 def _roles_certain(kinds: tuple[str, ...], roles: list[str], ctx: ParseCtx) -> bool:
     """Can the structure alone name these sections?
 
@@ -178,7 +216,9 @@ def _parse_structural(ctx: ParseCtx, mem: Node, off: int, limit: int, sections: 
         options = _next_kinds(kinds)
         if not options:
             break
-        tries = [(k, *_try(ctx, cur, limit, k)) for k in options]
+        tries = [(k, *_try(ctx, cur, limit, k, after=tuple(kinds))) for k in options]
+        if kinds:
+            tries = [_own_cell_ext(ctx, cur, limit, t, tuple(kinds)) for t in tries]
         good = [t for t in tries if t[5]]
         if kinds:  # a further section holding no cell at all is believed only when it ends the file
             good = [t for t in good if t[4] == limit or _has_cells(t[3])]

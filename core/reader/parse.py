@@ -11,9 +11,10 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from kvscope.core.findings import Finding, Severity
+from kvscope.core.model.architectures import MROPE_ARCHES
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.checks import check_model_only, check_result
-from kvscope.core.reader.containers import MAX_ARCH_LEN, Container, parse_container
+from kvscope.core.reader.containers import MAX_ARCH_LEN, Container, arch_string, parse_container
 from kvscope.core.reader.context import ParseCtx
 from kvscope.core.reader.layouts import (
     BLOB_IO_MAGIC,
@@ -27,7 +28,7 @@ from kvscope.core.reader.layouts import (
     generation_named,
     generation_rank,
 )
-from kvscope.core.reader.memory_state import PlanItem, parse_bare_section
+from kvscope.core.reader.memory_state import PlanItem, may_continue, parse_bare_section
 from kvscope.core.reader.meta import infer_cell_count
 from kvscope.core.reader.records import LayoutChoice, ParseResult
 from kvscope.core.reader.source import ByteSource
@@ -222,7 +223,11 @@ def _attempt(
     n_tail = sum(1 for f in result.findings if f.severity == "error" and f.code == "trailing_bytes")
     # Untrusted bytes are explained (after a resync or an inferred count), just not vouched for:
     # the coarse comparison counts only bytes no reading could place.
-    lost = cov["unparsed_bytes"] + cov["trailing_bytes"]
+    # The rows of a "cut" record far bigger than the file were words taken for a record size:
+    # they count as lost too.
+    lost = cov["unparsed_bytes"] + cov["trailing_bytes"] + sum(
+        f.length for f in result.findings if f.severity == "error" and f.code == "truncated"
+        and _implausible_cut(f, src.size))
     unexplained = lost + cov["untrusted_bytes"]
     # A bad value in a field only this generation has is evidence against the generation itself.
     n_layout = sum(1 for f in result.findings if f.severity == "error" and (
@@ -267,13 +272,15 @@ def _first_section_clean(res: ParseResult) -> bool:
 
     A PARTIAL_ONLY reading in particular must earn it: a full state damaged early can also look
     like the tail of a partial one. Running out of bytes inside the section is no evidence
-    against a reading (any state can be cut short).
+    against a reading (any state can be cut short), unless the "cut" record is far bigger than
+    the whole file: that reading takes other words for a record size.
     """
     if not res.sections:
         return False
     first = res.sections[0]
     end = first.offset + first.size
-    return not any(f.severity == "error" and f.code != "truncated" and f.offset < end for f in res.findings)
+    return not any(f.severity == "error" and (f.code != "truncated" or _implausible_cut(f, res.size))
+                   and f.offset < end for f in res.findings)
 
 
 def _swa_masking_consistent(res: ParseResult, gen: Generation, profile: ModelProfile | None) -> bool:
@@ -336,7 +343,7 @@ def read_source(
         gens = [forced]
     else:
         gens = candidate_generations(detected, version, has_header)
-    has_ext = profile.has_cell_ext() if profile is not None else None
+    has_ext = profile.has_cell_ext() if profile is not None else _arch_cell_ext(arch_string(src, detected))
     attempts: list[_Attempt] = []
     per_seq = detected in ("seq_file", "seq_blob")
     # Cell-extension readings are tried only when no plain reading explains the file cleanly:
@@ -403,6 +410,18 @@ def read_source(
     return res
 
 
+def _arch_cell_ext(arch: str | None) -> bool | None:
+    """Without a model: does the architecture string a session or context blob carries fix the cell extension?
+
+    An M-RoPE architecture's KV cells always carry one (llama_kv_cache::has_cell_ext():
+    ``n_pos_per_embd() > 1``) in its first cache; any other architecture may still carry one
+    (PLE, or M-RoPE set by the GGUF's rope sections), so only the bytes can tell there. A later
+    cache of the same memory may differ (qwen4exp's indexer), which the memory walker finds by
+    structure.
+    """
+    return True if arch in MROPE_ARCHES else None
+
+
 def _unconfirmed_end(res: ParseResult) -> None:
     """Say what only the model could confirm: that no whole memory section is missing at the end.
 
@@ -413,6 +432,8 @@ def _unconfirmed_end(res: ParseResult) -> None:
     end = res.memory_end if res.memory_end is not None else res.size
     if end != res.size or (res.sections and res.sections[0].kind == "dsv4_header"):
         return  # DeepSeek-V4's header says which blocks follow
+    if res.sections and not may_continue([sec.kind for sec in res.sections]):
+        return  # no memory class writes another section after these
     if not res.sections:
         what = ("the file holds no memory state: either the model has none (an embedding model) or the file "
                 "ends early")

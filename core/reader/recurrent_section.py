@@ -156,13 +156,21 @@ def _pairs_that_fit(ctx: ParseCtx, recs: list[LayerRecord], p_after: dict[int, L
 
 
 def _section_at(ctx: ParseCtx, off: int, limit: int) -> bool:
-    """Does a KV section (an indexer cache after a hybrid's recurrent state) parse cleanly at ``off``?"""
-    probe = ctx.fork()
-    try:
-        probe.parse_bare("kv", Node("probe", "probe", off, 0), off, limit)
-    except Stop:
-        return False
-    return probe.n_errors == 0
+    """Does a KV section (an indexer cache after a hybrid's recurrent state) parse cleanly at ``off``?
+
+    The indexer cache may carry another cell-extension size than the attention cache before it
+    (qwen4exp without PLE: none beside M-RoPE's), so both sizes are tried.
+    """
+    for ext in dict.fromkeys((ctx.ext_bytes, 0, ctx.gen.cell_ext)):
+        probe = ctx.fork()
+        probe.ext_bytes = ext
+        try:
+            probe.parse_bare("kv", Node("probe", "probe", off, 0), off, limit)
+        except Stop:
+            continue
+        if probe.n_errors == 0:
+            return True
+    return False
 
 
 def _looks_like_p(ctx: ParseCtx, off: int, limit: int, rows: int) -> bool:

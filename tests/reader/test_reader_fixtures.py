@@ -1,4 +1,5 @@
-"""Every real fixture parses to exactly what its manifest says, with and without the model."""
+"""Every real fixture (the model variants of tests/data/variants-* too) parses to exactly what its manifest
+says, with and without the model."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pytest
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
 from kvscope.core.reader.tree import check_tiling, coverage
-from tests.support.fixtures import FOLDER_GENERATION, KIND, entry_profile, manifest_entries
+from tests.support.fixtures import FOLDER_GENERATION, KIND, VARIANT_FOLDERS, entry_profile, manifest_entries
 
-ENTRIES = manifest_entries()
+ENTRIES = manifest_entries() + manifest_entries(VARIANT_FOLDERS)
 IDS = [f"{p.parent.name}/{p.name}" for p, _ in ENTRIES]
 
 

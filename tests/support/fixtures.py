@@ -20,6 +20,9 @@ FOLDER_GENERATION = {
     # written by tools/gen_fixtures.py through the pinned builds, models in gen-models/
     "gen-0c1e5709": "2026-10",
     "gen-b11434": "2026-10-v4",
+    # model variants the gen-* models do not cover (tools/gen_variant_fixtures.py); not in manifests()
+    "variants-0c1e5709": "2026-10",
+    "variants-b11434": "2026-10-v4",
 }
 
 KIND = {"session": "session_file", "ctx_blob": "context_blob", "seq_file": "seq_file", "seq_blob": "seq_blob"}
@@ -34,10 +37,14 @@ def load_manifest(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())  # type: ignore[no-any-return]
 
 
-def manifest_entries() -> list[tuple[Path, dict[str, Any]]]:
-    """(file path, manifest entry) for every file listed in any manifest."""
+VARIANT_FOLDERS = ("variants-0c1e5709", "variants-b11434")
+
+
+def manifest_entries(folders: tuple[str, ...] | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """(file path, manifest entry) for every file listed in any manifest (of ``folders`` if given:
+    their ``manifest.json``, e.g. :data:`VARIANT_FOLDERS`)."""
     out = []
-    for mf in manifests():
+    for mf in manifests() if folders is None else [DATA / f / "manifest.json" for f in folders]:
         for entry in load_manifest(mf)["files"]:
             out.append((mf.parent / entry["file"], entry))
     return out
