@@ -3,7 +3,9 @@
 :func:`scan_file` is pure: it opens the file read-only, parses it, and summarises kind, layout,
 sequences, tokens, findings by severity and the verdict (:mod:`kvscope.core.analysis.verdict`); with
 ``target`` also whether a build of that layout generation loads it and, if not, whether
-``kvscope rewrite``/``migrate`` can convert it exactly (:func:`kvscope.core.analysis.compat.compatibility`).
+``kvscope rewrite``/``migrate`` can convert it exactly (:func:`kvscope.core.analysis.compat.compatibility`),
+and for a slot file what that build's llama-server does with it (``target.server``: restores or
+refuses, and the tokens it would reuse, :mod:`kvscope.core.analysis.reuse`).
 It never raises: an unreadable file, a file that changed while it was read, a model that cannot
 be loaded or a reader bug each give a result with a ``status`` and a ``reason``. Results depend
 on nothing but the file's bytes and the arguments, so every executor reports the same lines.
@@ -107,8 +109,30 @@ def _summarise(src: Any, model: str | None, target: str | None) -> dict[str, Any
     }
     if target is not None:
         out["target"] = target_check(res, profile, src, target, v.reason)
+        out["target"]["server"] = server_reuse(res, profile, out["target"])
     src.check()
     return out
+
+
+def server_reuse(res: Any, profile: Any, tgt: dict[str, Any]) -> dict[str, Any] | None:
+    """What the target generation's llama-server does with a slot file (None for another kind):
+    ``restore`` loads / refuses / unknown, and the predicted reuse at its defaults and with
+    ``--swa-full`` (:mod:`kvscope.core.analysis.reuse`); ``wasted``: it restores but none is reused."""
+    if res.kind != "seq_file":
+        return None
+    from kvscope.core.analysis.reuse import ServerSettings, predict_one
+    from kvscope.core.pinned_builds import build_writing
+
+    build = build_writing(str(tgt.get("generation")))
+    loads = tgt.get("loads")
+    refusal = str(tgt.get("answer")) if loads is False else None
+    default, full = (predict_one(res, profile, ServerSettings(swa_full=f), build, refusal, loads)
+                     for f in (False, True))
+    restore = "unknown" if default.restores is None else ("loads" if default.restores else "refuses")
+    return {"build": build, "restore": restore, "reason": default.reason if restore == "refuses" else "",
+            "reused_tokens": default.reused_tokens, "reprocessed_tokens": default.reprocessed_tokens,
+            "reuse_reason": default.reason, "fix": default.fix, "swa_full_reused_tokens": full.reused_tokens,
+            "restored_tokens": default.restored_tokens, "wasted": default.wasted}
 
 
 def target_check(res: Any, profile: Any, src: Any, target: str, damage: str) -> dict[str, Any]:

@@ -61,6 +61,7 @@ class Summary:
         self.layouts: Counter[str] = Counter()
         self.verdicts: Counter[str] = Counter()
         self.targets: Counter[str] = Counter()
+        self.not_reused = 0  # slot files the target's llama-server restores but will not reuse
         self.findings: Counter[str] = Counter()
         self.codes: Counter[str] = Counter()
         self.worst_severity: str | None = None
@@ -83,6 +84,7 @@ class Summary:
             self.codes.update(r["codes"])
             if r.get("target"):
                 self.targets[r["target"]["status"]] += 1
+                self.not_reused += bool((r["target"].get("server") or {}).get("wasted"))
         elif r["status"] == "skipped":
             self.verdicts["not_state"] += 1
         w = r.get("worst")
@@ -120,7 +122,8 @@ class Summary:
         }
         if self.target is not None:
             out["target"] = {"generation": self.target, **{k: self.targets.get(k, 0) for k in
-                                                            ("loads", "migratable", "unknown", "not migratable")}}
+                                                            ("loads", "migratable", "unknown", "not migratable")},
+                             "restore_not_reused": self.not_reused}
         return out
 
 
@@ -138,6 +141,15 @@ def _target_text(t: dict[str, Any]) -> str:
         text += f" (refused as it is: {t.get('answer', '')})"
     elif t["status"] != "loads" and t.get("reason"):
         text += f": {t['reason']}"
+    srv = t.get("server")
+    if srv:
+        if srv["restore"] == "refuses":
+            text += f"; llama-server {srv['build']} refuses it"
+        elif srv["reused_tokens"] is not None:
+            text += (f"; llama-server {srv['build']} {'restores, ' if srv['restore'] == 'loads' else ''}reuses "
+                     f"{srv['reused_tokens']}/{srv['restored_tokens']} tokens")
+            if srv["swa_full_reused_tokens"] != srv["reused_tokens"]:
+                text += f" (--swa-full: {srv['swa_full_reused_tokens']})"
     return text
 
 
@@ -176,7 +188,9 @@ def format_summary(s: dict[str, Any], display: Callable[[str], str] | None = Non
     t = s.get("target")
     if t:
         lines.append(f"target {t['generation']}: {t['loads']} load, {t['migratable']} migratable, "
-                     f"{t['not migratable']} not migratable, {t['unknown']} unknown")
+                     f"{t['not migratable']} not migratable, {t['unknown']} unknown"
+                     + (f"; {t['restore_not_reused']} slot(s) restore but will not be reused by llama-server"
+                        if t.get("restore_not_reused") else ""))
     if s.get("worst_files"):
         lines.append("worst files:")
         for w in s["worst_files"]:
