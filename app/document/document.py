@@ -81,7 +81,7 @@ def load_job(path: str, model_path: str | None) -> Any:
     Runs on a pool thread; a file that changed during the parse gives :class:`Changed`."""
 
     def job(token: CancelToken, report: Report) -> Loaded | Changed:
-        from kvscope.core.reader.parse import read_source
+        from kvscope.core.reader.parse import read_state
 
         report(None, "reading model" if model_path else "parsing")
         profile, model_error = _load_profile(model_path)
@@ -92,7 +92,7 @@ def load_job(path: str, model_path: str | None) -> Any:
         except ValueError as e:  # not a regular file
             raise ValueError(f"{safe_text(os.path.basename(path))}: {e}") from None
         try:
-            res = read_source(src, profile=profile)
+            res = read_state(src, profile=profile)
             src.check()
         except FileChangedError as e:
             src.close()
@@ -351,7 +351,11 @@ class Document(QObject):
 
     def _on_read_changed(self, detail: str) -> None:
         """A view's read of the open file came up short (called on the GUI thread)."""
-        QTimer.singleShot(0, lambda: self.changed is None and self._set_changed(f"{CHANGED_MESSAGE} ({detail})"))
+        def report() -> None:
+            if self.changed is None:
+                self._set_changed(f"{CHANGED_MESSAGE} ({detail})")
+
+        QTimer.singleShot(0, report)
 
     def _on_load_failed(self, message: str) -> None:
         self.failed.emit(message)

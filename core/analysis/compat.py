@@ -115,9 +115,9 @@ def _v3_v4_answer(res: ParseResult, src: Generation, dst: Generation, data: Any)
 
 
 def _forced(res: ParseResult, gen: Generation, profile: ModelProfile | None, data: Any) -> ParseResult:
-    from kvscope.core.reader.parse import read_source
+    from kvscope.core.reader.parse import read_state
 
-    return read_source(data, profile, res.kind, gen.name)
+    return read_state(data, profile, res.kind, gen.name)
 
 
 def _same_reading(a: ParseResult, b: ParseResult) -> bool:

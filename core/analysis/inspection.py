@@ -3,7 +3,7 @@
 Every front end that inspects a file goes through here: ``kvscope inspect``, the report, ``scan``,
 ``verify``, ``rewrite`` and the app's document. :func:`inspect_file` opens the file read-only
 (regular files only: a FIFO or a device is refused before it can block), parses it with the one
-reader entry point (:func:`kvscope.core.reader.parse.read_source`), adds the payload statistics
+reader entry point (:func:`kvscope.core.reader.parse.read_state`), adds the payload statistics
 when asked (their findings join the file's), works out which layout generations load it, judges it
 (:func:`kvscope.core.analysis.verdict.verdict`) and checks that the file did not change meanwhile.
 :class:`Inspection` carries all of it; :meth:`Inspection.to_json` is ``inspect --json``'s object,
@@ -124,10 +124,10 @@ def inspect_source(src: ByteSource, profile: ModelProfile | None = None, *, kind
     """The inspection of the bytes ``src`` holds (see the module docstring); a file that changes
     meanwhile raises :class:`~kvscope.core.reader.source.FileChangedError`. ``layout`` names a
     generation to force (:class:`InputError` for an unknown name); ``threads``: the statistics'."""
-    from kvscope.core.reader.parse import read_source
+    from kvscope.core.reader.parse import read_state
 
     try:
-        res = read_source(src, profile=profile, kind=kind, layout=layout)
+        res = read_state(src, profile=profile, kind=kind, layout=layout)
     except ValueError as e:  # an unknown --layout name
         raise InputError(str(e)) from None
     src.check()

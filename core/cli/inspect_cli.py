@@ -73,11 +73,11 @@ def _open(path: str) -> Any:
 
 def _read(path: str, profile: Any, kind: str | None = None, layout: str | None = None) -> tuple[Any, Any]:
     """Parse ``path``: ``(result, source)``; the source is checked for a change after the parse."""
-    from kvscope.core.reader.parse import read_source
+    from kvscope.core.reader.parse import read_state
 
     src = _open(path)
     try:
-        res = read_source(src, profile=profile, kind=kind, layout=layout)
+        res = read_state(src, profile=profile, kind=kind, layout=layout)
     except ValueError as e:
         raise InputError(str(e)) from None
     src.check()

@@ -123,7 +123,7 @@ def _already(path: str, size: int, mtime_ns: int, prior: dict[str, Any] | None, 
 def _migrate(path: str, ident: tuple[int, int], item: MigrateItem, opts: MigrateOptions) -> dict[str, Any]:
     from kvscope.core.analysis.verdict import verdict
     from kvscope.core.fleet.scanfile import _profile, target_check
-    from kvscope.core.reader.parse import read_source
+    from kvscope.core.reader.parse import read_state
     from kvscope.core.reader.source import ByteSource, FileChangedError
 
     rel = item.entry.rel
@@ -135,7 +135,7 @@ def _migrate(path: str, ident: tuple[int, int], item: MigrateItem, opts: Migrate
     profile = _profile(opts.model) if opts.model else None
     try:
         with ByteSource.open(path) as src:
-            res = read_source(src, profile=profile)
+            res = read_state(src, profile=profile)
             if res.kind == "unknown":
                 return {"action": "skipped", "reason": res.findings[0].message if res.findings else "not a state file"}
             v = verdict(res, profile)

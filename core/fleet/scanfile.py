@@ -70,10 +70,10 @@ def scan_entry(entry: Entry, model: str | None = None, target: str | None = None
 
 def _summarise(src: Any, model: str | None, target: str | None) -> dict[str, Any]:
     from kvscope.core.analysis.verdict import verdict
-    from kvscope.core.reader.parse import read_source
+    from kvscope.core.reader.parse import read_state
 
     profile = _profile(model) if model else None
-    res = read_source(src, profile=profile)
+    res = read_state(src, profile=profile)
     if res.kind == "unknown":
         src.check()
         return {"status": "skipped", "reason": res.findings[0].message if res.findings else "not a state file"}

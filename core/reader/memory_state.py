@@ -134,7 +134,7 @@ def _own_cell_ext(ctx: ParseCtx, off: int, limit: int, t: _Try, after: tuple[str
     The caches of one memory need not agree: qwen4exp's QSA indexer cache carries no extension
     unless the model has PLE layers while its attention cache carries M-RoPE's, and MSA's indexer
     never carries one (llama_kv_cache::has_cell_ext() over each cache's own hparams). The first
-    section's size is the reading's (``read_source`` tries both); a later one keeps it unless it
+    section's size is the reading's (``read_state`` tries both); a later one keeps it unless it
     fails and the other size explains the section without an error.
     """
     if t[0] != "kv" or t[5] or not ctx.gen.cell_ext:

@@ -302,17 +302,22 @@ def _swa_masking_consistent(res: ParseResult, gen: Generation, profile: ModelPro
 
 
 def read_state(
-    path: str | os.PathLike[str] | None = None,
+    path: str | os.PathLike[str] | ByteSource | None = None,
     profile: ModelProfile | None = None,
     kind: str | None = None,
     layout: str | None = None,
     data: bytes | None = None,
 ) -> ParseResult:
-    """Parse a state file (or ``data``) into a :class:`ParseResult`; never raises on bad bytes.
+    """Parse a state into a :class:`ParseResult`; never raises on bad bytes. The reader's one entry point.
 
-    ``kind`` and ``layout`` override detection (``layout`` is a generation name such as
-    ``"2026-10"``). Raises :class:`ReadError` only when ``path`` cannot be opened.
+    The state is ``path`` (a file, opened read-only here), an open :class:`ByteSource` (a caller that
+    checks the file for a change afterwards, or reads it again), or ``data`` (bytes; ``path`` then
+    names them). ``kind`` and ``layout`` override detection (``layout`` is a generation name such as
+    ``"2026-10"``; an unknown one raises ValueError). Raises :class:`ReadError` only when ``path``
+    cannot be opened.
     """
+    if isinstance(path, ByteSource):
+        return _read_source(path, profile, kind, layout)
     if data is not None:
         src = ByteSource(data, str(path or "<bytes>"))
     else:
@@ -322,10 +327,10 @@ def read_state(
             src = ByteSource.open(path)
         except (OSError, ValueError) as e:
             raise ReadError(f"cannot open {os.fspath(path)}: {e.strerror if isinstance(e, OSError) else e}") from e
-    return read_source(src, profile, kind, layout)
+    return _read_source(src, profile, kind, layout)
 
 
-def read_source(
+def _read_source(
     src: ByteSource, profile: ModelProfile | None = None, kind: str | None = None, layout: str | None = None
 ) -> ParseResult:
     detected = kind or detect_kind(src)

@@ -132,7 +132,7 @@ def test_window_responsive_during_parse(qtbot, window, monkeypatch):  # type: ig
     import kvscope.core.reader.parse as parse
 
     gate = threading.Event()
-    real = parse.read_source  # what the document calls
+    real = parse.read_state  # what the document calls
     thread_names: list[str] = []
 
     def slow_read(*a, **k):  # type: ignore[no-untyped-def]
@@ -140,7 +140,7 @@ def test_window_responsive_during_parse(qtbot, window, monkeypatch):  # type: ig
         gate.wait(10)
         return real(*a, **k)
 
-    monkeypatch.setattr(parse, "read_source", slow_read)
+    monkeypatch.setattr(parse, "read_state", slow_read)
     w = window.open_file(str(STATE / "llama-f16-fa1-unified1-frag-ctx.session"))
     assert w.doc.result is None and w.doc.busy and window.progress.isVisible()
     ticks = []

@@ -26,7 +26,7 @@ import pytest
 from kvscope.core.analysis.diff import diff_states
 from kvscope.core.analysis.record_values import layer_matrix
 from kvscope.core.analysis.stats import scan_stats
-from kvscope.core.reader.parse import read_source, read_state
+from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.source import CHANGED_MESSAGE, ByteSource, FileChangedError, FileIdentity
 from tests.support.bigstate import run_kvscope, write_seq_state
 from tests.support.fixtures import DATA
@@ -78,7 +78,7 @@ def test_identity_change_after_a_pass(tmp_path: Path) -> None:
     path = tmp_path / "s.seqstate"
     shutil.copyfile(SEQ, path)
     src = ByteSource.open(path)
-    res = read_source(src)
+    res = read_state(src)
     src.check()  # nothing changed: no error
     scan_stats(res, data=src)
     blob = bytearray(path.read_bytes())
