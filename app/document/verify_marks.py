@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvscope.core.analysis.verdict import plural
 from kvscope.core.reader.records import LayerRecord, ParseResult, Section
 
 STATUSES = ("match", "differs", "nonfinite", "missing", "extra")
@@ -45,7 +46,7 @@ class RecordMark:
         if isinstance(first, dict) and first:
             parts.append("first bad cell " + ", ".join(f"{k} {v}" for k, v in first.items()))
         if c.get("n_bad_cells"):
-            parts.append(f"{int(c['n_bad_cells']):,} bad cells")
+            parts.append(plural(int(c["n_bad_cells"]), "bad cell"))
         if c.get("note"):
             parts.append(str(c["note"]))
         return self.status + (f" ({'; '.join(parts)})" if parts else "")

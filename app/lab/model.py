@@ -22,6 +22,7 @@ from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
 from kvscope.app.lab.engine_jobs import by_case, disagreement_text, engine_lines
+from kvscope.core.analysis.verdict import plural
 from kvscope.core.fsutil import write_atomic
 from kvscope.core.lab.report import CellResult, LabRun, cell_text, diff_text, render_markdown, run_to_json
 
@@ -163,7 +164,7 @@ def detail_text(r: CellResult, before: dict[str, int] | None = None) -> str:
     lines += ["", _upper_first(target_line(r))]
     for role, c in t.components.items():
         was = f" (before: {before[role]})" if before is not None and role in before else ""
-        lines.append(f"  {role}: {c.state}, {c.n_cells} cells{was}, positions [{c.pos_min},{c.pos_max}]")
+        lines.append(f"  {role}: {c.state}, {plural(c.n_cells, 'cell')}{was}, positions [{c.pos_min},{c.pos_max}]")
     if t.probe_diff:
         lines.append("  probe: " + ", ".join(f"{k} {probe_text(v)}" for k, v in t.probe_diff.items()))
     lines += ["", _upper_first(others_line(r)), "", _upper_first(stale_line(r))]

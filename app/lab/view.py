@@ -53,6 +53,7 @@ from kvscope.app.lab.model import (
     combined_run,
     export_run,
 )
+from kvscope.core.analysis.verdict import plural
 from kvscope.core.lab.report import LabRun
 
 if TYPE_CHECKING:
@@ -87,7 +88,13 @@ class LabView(QWidget):
         self._load_error: str | None = None  # the document could not be read
         tasks: list[Task] = []  # every task started here; cancelled when the document closes
         self._tasks = tasks
-        doc.destroyed.connect(lambda *_: [t.cancel() for t in tasks if not t.done])
+
+        def cancel_tasks(*_: object) -> None:
+            for t in tasks:
+                if not t.done:
+                    t.cancel()
+
+        doc.destroyed.connect(cancel_tasks)
         self._stop = threading.Event()
         self._sink: deque[CellResult] = deque()
         self._dirty = True  # the choices changed since the scenario was last loaded
@@ -340,7 +347,8 @@ class LabView(QWidget):
         task.cancelled.connect(self._on_run_cancelled)
         task.finished.connect(self._on_run_finished)
         c.progress.setValue(0)
-        c.status.setText(f"running {n_cells} cells…" if core else f"starting {engine}: {n_cells} cells…")
+        cells = plural(n_cells, "cell")
+        c.status.setText(f"running {cells}…" if core else f"starting {engine}: {cells}…")
         self._update_controls()
         return task
 
@@ -371,7 +379,7 @@ class LabView(QWidget):
         self.model.set_run(run)
         total = len(run.cases) * len(run.policies) * len(run.readers)
         self.controls.status.setText(f"cancelled after {len(run.results)} of {total} cells" if run.cancelled
-                                     else f"{len(run.results)} cells in {run.seconds:.1f} s")
+                                     else f"{plural(len(run.results), 'cell')} in {run.seconds:.1f} s")
 
     def show_engine_run(self, er: EngineRun, disagreements: list[Any] | None = None) -> None:
         """Show a run in a real engine (``disagreements``: shown instead of the run's own, for a view test)."""
@@ -380,11 +388,11 @@ class LabView(QWidget):
         self.model.set_engine_run(er, disagreements)
         n = len(self.model.disagreements)
         eng = " ".join(str(er.engine[k]) for k in ("kind", "build") if er.engine.get(k))
-        text = f"{len(run.results)} cells in {er.run.seconds:.1f} s in {eng}"
+        text = f"{plural(len(run.results), 'cell')} in {er.run.seconds:.1f} s in {eng}"
         if run.cancelled:
             text = f"cancelled: {text}"
         if er.torch is not None:
-            text += f" · {n} case(s) where the core and the engine disagree" if n else \
+            text += f" · {plural(n, 'case')} where the core and the engine disagree" if n else \
                 " · the core and the engine agree on every case"
         self.controls.status.setText(text)
         self.summary.setText(_summary(self.run_ready) if self.run_ready is not None else self.summary.text())
@@ -398,7 +406,7 @@ class LabView(QWidget):
 
     def _on_run_cancelled(self) -> None:
         self._drain()
-        self.controls.status.setText(f"cancelled; {len(self.model.cells)} cells ran")
+        self.controls.status.setText(f"cancelled; {plural(len(self.model.cells), 'cell')} ran")
 
     def _on_run_finished(self) -> None:
         self._update_controls()

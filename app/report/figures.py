@@ -23,7 +23,7 @@ import numpy.typing as npt
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QImage, QPainter, QPen
 
-from kvscope.app.base.theme import SEQ_COLORS, UNTRUSTED_HATCH, WARNING_COLOR, kind_color
+from kvscope.app.base.theme import NONFINITE_RGB, SEQ_COLORS, UNTRUSTED_HATCH, WARNING_COLOR, kind_color
 from kvscope.core.analysis.stats import LayerStats
 from kvscope.core.analysis.verdict import MissingBytes, plural
 from kvscope.core.reader.records import CellTable
@@ -110,7 +110,7 @@ class Canvas:
         self.p.setRenderHint(QPainter.RenderHint.Antialiasing)
         self.p.setRenderHint(QPainter.RenderHint.TextAntialiasing)
         self.width, self.height = width, height
-        y = MARGIN
+        y: float = MARGIN
         y = self.text(MARGIN, y, title, font(TITLE_PX, True), TEXT, width - 2 * MARGIN)
         if subtitle:
             y = self.text(MARGIN, y + 2, subtitle, font(TEXT_PX), MUTED, width - 2 * MARGIN)
@@ -327,8 +327,8 @@ def cell_map(name: str, label: str, table: CellTable, recurrent: bool,
     """Which sequences each cell of ``table`` holds (top) and the positions they hold (bottom); ``seq_labels``
     names sequences other than ``seq N`` (a per-sequence file's unnamed sequence)."""
 
-    def seq_name(s: object) -> str:
-        return (seq_labels or {}).get(int(s), f"seq {s}")  # type: ignore[call-overload]
+    def seq_name(s: int) -> str:
+        return (seq_labels or {}).get(s, f"seq {s}")
 
     n = table.count
     seqs = table.seq_set()
@@ -336,7 +336,7 @@ def cell_map(name: str, label: str, table: CellTable, recurrent: bool,
     sub = f"{plural(n, 'cell')}, {plural(len(seqs), 'sequence')}" + (f", {empty:,} empty" if empty else "") + "."
     if recurrent:
         sub += " A recurrent state: each cell holds one sequence's state as of its last position."
-    rows = [*seqs, *(["empty"] if empty else [])]
+    rows: list[int | str] = [*seqs, *(["empty"] if empty else [])]  # a sequence id, or "empty"
     band = max(14, min(26, 160 // max(1, len(rows))))
     top_h = band * len(rows)
     c = Canvas(150 + top_h + 240 + 60, f"Cells of {label} in {name}", sub)
@@ -351,12 +351,12 @@ def cell_map(name: str, label: str, table: CellTable, recurrent: bool,
     cell_of = np.repeat(np.arange(n, dtype=np.int64), np.maximum(table.n_seq, 0))[: table.seq_ids.size]
     for r, key in enumerate(rows):
         y0 = occ.top() + r * band
-        if key == "empty":
+        if isinstance(key, str):
             hit = cols[table.n_seq == 0]
             color = EMPTY_CELL
         else:
             hit = cols[cell_of[table.seq_ids[: cell_of.size] == key]]
-            color = _seq_rgb(int(key))
+            color = _seq_rgb(key)
         mark = np.zeros(width, bool)
         mark[np.clip(hit, 0, width - 1)] = True
         step = max(1.0, occ.width() / max(1, n))
@@ -364,7 +364,7 @@ def cell_map(name: str, label: str, table: CellTable, recurrent: bool,
             p.fillRect(QRectF(occ.left() + float(x), y0 + 1, max(1.0, step - (1 if step > 3 else 0)), band - 2), color)
         p.setPen(TEXT)
         p.setFont(font(TICK_PX))
-        text = "empty" if key == "empty" else seq_name(key)
+        text = "empty" if isinstance(key, str) else seq_name(key)
         p.drawText(QPointF(occ.left() - 6 - fm.horizontalAdvance(text), y0 + band / 2 + fm.ascent() / 2 - 1), text)
     p.setPen(QPen(TEXT, 1))
     p.setBrush(Qt.BrushStyle.NoBrush)
@@ -479,7 +479,7 @@ def heatmap(name: str, title: str, matrix: npt.NDArray[np.float32], n_cells: int
     lut = _colormap()
     norm = np.clip((np.nan_to_num(matrix, nan=lo, posinf=hi, neginf=lo) - lo) / (hi - lo), 0, 1)
     rgb = lut[(norm * 255).astype(np.int64)]
-    rgb[~finite] = (255, 0, 255)
+    rgb[~finite] = NONFINITE_RGB
     argb = np.empty((rows, cols, 4), np.uint8)
     argb[..., 0], argb[..., 1], argb[..., 2], argb[..., 3] = rgb[..., 2], rgb[..., 1], rgb[..., 0], 255
     img = QImage(argb.tobytes(), cols, rows, cols * 4, QImage.Format.Format_ARGB32).copy()

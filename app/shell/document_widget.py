@@ -8,6 +8,7 @@ why Verify could not run. The byte map has its Export button beside it.
 from __future__ import annotations
 
 from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QHBoxLayout, QSplitter, QStackedWidget, QTabWidget, QVBoxLayout, QWidget
 
 from kvscope.app.base.theme import Theme
@@ -114,6 +115,8 @@ class DocumentWidget(QWidget):
         """The Lab is a workspace of its own: in front, it takes the tree's width and the byte map's height
         (its matrix and controls fit at 1280x800); the tree and byte map come back as they were after."""
         lab = 0 <= index < len(TAB_VIEWS) and TAB_VIEWS[index] == "lab"
+        if 0 <= index < len(TAB_VIEWS) and TAB_VIEWS[index] == "hex":
+            self.give_hex_room()
         self.bytemap.setVisible(not lab)
         self.bytemap_export.setVisible(not lab)
         sizes = self.split.sizes()
@@ -124,6 +127,29 @@ class DocumentWidget(QWidget):
             if sizes[0] == 0:  # not opened again by hand meanwhile
                 self.split.setSizes(self._tree_sizes)
             self._tree_sizes = None
+
+    TREE_MIN = 120  # the tree's narrowest when it gives way to the hex dump
+
+    def give_hex_room(self) -> None:
+        """Narrow the tree (not below :attr:`TREE_MIN`) until the hex view shows all 16 hex and ASCII columns
+        beside its inspector; on a window too narrow for that the dump scrolls sideways."""
+        sizes = self.split.sizes()
+        if len(sizes) != 2 or sizes[0] == 0:
+            return
+        right = self.split.widget(1)
+        extra = right.width() - self.hex.width() if self.hex.width() > 0 else 0
+        want = self.hex.wanted_width() + max(0, extra)
+        if sizes[1] >= want:
+            return
+        tree = max(self.TREE_MIN, sizes[0] - (want - sizes[1]))
+        if tree < sizes[0]:
+            self.split.setSizes([tree, sum(sizes) - tree])
+
+    def resizeEvent(self, e: QResizeEvent) -> None:
+        super().resizeEvent(e)
+        i = self.tabs.currentIndex()
+        if 0 <= i < len(TAB_VIEWS) and TAB_VIEWS[i] == "hex":
+            self.give_hex_room()
 
     def _on_loaded(self) -> None:
         self.stack.setCurrentWidget(self.split)

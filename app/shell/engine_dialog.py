@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QButtonGroup,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -25,7 +26,8 @@ from PySide6.QtWidgets import (
 
 from kvscope.app.base.theme import WARNING_COLOR
 from kvscope.app.base.widgets import plain_label
-from kvscope.app.document.verify_job import ENGINE_TITLES, VERIFY_ENGINES, EngineChoice
+from kvscope.app.document.verify_job import ENGINE_TITLES, EngineChoice
+from kvscope.core.engine.choices import VERIFY_ENGINES
 
 AUTO_BUILD = "automatic: the build that writes the file's layout"
 
@@ -81,6 +83,13 @@ class EngineDialog(QDialog):
         self.slot_edit.setPlaceholderText("the server's --slot-save-path folder")
         self.slot_pick = QToolButton()
         self.slot_pick.setText("…")
+        # two groups: radio buttons of one parent are otherwise one exclusive set, and checking the server's
+        # option unchecked the pinned build's
+        self.lib_group, self.server_group = QButtonGroup(self), QButtonGroup(self)
+        for group, buttons in ((self.lib_group, (self.pinned, self.own_lib)),
+                               (self.server_group, (self.start_server, self.running_server))):
+            for b in buttons:
+                group.addButton(b)
         self.note = plain_label(" ", wrap=True)
         self.problem = plain_label("", wrap=True)
         self.problem.setStyleSheet(f"color: {WARNING_COLOR};")

@@ -27,13 +27,10 @@ from kvscope.app.report.export import ReportExporter, export_document
 from kvscope.app.shell.document_widget import DocumentWidget
 from kvscope.app.shell.engine_dialog import EngineDialog, edit_engine
 from kvscope.app.shell.menus import build_menus
+from kvscope.app.shell.open_dialog import StateFileDialog, state_file_dialog
 from kvscope.app.shell.settings import AppSettings
 from kvscope.core.textsafe import safe_text
 
-# What llama.cpp and llama-server name saved state: slot saves (--slot-save-path), sequence state,
-# prompt caches and session files, state blobs written by hand.
-STATE_EXTENSIONS = ("*.seqstate", "*.slotsave", "*.bin", "*.session", "*.state", "*.seqdata", "*.slot")
-STATE_FILTER = f"llama.cpp state ({' '.join(STATE_EXTENSIONS)});;All files (*)"
 GGUF_FILTER = "GGUF model (*.gguf);;All files (*)"
 
 
@@ -177,10 +174,11 @@ class MainWindow(QMainWindow):
             self.close_tab(self.tabs.currentIndex())
 
     # -- file actions ------------------------------------------------------------------------------------
-    def open_dialog(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Open state files", self.settings.last_dir(), STATE_FILTER)
-        for p in paths:
-            self.open_file(p)
+    def open_dialog(self) -> StateFileDialog:
+        """File → Open: state files by content or extension (a slot file named ``chat1`` shows); never blocks."""
+        dlg = state_file_dialog(self, "Open state files", self.settings.last_dir(), many=True)
+        dlg.filesSelected.connect(lambda paths: [self.open_file(p) for p in paths])
+        return dlg
 
     def set_model(self, w: DocumentWidget, model: str | None) -> None:
         """Read ``w``'s file with ``model`` (None: without one) and remember the choice."""
@@ -210,10 +208,9 @@ class MainWindow(QMainWindow):
         if w is None or w.doc.result is None:
             return
         if path is None:
-            path, _ = QFileDialog.getOpenFileName(self, f"Compare {w.doc.name} with", os.path.dirname(w.doc.path),
-                                                  STATE_FILTER)
-            if not path:
-                return
+            dlg = state_file_dialog(self, f"Compare {w.doc.name} with", os.path.dirname(w.doc.path), many=False)
+            dlg.fileSelected.connect(lambda p, w=w: self.compare_with(p, w) if p else None)
+            return
         w.show_view("diff")
         w.doc.compare_with(path)
 

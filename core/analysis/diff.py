@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.analysis.record_values import Bytes, as_source, record_rows, record_shape, source_of
+from kvscope.core.analysis.verdict import plural
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult, Section
 from kvscope.core.reader.source import ByteSource
 from kvscope.core.textsafe import safe_text
@@ -252,7 +253,7 @@ def _cell_items(sec: Section, units: list[Unit], side: str, mask: npt.NDArray[np
         k = seq == s
         t = units[int(u[k][0])][1]
         off = _cell_offset(t, int(cell[k][0])) if t is not None else None
-        out.append(DiffItem("cell", f"section {sec.role}: seq {int(s)}: {int(k.sum())} cells only in {side} "
+        out.append(DiffItem("cell", f"section {sec.role}: seq {int(s)}: {plural(int(k.sum()), 'cell')} only in {side} "
                             f"(pos {int(pos[k].min())}..{int(pos[k].max())})",
                             off if side == "A" else None, off if side == "B" else None))
     return out

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvscope.core.analysis.verdict import plural
+
 HAZARD = "short_read_hazard"
 AS_IS = "as-is"
 
@@ -258,5 +260,5 @@ def render_markdown(run: LabRun) -> str:
     if run.skipped:
         lines += ["", "Not applicable: " + "; ".join(f"`{n}` ({w})" for n, w in run.skipped) + "."]
     if run.cancelled:
-        lines += ["", f"Cancelled after {len(run.results)} cells."]
+        lines += ["", f"Cancelled after {plural(len(run.results), 'cell')}."]
     return "\n".join(lines) + "\n"

@@ -50,7 +50,7 @@ def read_cells(ctx: ParseCtx, parent: Node, off: int, count: int, limit: int, ow
     assert table is not None
     owner.cells = table
     if table.size:
-        ctx.leaf(parent, "cells", "cell_meta", off, table.size, f"{table.count} cells")
+        ctx.leaf(parent, "cells", "cell_meta", off, table.size, f"{table.count} cell{'' if table.count == 1 else 's'}")
     if not scan.ok:
         bad = scan.end
         if scan.reason == "truncated":

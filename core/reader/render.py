@@ -64,7 +64,8 @@ def _seq_summary(sec: Section) -> str:
         for seq in t.seq_set():
             idx = t.cells_of_seq(seq)
             pos = t.pos[idx]
-            parts.append(f"seq {seq}: {idx.size} cells, pos {int(pos.min())}..{int(pos.max())}")
+            cells = f"{idx.size} cell{'' if idx.size == 1 else 's'}"
+            parts.append(f"seq {seq}: {cells}, pos {int(pos.min())}..{int(pos.max())}")
     return "; ".join(parts)
 
 
@@ -103,14 +104,14 @@ def result_to_text(res: ParseResult, profile: ModelProfile | None = None, markdo
         rows: list[list[str]] = []
         if sec.kind == "kv":
             for st in sec.streams:
-                lines.append(f"  stream {st.index}: {st.cell_count} cells"
+                lines.append(f"  stream {st.index}: {st.cell_count} cell{'' if st.cell_count == 1 else 's'}"
                              + (f", v_trans={st.v_trans}, n_layer={st.n_layer}" if st.v_trans is not None else ""))
                 for lr in (*st.k_layers, *st.v_layers):
                     rows.append([f"s{st.index}", lr.role.upper(), str(lr.il if lr.il is not None else "?"), lr.type,
                                  str(lr.row_bytes or f"{lr.el_bytes}x{lr.n_embd_v_gqa}"), str(lr.header_offset),
                                  f"{lr.size:,}"])
         else:
-            lines.append(f"  {sec.cell_count} cells, n_layer={sec.n_layer_written}")
+            lines.append(f"  {sec.cell_count} cell{'' if sec.cell_count == 1 else 's'}, n_layer={sec.n_layer_written}")
             for lr in sec.all_layers():
                 rows.append(["", lr.role, str(lr.il if lr.il is not None else "?"), lr.type, str(lr.row_bytes),
                              str(lr.header_offset), f"{lr.size:,}"])

@@ -168,12 +168,11 @@ def test_a_read_cut_short_offers_reload(qtbot, open_doc, tmp_path):  # type: ign
 
 
 def test_open_dialog_lists_every_llama_cpp_extension() -> None:
-    from kvscope.app.shell.main_window import STATE_FILTER
+    from kvscope.app.shell.open_dialog import ALL_FILTER, BY_EXTENSION_FILTER, STATE_FILTERS
 
-    first, everything = STATE_FILTER.split(";;")
     for ext in (".seqstate", ".slotsave", ".bin", ".session", ".state", ".seqdata"):
-        assert f"*{ext}" in first.split("(")[1]
-    assert everything == "All files (*)"
+        assert f"*{ext}" in BY_EXTENSION_FILTER.split("(")[1]
+    assert STATE_FILTERS[-1] == ALL_FILTER == "All files (*)"
 
 
 def test_screenshot_prints_no_qt_noise(tmp_path: Path) -> None:

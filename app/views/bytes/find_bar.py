@@ -13,6 +13,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QPushButton, QWidget
 
+from kvscope.app.base.shortcuts import pass_window_shortcuts
 from kvscope.app.base.tasks import CancelToken, Report, Task
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.document import Document
@@ -29,10 +30,11 @@ class _Entry(QLineEdit):
     def __init__(self, bar: FindBar) -> None:
         super().__init__()
         self.bar = bar
+        pass_window_shortcuts(self)
 
     def keyPressEvent(self, e: QKeyEvent) -> None:
         if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
-            self.bar.find(backward=bool(e.modifiers() & Qt.KeyboardModifier.ShiftModifier))
+            self.bar.find_next(backward=bool(e.modifiers() & Qt.KeyboardModifier.ShiftModifier))
             return
         if e.key() == Qt.Key.Key_Escape:
             self.bar.cancel()
@@ -51,7 +53,7 @@ class FindBar(QWidget):
     def __init__(self, doc: Document, cursor: Callable[[], int], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.doc = doc
-        self.cursor = cursor  # the offset searches start from
+        self.start_offset = cursor  # the offset searches start from (``cursor()`` stays QWidget's)
         self.task: Task | None = None
         self.last: tuple[int, int] | None = None  # the last match (offset, length)
         self.kind = QComboBox()
@@ -81,8 +83,8 @@ class FindBar(QWidget):
         lay.addWidget(self.next_button)
         lay.addWidget(self.status)
         self.kind.currentIndexChanged.connect(self._on_kind)
-        self.prev_button.clicked.connect(lambda: self.find(backward=True))
-        self.next_button.clicked.connect(lambda: self.find())
+        self.prev_button.clicked.connect(lambda: self.find_next(backward=True))
+        self.next_button.clicked.connect(lambda: self.find_next())
         self._on_kind()
 
     @property
@@ -113,7 +115,7 @@ class FindBar(QWidget):
         if self.busy and self.task is not None:
             self.task.cancel()
 
-    def find(self, backward: bool = False) -> Task | None:
+    def find_next(self, backward: bool = False) -> Task | None:
         """Look for the next (or previous) match; a byte search runs in the background (its task is returned)."""
         if self.mode == NODE_KIND:
             self._find_node(backward)
@@ -127,7 +129,7 @@ class FindBar(QWidget):
         if int(data.size) == 0:
             return None
         self.cancel()
-        cur = self.cursor()
+        cur = self.start_offset()
         start = cur if backward else cur + 1
         what = searched_value(self.mode, pattern)
 

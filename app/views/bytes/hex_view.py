@@ -53,6 +53,7 @@ from kvscope.core.reader.tree import Node
 
 EXPORT_LIMIT = 256 << 20  # bytes "Export selected bytes" writes at most
 SHOWN_VALUES = 256  # values the inspector lists (the copy takes them all)
+DUMP_FLOOR = 300  # the dump's minimum width (px)
 FORMAT_NAMES = {"hex": "hex", "c": "a C array", "python": "Python bytes"}
 
 
@@ -165,7 +166,9 @@ class HexView(QWidget):
         self.location.setWordWrap(True)
         self.inspector = QTableWidget(len(INSPECT_TYPES), 2)
         self.inspector.setHorizontalHeaderLabels(["type", "value (little-endian)"])
-        self.inspector.horizontalHeaderItem(1).setToolTip("the bytes at the cursor read as each type, little-endian")
+        value_header = self.inspector.horizontalHeaderItem(1)
+        assert value_header is not None  # made by setHorizontalHeaderLabels
+        value_header.setToolTip("the bytes at the cursor read as each type, little-endian")
         self.inspector.verticalHeader().hide()
         self.inspector.horizontalHeader().setStretchLastSection(True)
         self.inspector.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
@@ -192,7 +195,10 @@ class HexView(QWidget):
         dl.setSpacing(0)
         dl.addWidget(self.table, 1)
         dl.addWidget(self.scrollbar)
-        dump.setMinimumWidth(self.dump_width())  # all 16 hex and ASCII columns, whatever the window
+        # a floor, not the whole dump: an 800 px window must still fit (the dump scrolls sideways there); the
+        # document widget narrows the tree so that all 16 hex and ASCII columns show when the window has room
+        dump.setMinimumWidth(DUMP_FLOOR)
+        self.side = side
         self.split = QSplitter(Qt.Orientation.Horizontal)
         self.split.addWidget(dump)
         self.split.addWidget(side)
@@ -211,6 +217,24 @@ class HexView(QWidget):
         doc.bus.changed.connect(self._on_selection)
         self._syncing = False
         self._reload()
+
+    def wanted_width(self) -> int:
+        """The width that shows the whole dump beside the inspector at its minimum (the document widget
+        narrows the tree to give it, :meth:`~kvscope.app.shell.document_widget.DocumentWidget.give_hex_room`)."""
+        return self.dump_width() + self.side.minimumWidth() + self.split.handleWidth() + 2
+
+    def resizeEvent(self, e: QResizeEvent) -> None:
+        super().resizeEvent(e)
+        self.fit_dump()
+
+    def fit_dump(self) -> None:
+        """Narrow the inspector (not below its minimum) until the dump shows all its columns."""
+        sizes = self.split.sizes()
+        need = self.dump_width()
+        if len(sizes) != 2 or sizes[0] >= need or sizes[1] <= self.side.minimumWidth():
+            return
+        side = max(self.side.minimumWidth(), sizes[1] - (need - sizes[0]))
+        self.split.setSizes([sum(sizes) - side, side])
 
     def dump_width(self) -> int:
         """The width that shows the offsets, the 16 hex columns and the 16 ASCII columns whole."""
@@ -260,7 +284,8 @@ class HexView(QWidget):
 
     # -- addressing -------------------------------------------------------------------------------
     @property
-    def size(self) -> int:
+    def n_bytes(self) -> int:
+        """The file's size in bytes (``size()`` stays QWidget's)."""
         return int(self.doc.data.size)
 
     def offset_at(self, pos: QPoint, clamp: bool = False) -> int | None:
@@ -279,8 +304,8 @@ class HexView(QWidget):
             x = pos.x() - self.table.columnViewportPosition(ASCII_COL) - 4
             col = max(0, min(BYTES_PER_ROW - 1, int(x // max(1, self._char_w))))
         off = self.model.offset_of(idx.row(), col)
-        if off >= self.size:
-            return self.size - 1 if clamp and self.size else None
+        if off >= self.n_bytes:
+            return self.n_bytes - 1 if clamp and self.n_bytes else None
         return off
 
     @property
@@ -289,7 +314,7 @@ class HexView(QWidget):
         hl = self.model.highlight
         if hl is not None and hl[0] <= self.cursor_offset < hl[1]:
             return hl
-        return self.cursor_offset, min(self.size, self.cursor_offset + 1)
+        return self.cursor_offset, min(self.n_bytes, self.cursor_offset + 1)
 
     def in_selection(self, offset: int) -> bool:
         a, b = self.selection
@@ -311,9 +336,9 @@ class HexView(QWidget):
 
     def goto(self, offset: int, publish: bool = False) -> None:
         """Move the cursor (and the selection anchor) to ``offset``, clamped to the file, and scroll it into view."""
-        if self.size == 0:
+        if self.n_bytes == 0:
             return
-        self.cursor_offset = self.anchor = max(0, min(offset, self.size - 1))
+        self.cursor_offset = self.anchor = max(0, min(offset, self.n_bytes - 1))
         self.ensure_visible(self.cursor_offset)
         self._place_cursor()
         self._update_inspector()
@@ -322,10 +347,10 @@ class HexView(QWidget):
 
     def select_range(self, start: int, end: int, cursor: int | None = None, publish: bool = True) -> None:
         """Select bytes ``[start, end)`` (clamped to the file); the cursor goes to ``cursor`` (default: the end)."""
-        if self.size == 0:
+        if self.n_bytes == 0:
             return
-        start = max(0, min(start, self.size - 1))
-        end = max(start + 1, min(end, self.size))
+        start = max(0, min(start, self.n_bytes - 1))
+        end = max(start + 1, min(end, self.n_bytes))
         cur = end - 1 if cursor is None else max(start, min(cursor, end - 1))
         self.cursor_offset = cur
         self.anchor = start if cur != start else end - 1
@@ -341,7 +366,7 @@ class HexView(QWidget):
 
     def extend_to(self, offset: int, publish: bool = True) -> None:
         """Grow or shrink the selection from the anchor to ``offset`` (shift+click, shift+arrows)."""
-        offset = max(0, min(offset, self.size - 1))
+        offset = max(0, min(offset, self.n_bytes - 1))
         lo, hi = min(self.anchor, offset), max(self.anchor, offset) + 1
         anchor = self.anchor
         self.select_range(lo, hi, cursor=offset, publish=publish)
@@ -372,8 +397,8 @@ class HexView(QWidget):
             self.doc.bus.select(idx.for_node(leaf))
 
     def select_all(self) -> None:
-        if self.size:
-            self.select_range(0, self.size, cursor=0)
+        if self.n_bytes:
+            self.select_range(0, self.n_bytes, cursor=0)
 
     def handle_key(self, e: QKeyEvent) -> bool:
         if e.matches(QKeySequence.StandardKey.Copy):
@@ -395,7 +420,7 @@ class HexView(QWidget):
         elif key == Qt.Key.Key_Home:
             target = 0
         elif key == Qt.Key.Key_End:
-            target = self.size - 1
+            target = self.n_bytes - 1
         if target is None:
             return False
         if shift:
@@ -408,7 +433,7 @@ class HexView(QWidget):
         if self._syncing or not current.isValid():
             return
         off = self.model.offset_of(current.row(), current.column())
-        if off < self.size:
+        if off < self.n_bytes:
             self.goto(off, publish=True)
 
     def _on_selection(self, sel: Selection) -> None:
@@ -542,7 +567,7 @@ class HexView(QWidget):
     def find_selection(self) -> None:
         a, b = self.selection
         self.find_bar.set_query("hex", format_bytes(read_bytes(self.doc.data, a, b - a), "hex"))
-        self.find_bar.find()
+        self.find_bar.find_next()
 
     # -- export ---------------------------------------------------------------------------------------
     def export_widget(self) -> QWidget:

@@ -68,7 +68,7 @@ class CellMapView(LazyParts, QWidget):
         top.addWidget(self.swa_check)
         top.addWidget(self.export_button)
         self.picture = QWidget()
-        pl = QVBoxLayout(self.picture)
+        self.picture_layout = pl = QVBoxLayout(self.picture)
         pl.setContentsMargins(0, 0, 0, 0)
         pl.addWidget(self.summary)
         pl.addWidget(self.hover)
@@ -112,7 +112,7 @@ class CellMapView(LazyParts, QWidget):
         for p, m in zip((self.plot, self.pos_plot), self.marks, strict=True):
             p.addItem(m)
             m.hide()
-        self.picture.layout().insertWidget(1, self.glw, 1)
+        self.picture_layout.insertWidget(1, self.glw, 1)
         self.glw.scene().sigMouseMoved.connect(self._on_move)
         self.glw.scene().sigMouseClicked.connect(self._on_click)
         self.finish()
@@ -135,9 +135,21 @@ class CellMapView(LazyParts, QWidget):
         for t in idx.tables if idx is not None else []:
             self.table_combo.addItem(f"{t.label} ({plural(t.table.count, 'cell')})", t.key)
         self.table_combo.blockSignals(False)
-        if idx is not None and not idx.tables:
-            self.summary.setText("This file holds no cell tables." if self.doc.result is not None else "")
+        has = idx is not None and bool(idx.tables)
+        for w in (self.table_combo, self.order_combo):
+            w.setEnabled(has)
+        if not has:
+            self.summary.setText(self.no_cells_text())
         self._redraw()
+
+    def no_cells_text(self) -> str:
+        """What the view says instead of a map when the file holds no cells (empty axes said nothing)."""
+        res = self.doc.result
+        if res is None:
+            return ""
+        if res.kind == "unknown":
+            return "No cells: this is not a llama.cpp state file, so there is no cell map to draw."
+        return "No cells: this file holds no cell tables, so there is no cell map to draw."
 
     def swa_state(self, ref: TableRef | None) -> tuple[bool, str]:
         """(available, reason) for the sliding-window marks on ``ref``."""
@@ -180,10 +192,13 @@ class CellMapView(LazyParts, QWidget):
         if self._pending is not None and not self._pending.done:
             self._pending.cancel()
         self._pending = None
+        for w in (self.glw, self.hover, self.legend):  # no empty axes: the summary says there are no cells
+            w.setVisible(ref is not None)
         if ref is None:
             self.image = self.shown = self.owner = self._picture_ref = None
             self.img.clear()
             self._set_positions([])
+            self.summary.setText(self.no_cells_text())
             return
         prof = self.doc.profile
         swa = (prof.n_swa, prof.arch == "llama4") if ok and self.swa_check.isChecked() and prof is not None else None
@@ -267,7 +282,7 @@ class CellMapView(LazyParts, QWidget):
         starts, ids = t.seq_start, t.seq_ids
         ext = t.ext
         names = ("x", "y", "tok")[: ext.shape[1]] if ext is not None and ext.ndim == 2 else ()
-        masked = im.masked.any(axis=1)[im.row_of_cell] if im is not None and im.masked.size else None
+        masked = np.asarray(im.masked.any(axis=1))[im.row_of_cell] if im is not None and im.masked.size else None
         header = ["cell", "pos", "n_seq", "seq_ids", *names] + (["outside_window"] if masked is not None else [])
         pos, n_seq = t.pos.tolist(), t.n_seq.tolist()
         implied = self.owner is not None

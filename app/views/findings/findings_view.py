@@ -6,6 +6,7 @@ offset or message, shows its bytes in the hex view; Export saves the table as CS
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import (
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvscope.app.base.shortcuts import pass_window_shortcuts
 from kvscope.app.base.theme import SEVERITY_COLORS
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.doc_index import Selection
@@ -134,6 +136,7 @@ class FindingsView(QWidget):
         self.filter_edit = QLineEdit()
         self.filter_edit.setPlaceholderText("Filter findings (code, message, path)…")
         self.filter_edit.setClearButtonEnabled(True)
+        pass_window_shortcuts(self.filter_edit)
         self.count = plain_label()
         self.detail = plain_label(" ", wrap=True)
         self.detail.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -245,9 +248,15 @@ class FindingsView(QWidget):
         f = self.current_finding()
         menu = QMenu(self)
         menu.addAction("Copy", self.copy_rows)
-        for label, text in (("Copy offset", lambda x: str(x.offset)), ("Copy message", lambda x: x.message),
-                            ("Copy path", lambda x: x.path)):
-            a = menu.addAction(label, lambda t=text: copy_text(t(f)) if f is not None else None)
+
+        def copier(text: Callable[[Finding], str]) -> Callable[[], object]:
+            return lambda: copy_text(text(f)) if f is not None else None
+
+        texts: tuple[tuple[str, Callable[[Finding], str]], ...] = (
+            ("Copy offset", lambda x: str(x.offset)), ("Copy message", lambda x: x.message),
+            ("Copy path", lambda x: x.path))
+        for label, text in texts:
+            a = menu.addAction(label, copier(text))
             a.setEnabled(f is not None)
         menu.addSeparator()
         show = menu.addAction("Show bytes in Hex", self.show_in_hex)

@@ -3,8 +3,9 @@
 The whole record is drawn from a coarse :func:`~kvscope.app.views.layers.lod.overview` window; when the view
 is zoomed or panned, a finer window of just the part in view is read in the background and drawn on top
 (level of detail), down to every cell and channel. The y axis names cells (file order) or positions (rows
-sorted by sequence and position), the x axis channels or head·dim; non-finite values are painted red; the
-colour bar is labelled; the hover read-out names value, cell, position, sequence and channel.
+sorted by sequence and position), the x axis channels or head·dim; non-finite values are painted magenta (as
+in the report: a colour of no map); the colour bar is labelled; the hover read-out names value, cell,
+position, sequence and channel.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from kvscope.app.base.tasks import CancelToken, Report, Task
-from kvscope.app.base.theme import Theme
+from kvscope.app.base.theme import NONFINITE_RGB, Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.document import Document
 from kvscope.app.document.seq_owner import SeqOwner, implied_owner
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from kvscope.app.document.doc_index import TableRef
 
 F32A = npt.NDArray[np.float32]
-NONFINITE_RGBA = (230, 20, 20, 255)
+NONFINITE_RGBA = (*NONFINITE_RGB, 255)  # not CET-D1's top red: NaN never reads as a large value
 REFINE_MS = 120
 
 
@@ -172,8 +173,11 @@ class Heatmap(QWidget):
         def job(token: CancelToken, report: Report) -> tuple[LayerRecord, Window, F32A]:
             return rec, win, read_window(res, rec, win, order, data)  # quick: no progress to show
 
-        task = self.doc.runner.submit(f"layer {rec.role}{'' if rec.il is None else rec.il}", job,
-                                      lambda out, n=name: self._on_window(n, out), self._on_failed)
+        def on_window(out: tuple[LayerRecord, Window, F32A]) -> None:
+            self._on_window(name, out)
+
+        task = self.doc.runner.submit(f"layer {rec.role}{'' if rec.il is None else rec.il}", job, on_window,
+                                      self._on_failed)
         self._tasks[name] = task
         return task
 
@@ -205,7 +209,8 @@ class Heatmap(QWidget):
         if m is None or win is None:
             return
         finite = np.isfinite(m)
-        shown = m if finite.all() else np.where(finite, m, np.float32(np.nan))  # non-finite: see-through, red on top
+        # non-finite: see-through here, magenta on top (the bad layer)
+        shown = m if finite.all() else np.where(finite, m, np.float32(np.nan))
         lo, hi = self.bar.levels()
         layer.img.setImage(shown, autoLevels=False, levels=(lo, hi))
         layer.img.setLookupTable(self.bar.lut)

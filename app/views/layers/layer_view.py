@@ -431,7 +431,7 @@ class LayerView(LazyParts, QWidget):
             return
         n_bad = int(m.size - np.count_nonzero(np.isfinite(m)))
         self.info.setText(f"{self._describe(rec)} · {self.sampling_note()}"
-                          + (f" · {n_bad:,} non-finite values in the overview (red)" if n_bad else ""))
+                          + (f" · {n_bad:,} non-finite values in the overview (magenta)" if n_bad else ""))
 
     def _on_failed(self, message: str) -> None:
         rec = self.record

@@ -8,10 +8,13 @@ has them whole).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QObject, QPoint, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QHBoxLayout, QHeaderView, QLineEdit, QMenu, QTreeView, QVBoxLayout, QWidget
 
+from kvscope.app.base.shortcuts import pass_window_shortcuts
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
@@ -62,6 +65,7 @@ class StructureView(QWidget):
         self.find_edit.setPlaceholderText("Find node (name, kind, path, value)…  Enter: next")
         self.find_edit.setClearButtonEnabled(True)
         self.find_edit.setAcceptDrops(False)  # a dropped file opens (the window takes it)
+        pass_window_shortcuts(self.find_edit)  # Ctrl+E exports, it does not move to the end of the text
         self.find_edit.returnPressed.connect(self.find_next)
         self.find_status = plain_label()
         self.export_button = doc_export_button(self, doc)
@@ -217,8 +221,12 @@ class StructureView(QWidget):
         menu = QMenu(self)
         row = menu.addAction("Copy row (name, kind, offset, size, value)", self.copy_row)
         row.setShortcut(QKeySequence(QKeySequence.StandardKey.Copy))
+
+        def copier(field: str) -> Callable[[], object]:
+            return lambda: self.copy_field(field)
+
         for field in ("name", "path", "offset", "value"):
-            a = menu.addAction(f"Copy {field}", lambda f=field: self.copy_field(f))
+            a = menu.addAction(f"Copy {field}", copier(field))
             a.setEnabled(node is not None and (field != "value" or node.value is not None))
         menu.addSeparator()
         show = menu.addAction("Show bytes in Hex", self.show_in_hex)
