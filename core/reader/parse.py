@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+from kvscope.core.errors import InputError
 from kvscope.core.findings import Finding, Severity
 from kvscope.core.model.architectures import MROPE_ARCHES
 from kvscope.core.model.profile import ModelProfile
@@ -35,7 +36,7 @@ from kvscope.core.reader.source import ByteSource
 from kvscope.core.reader.tree import Node, check_tiling, coverage
 
 
-class ReadError(Exception):
+class ReadError(InputError):
     """The file could not be opened at all (missing, a directory, no permission)."""
 
 
