@@ -34,7 +34,7 @@ from kvscope.core.engine.server import ServerClient, ServerDied, ServerError, Se
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.verify.params import ContextPlan
-from kvscope.core.verify.prefill import PrefillPlan
+from kvscope.core.verify.prefill import WHOLE, PrefillPlan, Schedule
 from kvscope.core.verify.snapshot import InputError, copy_sparse, kind_of, open_regular
 
 ENGINES = VERIFY_ENGINES
@@ -55,10 +55,11 @@ class RestoreReport:
     aborted: str | None = None  # "SIGABRT" ... when the engine died restoring it
     log: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    engine_fault: str | None = None  # what llama.cpp itself did wrong with the file (with the evidence)
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "message": self.message, "returned": self.returned, "aborted": self.aborted,
-                "log": list(self.log[-20:]), "seconds": round(self.seconds, 4)}
+                "log": list(self.log[-20:]), "seconds": round(self.seconds, 4), "engine_fault": self.engine_fault}
 
 
 @dataclass
@@ -107,8 +108,10 @@ class VerifyEngine:
         """Decode ``token`` after what the sequence holds now: (scores, or None and why)."""
         raise NotImplementedError
 
-    def prefill(self, plan: PrefillPlan, ctx: ContextPlan) -> bytes:
-        """Decode the plan's tokens in an empty context; the fresh state (per-sequence or whole, as the file)."""
+    def prefill(self, plan: PrefillPlan, ctx: ContextPlan, schedule: Schedule = WHOLE) -> bytes:
+        """Decode the plan's tokens in an empty context (``schedule``: in which chunks; one that keeps
+        positions of the previous prefill decodes only the rest); the fresh state (per-sequence or whole,
+        as the file)."""
         raise NotImplementedError
 
     @property
@@ -168,6 +171,7 @@ class LlamaCppEngine(VerifyEngine):
 
     def restore(self, path: str, res: ParseResult, plan: ContextPlan) -> RestoreReport:
         p = self._live()
+        p.memory_clear()  # a restore after a prefill (the behaviour's continuation) starts from empty too
         t0 = time.perf_counter()
         dest = max(plan.dest_seq, 0)
         if res.kind == "seq_file":
@@ -182,7 +186,32 @@ class LlamaCppEngine(VerifyEngine):
             o = (p.state_seq_set_data(data, dest, plan.flags) if res.kind == "seq_blob" else p.state_set_data(data))
             ok = o.ok and bool(o.value)
             del data
-        return _report(o, ok, time.perf_counter() - t0)
+        report = _report(o, ok, time.perf_counter() - t0)
+        report.engine_fault = self._fault(report, res, dest)
+        return report
+
+    def _fault(self, report: RestoreReport, res: ParseResult, dest: int) -> str | None:
+        """llama.cpp's own failure on this file: an assert where a refusal belongs, or a refused file that left
+        cells behind (a failed load must leave the sequence as it was: empty here, a fresh context)."""
+        if report.aborted is not None:
+            asserted = next((short_line(ln) for ln in report.log if "GGML_ASSERT" in ln), None)
+            return (f"llama.cpp aborts on this file ({asserted}) where it should refuse it" if asserted else None)
+        p = self._proc
+        if report.ok or p is None or not p.alive:
+            return None
+        seqs = [dest] if res.kind in ("seq_file", "seq_blob") else list(range(int(self._info.get("n_seq_max") or 1)))
+        left = []
+        for s in seqs:
+            try:
+                lo, hi = p.seq_pos_min(s), p.seq_pos_max(s)
+            except EngineError:
+                return None
+            if hi >= 0:
+                left.append(f"sequence {s} holds positions {lo}..{hi}")
+        if not left:
+            return None
+        return ("llama.cpp refused the file but left it half-restored: after the failed load " + ", ".join(left)
+                + " (a failed load should leave the context as it was, empty)")
 
     def next_logits(self, seq: int, tokens_before: list[int], token: int) -> tuple[Logits | None, str]:
         p = self._proc
@@ -195,16 +224,22 @@ class LlamaCppEngine(VerifyEngine):
             return None, f"llama_decode returned {o.rc}: {engine_message(o.log, 'no message')}"
         return Logits(values=o.value), ""
 
-    def prefill(self, plan: PrefillPlan, ctx: ContextPlan) -> bytes:
+    def prefill(self, plan: PrefillPlan, ctx: ContextPlan, schedule: Schedule = WHOLE) -> bytes:
         p = self._live()
-        p.memory_clear()
+        if not any(schedule.start(len(t)) for t in plan.seqs.values()):
+            p.memory_clear()
         for seq, toks in plan.seqs.items():
-            o = p.decode(seq, toks, pos0=0)
-            if o.aborted is not None:
-                raise EngineError(f"the prefill of sequence {seq} killed the engine: {o.summary()}")
-            if o.rc != 0:
-                raise EngineError(f"llama_decode of sequence {seq}'s {len(toks)} tokens returned {o.rc}: "
-                                  f"{engine_message(o.log, 'no message')}")
+            pieces = schedule.chunks(len(toks))
+            if pieces[0][0] and not p.seq_rm(seq, pieces[0][0], -1):  # a recurrent memory keeps no prefix
+                p.seq_rm(seq, -1, -1)
+                pieces = [(0, pieces[0][0]), *pieces]
+            for a, b in pieces:
+                o = p.decode(seq, toks[a:b], pos0=a)
+                if o.aborted is not None:
+                    raise EngineError(f"the prefill of sequence {seq} killed the engine: {o.summary()}")
+                if o.rc != 0:
+                    raise EngineError(f"llama_decode of sequence {seq}'s tokens {a}..{b - 1} returned {o.rc}: "
+                                      f"{engine_message(o.log, 'no message')}")
         if ctx.per_seq:
             return p.state_seq_get_data(ctx.dest_seq, ctx.flags)
         return p.state_get_data()
@@ -388,7 +423,7 @@ class ServerEngine(VerifyEngine):
             return None, "the server returned no probabilities"
         return Logits(top=top, basis=f"top-{SERVER_TOP_K} log-probabilities from llama-server"), ""
 
-    def prefill(self, plan: PrefillPlan, ctx: ContextPlan) -> bytes:
+    def prefill(self, plan: PrefillPlan, ctx: ContextPlan, schedule: Schedule = WHOLE) -> bytes:
         if len(plan.seqs) != 1:
             raise EngineError("llama-server re-prefills one slot: this file holds several sequences")
         (seq, toks), = plan.seqs.items()
@@ -396,8 +431,11 @@ class ServerEngine(VerifyEngine):
         name = f"{self._prefix}{uuid.uuid4().hex[:8]}.bin"
         self._names.append(name)
         try:
-            self.client.slot_erase(slot)
-            self.client.complete(toks, n_predict=0, id_slot=slot)
+            pieces = schedule.chunks(len(toks))
+            if not pieces[0][0]:
+                self.client.slot_erase(slot)
+            for _a, b in pieces:  # the prompt grows a chunk a request: the server decodes only the new tokens
+                self.client.complete(toks[:b], n_predict=0, id_slot=slot)
             self.client.slot_save(slot, name)
         except ServerDied as e:  # the file's tokens killed it: an outcome
             raise EngineError(f"the re-prefill killed llama-server: {e}") from None
@@ -501,7 +539,7 @@ class TorchEngine(VerifyEngine):
     def next_logits(self, seq: int, tokens_before: list[int], token: int) -> tuple[Logits | None, str]:
         return None, "the torch engine has no forward pass"
 
-    def prefill(self, plan: PrefillPlan, ctx: ContextPlan) -> bytes:
+    def prefill(self, plan: PrefillPlan, ctx: ContextPlan, schedule: Schedule = WHOLE) -> bytes:
         raise EngineError("the torch engine has no forward pass")
 
     def close(self) -> None:

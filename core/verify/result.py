@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from kvscope.core.textsafe import safe_text
 from kvscope.core.verify.compare import Comparison, RecordCheck
 from kvscope.core.verify.engines import Logits, RestoreReport
 
@@ -184,6 +185,8 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
         res.verdict = "ok" if restored and not reader_errors and not failed else "damaged"
         if not restored:
             reasons.append(f"the restore failed: {r.message if r else 'not run'}")
+            if r is not None and r.engine_fault:
+                reasons.append(f"llama.cpp's own failure: {r.engine_fault}")
         elif failed:
             reasons.append(f"the re-prefill of the file's tokens failed: {failed}")
         elif reader_errors:
@@ -211,6 +214,8 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
     res.verdict = "damaged"
     if not restored:
         reasons.append(f"the restore failed: {r.message if r else 'not run'}")
+    if r is not None and r.engine_fault:
+        reasons.append(f"llama.cpp's own failure: {r.engine_fault}")
     for b in bad[:12]:
         where = f"{b.section}" + (f" stream {b.stream}" if b.stream is not None else "")
         cell = ""
@@ -252,4 +257,5 @@ def result_text(res: VerifyResult) -> str:
     lines.append(f"verdict: {res.verdict}")
     lines += [f"  {r}" for r in res.reasons]
     lines += [f"note: {n}" for n in res.notes]
-    return "\n".join(lines) + "\n"
+    # every line holds text from the file, llama.cpp's log or a server: one visible line each, no escapes
+    return "\n".join(safe_text(ln) for ln in lines) + "\n"

@@ -208,3 +208,15 @@ def test_the_servers_error_text_reaches_the_terminal_escaped(slot: Path, fake: F
     assert rc == 1 and "\x1b" not in out and "\x07" not in out
     line = next(ln for ln in out.splitlines() if ln.startswith("restore:"))
     assert "bad\\x1b[31m red\\nsecond line\\x07" in line
+
+
+def test_every_line_of_the_text_report_is_escaped() -> None:
+    from kvscope.core.verify.engines import RestoreReport
+    from kvscope.core.verify.result import result_text
+
+    r = VerifyResult("a\x1b]0;title\x07.bin", "seq_file", "2026-10", "m.gguf", engine={"kind": "llama.cpp"},
+                     restore=RestoreReport(False, "llama.cpp: bad\rline\x1b[2J"), reasons=["why\u202eeno"],
+                     notes=["note\nsecond"])
+    text = result_text(r)
+    assert not any(c in text for c in "\x1b\x07\r\u202e")
+    assert len(text.splitlines()) == 6 and "note\\nsecond" in text and "bad\\rline\\x1b[2J" in text
