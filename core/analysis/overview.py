@@ -4,7 +4,9 @@
 llama.cpp API that writes it, the layout generation with its confidence and runners-up, the model
 and whether the file fits it, the sequences (cells, positions, tokens), the memory sections and
 their sizes, the :mod:`verdict <kvscope.core.analysis.verdict>`, the per-generation compatibility
-(:mod:`kvscope.core.analysis.compat`) and, when ``kvscope verify`` has run, its result. The app's Overview
+(:mod:`kvscope.core.analysis.compat`), for a slot file what each pinned llama-server will reuse of it
+(:mod:`kvscope.core.analysis.reuse`) and, when ``kvscope verify`` has run, its result (a reuse it
+measured replaces that build's prediction). The app's Overview
 view and every report format render this one object, so they say the same thing. No Qt here.
 
 File and model paths are shown by base name unless ``full_paths`` is set (reports end up in
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from kvscope.core.analysis.compat import GenCompat, compat_text
+from kvscope.core.analysis.reuse import ReusePrediction, predict_reuse
 from kvscope.core.analysis.seq_owner import file_sequence
 from kvscope.core.analysis.verdict import Verdict, model_mismatch_reason, plural, verdict
 from kvscope.core.model.profile import ModelProfile
@@ -114,6 +117,7 @@ class Overview:
     rotation: list[str] = field(default_factory=list)  # one line per KV stream with records
     compat: list[GenCompat] | None = None  # None: not computed (yet)
     verify: dict[str, Any] | None = None  # a ``kvscope verify`` result, None: not verified
+    reuse: list[ReusePrediction] = field(default_factory=list)  # llama-server's reuse, predicted (slot files)
     sha256: str | None = None
     full_paths: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -150,6 +154,27 @@ class Overview:
     def verify_lines(self) -> list[str]:
         return verify_lines(self.verify)
 
+    def reuse_lines(self) -> list[str]:
+        """What each pinned llama-server does with the slot on a prompt that continues it: the
+        prediction per build and ``--swa-full``, the one a Verify measured replaced by the measurement
+        (and saying so); empty for a file that is not a slot file."""
+        measured = (self.verify or {}).get("reuse")
+        engine = (self.verify or {}).get("engine") or {}
+        lines = []
+        replaced = False
+        for e in self.reuse:
+            if isinstance(measured, dict) and engine.get("started_by_kvscope") and e.build == engine.get("build") \
+                    and measured.get("swa_full") == e.swa_full:
+                flag = " --swa-full" if e.swa_full else ""
+                lines.append(f"llama-server {e.build}{flag}: measured by Verify (replaces the prediction): "
+                             f"{measured.get('line')}")
+                replaced = True
+            else:
+                lines.append(e.line())
+        if isinstance(measured, dict) and not replaced:
+            lines.insert(0, f"measured by Verify on {engine.get('url') or 'the server'}: {measured.get('line')}")
+        return lines
+
     def rows(self) -> list[tuple[str, str]]:
         """(label, plain text) rows, in the order every rendering shows them."""
         rows = [
@@ -166,6 +191,8 @@ class Overview:
             ("loads in", "; ".join(self.compat_lines())),
             ("verified", "; ".join(self.verify_lines())),
         ]
+        if self.reuse:
+            rows.append(("llama-server reuse", "; ".join(self.reuse_lines())))
         return rows
 
     def to_json(self) -> dict[str, Any]:
@@ -184,6 +211,8 @@ class Overview:
             "compatibility": [c.to_json() for c in self.compat] if self.compat is not None else None,
             "compatibility_text": self.compat_lines(),
             "verify": self.verify,
+            "reuse_prediction": [e.to_json() for e in self.reuse],
+            "reuse_text": self.reuse_lines(),
         }
         if self.full_paths:
             out["path"] = self.path
@@ -371,6 +400,12 @@ def _model(res: ParseResult, profile: ModelProfile | None, full_paths: bool) -> 
     return what, True, FITS
 
 
+def slot_reuse(res: ParseResult, profile: ModelProfile | None, compat: list[GenCompat] | None) -> list[ReusePrediction]:
+    """The Overview's reuse prediction (empty for a file that is not a slot file); ``compat`` gives each
+    build's libllama answer (None while it is being computed: whether it restores is then not told)."""
+    return predict_reuse(res, profile, compat) if res.kind == "seq_file" else []
+
+
 def build_overview(res: ParseResult, profile: ModelProfile | None = None, compat: list[GenCompat] | None = None,
                    verify: dict[str, Any] | None = None, full_paths: bool = False,
                    sha256: str | None = None) -> Overview:
@@ -397,4 +432,5 @@ def build_overview(res: ParseResult, profile: ModelProfile | None = None, compat
         runners_up=runners, model=model, model_fits=fits, model_note=note, tokens=len(res.tokens),
         sequences=sequences(res), sections=sections(res), verdict=verdict(res, profile),
         cache_types=cache_types(res), rotation=rotation(res), compat=compat, verify=verify,
+        reuse=slot_reuse(res, profile, compat),
         sha256=sha256, full_paths=full_paths)

@@ -75,3 +75,27 @@ def test_swa_full_off_in_kvscopes_server_names_the_servers_reason(builds: dict[s
     assert (r.reuse["reused_tokens"], r.reuse["reprocessed_tokens"]) == (0, 9)
     assert r.reuse["reason_from_log"] and r.reuse["reason"].startswith(
         "forcing full prompt re-processing due to lack of cache data"), r.reuse
+
+
+def test_the_overview_predicts_and_a_verify_replaces_what_it_measured(builds: dict[str, InstalledBuild],
+                                                                       tmp_path: Path) -> None:
+    from kvscope.core.analysis.compat import compatibility
+    from kvscope.core.analysis.overview import build_overview
+
+    slot = tmp_path / "slot.bin"
+    shutil.copyfile(GEN / "gemma2-f16-fa0-unified0-slot.seqstate", slot)
+    profile = load_model_profile(MODELS / "gemma2.gguf")
+    res = inspect_file(slot, profile).result
+    compat = compatibility(res, profile)
+    ov = build_overview(res, profile, compat)
+    lines = ov.reuse_lines()
+    assert len(lines) == 4 and ov.to_json()["reuse_text"] == lines
+    assert lines[0].startswith("llama-server 0c1e5709: refuses the slot: Unable to restore slot")
+    assert lines[2].startswith("llama-server b11434: restores, but re-processes all 9 tokens: forcing full prompt")
+    assert lines[3].startswith("llama-server b11434 --swa-full: reuses 9 of 9 tokens")
+    assert ("llama-server reuse", "; ".join(lines)) in ov.rows()
+    r = verify(slot, MODELS / "gemma2.gguf", engine="server", build="b11434", overrides={"swa_full": "false"})
+    after = build_overview(res, profile, compat, r.to_json()).reuse_lines()
+    assert after[2].startswith("llama-server b11434: measured by Verify (replaces the prediction): restores, but "
+                               "llama-server re-processes all 9 tokens"), after
+    assert after[:2] == lines[:2] and after[3] == lines[3]

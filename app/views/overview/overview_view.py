@@ -25,7 +25,7 @@ from kvscope.app.document.verify_job import NEEDS_MODEL
 from kvscope.app.document.verify_marks import verify_marks
 from kvscope.app.views.export import doc_export_button
 from kvscope.app.views.overview import verify_html
-from kvscope.core.analysis.overview import Overview, build_overview
+from kvscope.core.analysis.overview import Overview, build_overview, slot_reuse
 from kvscope.core.analysis.verdict import Verdict, plural
 from kvscope.core.findings import Finding
 from kvscope.core.reader.records import ParseResult
@@ -85,7 +85,8 @@ class OverviewView(QWidget):
             self.builds += 1
             self._base = (res, doc.profile, ov)
             return ov
-        return replace(base[2], compat=doc.compat, verify=doc.verify, verdict=doc.verdict() or base[2].verdict)
+        return replace(base[2], compat=doc.compat, verify=doc.verify, verdict=doc.verdict() or base[2].verdict,
+                       reuse=slot_reuse(res, doc.profile, doc.compat))
 
     def refresh(self, *_args: object) -> None:
         res = self.doc.result
@@ -145,6 +146,9 @@ class OverviewView(QWidget):
         parts.append(_table(rows))
         parts.append("<h3>Which llama.cpp builds load it</h3>")
         parts.append(self._compat_html(ov, dark))
+        if ov.reuse:  # a slot file: what llama-server will reuse of it (a Verify's measurement replaces its line)
+            parts.append("<h3>Will llama-server reuse it</h3>")
+            parts.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in ov.reuse_lines()) + "</ul>")
         parts.append('<h3><a name="verify"></a>Verification</h3>')
         parts.append(self._verify_html(dark))
         return "".join(parts)
