@@ -227,6 +227,10 @@ class DaskPool:
         log.propagate = False
 
     def close(self) -> None:
+        pids: list[int] = []
+        if self._cluster is not None and self.client is not None:  # our own workers, to be sure they are gone
+            with contextlib.suppress(Exception):
+                pids = [int(w["pid"]) for w in self.client.scheduler_info()["workers"].values() if "pid" in w]
         with contextlib.suppress(Exception):
             if self.client is not None:
                 self.client.close()
@@ -234,6 +238,9 @@ class DaskPool:
             if self._cluster is not None:
                 self._cluster.close()
         self.client = self._cluster = None
+        for pid in pids:  # one its nanny did not stop in time (a loaded machine) would write into our folder
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         if self._tmp is not None:  # the marks and the workers' scratch space (no dask-scratch-space left in /tmp)
             _remove_tree(self._tmp)
         self._tmp = self._marks = None

@@ -108,7 +108,7 @@ class Source:
 
     def url(self, path: str) -> str:
         """The full URL of a path of the file system, its chain kept (a worker opens it with fsspec.open)."""
-        return self.fs.unstrip_protocol(path) + self.chain
+        return str(self.fs.unstrip_protocol(path)) + self.chain
 
     def relative(self, ref: str) -> str:
         """An entry's ``ref`` (or any path or URL under SOURCE) relative to SOURCE, for a text line."""
