@@ -9,7 +9,9 @@ Severity = Literal["error", "warning", "info"]
 
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 
-# Stable codes. Tools, tests and the GUI key on these strings: never rename one.
+# Stable codes. Tools, tests and the GUI key on these strings: never rename one. Each is emitted somewhere
+# (tests/test_spec_citations.py checks it): an ambiguous layout is said by the layout's alternatives, an
+# inferred rotation by the stream's n_rot_inferred, not by findings.
 FINDING_CODES: frozenset[str] = frozenset(
     {
         "unknown_format",
@@ -27,13 +29,11 @@ FINDING_CODES: frozenset[str] = frozenset(
         "model_mismatch",
         "nonfinite_values",
         "zero_rows",
-        "layout_ambiguous",
         "resynced",
         "stream_count_invalid",
         "value_invalid",
         "unconfirmed_end",
         "read_by_structure",
-        "rotation_inferred",
     }
 )
 

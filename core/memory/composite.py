@@ -1,4 +1,4 @@
-"""The memory of a context: one or more parts in llama.cpp's write order (spec §4.2, §4.4, classes C0).
+"""The memory of a context: one or more parts in llama.cpp's write order (spec §4, classes C0).
 
 =============  ================================================  ==================================
 class          parts (write order)                               PARTIAL_ONLY keeps

@@ -1,4 +1,4 @@
-"""``llama_kv_cache::state_write`` / ``state_read`` (spec §4.1 and §5.1), for every layout.
+"""``llama_kv_cache::state_write`` / ``state_read`` (spec §4 and §7.1), for every layout.
 
 Write: ``[n_stream]`` then per stream ``cell_count``, the cell records and the K / V records of
 the selected cells (a per-sequence write skips SWA-masked cells where the layout does). Read: the

@@ -1,7 +1,7 @@
 """Write and read rules of one layout generation, derived from the reader's :class:`Generation`.
 
 The reader's generations list what changes the bytes; the memory core also needs what changes
-behaviour around them (spec §5.3, §6): the 2025-05 cache writes a data header even for an empty
+behaviour around them (spec §7.3, §8): the 2025-05 cache writes a data header even for an empty
 section and counts every model layer, per-sequence restores needed contiguous cells until
 PR #17982 (after 2025-08). (The 2025-05 whole-context restore only rejected negative sequence
 ids; here ids >= ``n_seq_max`` are rejected in every layout, as the cells cannot hold them.)

@@ -1,4 +1,4 @@
-"""Failure policies: what a restore does at its bound and cleanup points (spec §5.1-5.3).
+"""Failure policies: what a restore does at its bound and cleanup points (spec §7.1-7.4).
 
 The read path is written once and consults a policy where llama.cpp's builds differ:
 

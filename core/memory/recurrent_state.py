@@ -1,4 +1,4 @@
-"""``llama_memory_recurrent::state_write`` / ``state_read`` (spec §4.3 and §5.2).
+"""``llama_memory_recurrent::state_write`` / ``state_read`` (spec §5 and §7.2).
 
 The section is the same in every layout: ``cell_count``, the cell records (per-sequence:
 ``n_seq_id = 0`` and no ids), ``s_trans = 0``, ``n_layer`` = the model's layer count, then the r

@@ -1,4 +1,4 @@
-"""Layout generations of llama.cpp state (spec §6) and the candidates a reader tries.
+"""Layout generations of llama.cpp state (spec §8) and the candidates a reader tries.
 
 The (magic, version) pair does not identify a layout: the same 9/2 covers four byte layouts.
 A :class:`Generation` lists the features that change the bytes; the reader parses a file under
