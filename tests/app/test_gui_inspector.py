@@ -111,7 +111,7 @@ def test_find_a_hex_pattern(qtbot, open_doc) -> None:  # type: ignore[no-untyped
         at = raw.find(needle, at + 1)
     hv.goto(0)
     hv.find_bar.set_query("hex", needle.hex(" ").upper())
-    task = hv.find_bar.find()
+    task = hv.find_bar.find_next()
     qtbot.waitUntil(lambda: task.done, timeout=10000)
     assert hv.selection == (hits[0], hits[0] + len(needle))
     assert doc.bus.current.offset == hits[0] and doc.bus.current.length == len(needle)
@@ -124,7 +124,7 @@ def test_find_a_hex_pattern(qtbot, open_doc) -> None:  # type: ignore[no-untyped
     qtbot.waitUntil(lambda: not hv.find_bar.busy, timeout=10000)
     assert hv.cursor_offset == hits[0]
     hv.find_bar.set_query("hex", "71 7")
-    assert hv.find_bar.find() is None and "odd number" in hv.find_bar.status.text()
+    assert hv.find_bar.find_next() is None and "odd number" in hv.find_bar.status.text()
 
 
 def test_find_numbers_and_nodes(qtbot, open_doc) -> None:  # type: ignore[no-untyped-def]
@@ -134,18 +134,18 @@ def test_find_numbers_and_nodes(qtbot, open_doc) -> None:  # type: ignore[no-unt
     n_tokens = len(doc.result.tokens)  # n_token_count is a u32 at offset 8
     hv.goto(0)
     hv.find_bar.set_query("u32", str(n_tokens))
-    task = hv.find_bar.find()
+    task = hv.find_bar.find_next()
     qtbot.waitUntil(lambda: task.done, timeout=10000)
     assert hv.cursor_offset == _bytes(doc, 0, 64).find(n_tokens.to_bytes(4, "little"))
     value = float(layer_matrix(doc.result, doc.index.records[0][3])[3, 5])  # an f16 of K layer 0
     hv.goto(0)
     hv.find_bar.set_query("f16", repr(value))
-    task = hv.find_bar.find()
+    task = hv.find_bar.find_next()
     qtbot.waitUntil(lambda: task.done, timeout=10000)
     at = hv.cursor_offset
     assert np.frombuffer(_bytes(doc, at, at + 2), np.float16)[0] == np.float16(value)
     hv.find_bar.set_query("node", "v_trans")
-    hv.find_bar.find()
+    hv.find_bar.find_next()
     assert doc.bus.current.node is not None and doc.bus.current.node.name == "v_trans"
     assert w.tree.current_node() is doc.bus.current.node
 
