@@ -12,11 +12,21 @@ core's own reads (statistics, heatmaps, diffs on pool threads) still raise
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from kvscope.core.reader.source import ByteSource, FileChangedError, FileIdentity
+
+
+class IndexedBytes(Protocol):
+    """What the byte views read: a :class:`ViewSource` or, in tests, a numpy array of the bytes."""
+
+    @property
+    def size(self) -> int: ...
+
+    def __getitem__(self, key: slice, /) -> npt.NDArray[np.uint8]: ...
 
 
 class ViewSource(ByteSource):
@@ -25,6 +35,10 @@ class ViewSource(ByteSource):
     on_changed: Callable[[str], None] | None = None
     changed_seen = False
 
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+    @overload
+    def __getitem__(self, key: slice) -> npt.NDArray[np.uint8]: ...
     def __getitem__(self, key: int | slice) -> int | npt.NDArray[np.uint8]:
         try:
             return super().__getitem__(key)

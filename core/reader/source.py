@@ -23,6 +23,7 @@ import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Self, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -71,7 +72,7 @@ class ByteSource:
         self._blocks: dict[int, bytes] = {}
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> ByteSource:
+    def open(cls, path: str | os.PathLike[str]) -> Self:
         """Open the regular file ``path`` read-only (:func:`kvscope.core.fileio.open_regular`: special
         files are refused, ValueError; an unreadable path raises OSError)."""
         p = str(Path(path))
@@ -96,7 +97,7 @@ class ByteSource:
             os.close(fd)
             self._fd = -1  # not None: the source stays a (closed) file source
 
-    def __enter__(self) -> ByteSource:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -233,6 +234,10 @@ class ByteSource:
     def __len__(self) -> int:
         return self.size
 
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+    @overload
+    def __getitem__(self, key: slice) -> npt.NDArray[np.uint8]: ...
     def __getitem__(self, key: int | slice) -> int | npt.NDArray[np.uint8]:
         """``src[i]`` is one byte (IndexError outside the file); ``src[a:b]`` a copy of at most
         ``MAX_SLICE`` bytes (ValueError for more: read big ranges with :meth:`chunks`)."""

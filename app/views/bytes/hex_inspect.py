@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 import struct
 
-import numpy as np
-import numpy.typing as npt
+from kvscope.app.document.source import IndexedBytes
 
 INSPECT_TYPES = ("u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f16", "bf16", "f32", "f64")
 _FORMATS = {"u8": "<B", "i8": "<b", "u16": "<H", "i16": "<h", "u32": "<I", "i32": "<i",
@@ -23,7 +22,7 @@ def _float_text(v: float) -> str:
     return f"{v:.7g}"
 
 
-def read_value(buf: npt.NDArray[np.uint8], offset: int, type_name: str) -> int | float | None:
+def read_value(buf: IndexedBytes, offset: int, type_name: str) -> int | float | None:
     """The value of ``type_name`` at ``offset`` (None when the bytes run past the end)."""
     n = _SIZES[type_name]
     if offset < 0 or offset + n > buf.size:
@@ -34,7 +33,7 @@ def read_value(buf: npt.NDArray[np.uint8], offset: int, type_name: str) -> int |
     return struct.unpack(_FORMATS[type_name], raw)[0]  # type: ignore[no-any-return]
 
 
-def inspect_values(buf: npt.NDArray[np.uint8], offset: int) -> list[tuple[str, str]]:
+def inspect_values(buf: IndexedBytes, offset: int) -> list[tuple[str, str]]:
     """``(type, text)`` for every inspector type; ``-`` where the file ends too soon."""
     out: list[tuple[str, str]] = []
     for t in INSPECT_TYPES:

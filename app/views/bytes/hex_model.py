@@ -13,12 +13,12 @@ from bisect import bisect_right
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor, QFontDatabase, QPainter, QPen
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
 from kvscope.app.base.theme import kind_color
+from kvscope.app.document.source import IndexedBytes
 from kvscope.core.reader.tree import Node
 
 BYTES_PER_ROW = 16
@@ -31,7 +31,7 @@ class HexModel(QAbstractTableModel):
 
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
-        self.buf: npt.NDArray[np.uint8] = np.zeros(0, np.uint8)
+        self.buf: IndexedBytes = np.zeros(0, np.uint8)
         self.base_row = 0
         self.page_rows = 32
         self.highlight: tuple[int, int] | None = None  # [start, end)
@@ -44,7 +44,7 @@ class HexModel(QAbstractTableModel):
         self._page: tuple[int, bytes] | None = None  # (first offset, bytes) of the page shown
 
     # -- setup ------------------------------------------------------------------------------------
-    def set_data(self, buf: npt.NDArray[np.uint8], leaves: list[Node]) -> None:
+    def set_data(self, buf: IndexedBytes, leaves: list[Node]) -> None:
         self.beginResetModel()
         self.buf = buf
         self.base_row = 0
