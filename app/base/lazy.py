@@ -76,10 +76,11 @@ class LazyParts:
         return bool(self.__dict__.get("_built", True))
 
     def _steps_iter(self) -> Iterator[None]:
-        steps = self.__dict__.get("_steps")
+        steps: Iterator[None] | None = self.__dict__.get("_steps")
         if steps is None:
-            steps = self.__dict__["_steps"] = iter(self.build_steps())
-        return steps  # type: ignore[no-any-return]
+            steps = iter(self.build_steps())
+            self.__dict__["_steps"] = steps
+        return steps
 
     def _step(self) -> bool:
         """Build the next piece; False when there was none left."""

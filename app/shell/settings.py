@@ -14,7 +14,8 @@ from dataclasses import asdict, fields
 
 from PySide6.QtCore import QByteArray, QSettings
 
-from kvscope.app.document.verify_job import VERIFY_ENGINES, EngineChoice
+from kvscope.app.document.verify_job import EngineChoice
+from kvscope.core.engine.choices import VERIFY_ENGINES
 
 RECENT_MAX = 10
 _RECENT_KEY = "recent/files"

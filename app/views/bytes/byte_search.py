@@ -72,10 +72,10 @@ def parse_query(kind: str, text: str) -> bytes:
         return text.encode("utf-8")
     if kind in _INT:
         fmt, lo, hi = _INT[kind]
-        v = _int(text)
-        if not lo <= v <= hi:
-            raise QueryError(f"{v} does not fit {kind} ({lo}..{hi})")
-        return struct.pack(fmt, v)
+        n = _int(text)
+        if not lo <= n <= hi:
+            raise QueryError(f"{n} does not fit {kind} ({lo}..{hi})")
+        return struct.pack(fmt, n)
     if kind in _FLOAT or kind == "bf16":
         try:
             v = float(text.strip().replace("_", ""))

@@ -81,8 +81,8 @@ def decode_selection(index: DocumentIndex, data: Any, offset: int, length: int,
         hi -= (hi - lo) % 4
         if hi <= lo:
             return None
-        vals = _read(data, lo, hi).view("<i4").astype(np.int64)
-        return Decoded("i32", lo, hi - lo, vals, "the token ids", _note(offset, length, lo, hi))
+        ids = _read(data, lo, hi).view("<i4").astype(np.int64)
+        return Decoded("i32", lo, hi - lo, ids, "the token ids", _note(offset, length, lo, hi))
     rec = index.record_of(leaf)
     if rec is None or not leaf.kind.endswith("_rows") or not gt.is_known_type(rec.type_id):
         return None
