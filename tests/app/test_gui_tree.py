@@ -79,3 +79,20 @@ def test_tree_view_selects_and_finds(qtbot, open_doc):  # type: ignore[no-untype
     view.find_edit.setText("no such node anywhere")
     assert view.find_next() is None
     assert view.find_status.text() == "not found"
+
+
+def test_container_tooltip_names_the_worst_finding_below(qtbot):  # type: ignore[no-untyped-def]
+    """A container's tooltip says the worst severity of the findings below it (plural() of that severity
+    raised ValueError: mypy --strict on kvscope.app flagged the str passed as a count)."""
+    from PySide6.QtCore import Qt
+
+    from kvscope.core.findings import Finding
+
+    root = Node("f", "file", 0, 16)
+    group = root.add(Node("g", "group", 0, 16))
+    leaf = group.add(Node("x", "field", 8, 4, 7))
+    model = StructureModel(root)
+    model.set_problems([Finding("warning", "unparsed", 8, 4, "odd", node=leaf),
+                        Finding("error", "truncated", 8, 4, "cut", node=leaf)], None)
+    tip = model.data(model.index_of(group), Qt.ItemDataRole.ToolTipRole)
+    assert tip.endswith("\nerror findings below"), tip

@@ -22,7 +22,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPen, QPixmap,
 
 from kvscope.app.base.theme import SEVERITY_COLORS, WARNING_COLOR
 from kvscope.app.document.missing_records import DroppedRecord
-from kvscope.core.analysis.verdict import MissingBytes, plural
+from kvscope.core.analysis.verdict import MissingBytes
 from kvscope.core.findings import SEVERITY_RANK, Finding
 from kvscope.core.reader.tree import Node
 
@@ -355,7 +355,7 @@ class StructureModel(QAbstractItemModel):
             if len(found) > MAX_TIP_FINDINGS:
                 tip += f"\n… and {len(found) - MAX_TIP_FINDINGS} more findings"
             if not found and id(node) in self._below:
-                tip += f"\n{plural(self._below[id(node)], 'finding')} below"
+                tip += f"\n{self._below[id(node)]} findings below"  # the worst severity below
             return tip
         if role == Qt.ItemDataRole.DecorationRole and col == "name":
             return self._decoration(node)
