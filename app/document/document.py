@@ -16,9 +16,10 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QFileSystemWatcher, QObject, QTimer, Signal
+from PySide6.QtCore import QFileSystemWatcher, QObject, QSettings, QTimer, Signal
 
 from kvscope.app.base.tasks import CancelToken, Report, Task, TaskRunner
+from kvscope.app.document.bookmarks import Bookmarks
 from kvscope.app.document.doc_index import DocumentIndex
 from kvscope.app.document.missing_records import refine_verdict
 from kvscope.app.document.selection import SelectionBus
@@ -128,9 +129,10 @@ class Document(QObject):
     busyChanged = Signal(bool)
 
     def __init__(self, path: str, runner: TaskRunner, model_path: str | None = None,
-                 parent: QObject | None = None) -> None:
+                 parent: QObject | None = None, settings: QSettings | None = None) -> None:
         super().__init__(parent)
         self.path = os.path.abspath(path)
+        self.bookmarks = Bookmarks(self.path, 0, settings, self)  # settings None: kept in memory only
         self.runner = runner
         self.model_path = model_path
         self.bus = SelectionBus(self)
@@ -334,6 +336,7 @@ class Document(QObject):
         self.bus.clear()
         if old is not self.data:
             old.close()
+        self.bookmarks.set_size(self.result.size if self.result is not None else 0)
         self.loaded.emit()
         res = out.result
         self.message.emit(out.model_error or f"{self.name}: read, {plural(len(res.findings), 'finding')}")

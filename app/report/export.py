@@ -52,7 +52,7 @@ def report_options(doc: Document, compare: bool = True, lab: bool = False, conte
     """The options ``kvscope report`` would get for ``doc`` (its model, its diff partner)."""
     model = doc.model_path if doc.profile is not None else None
     other = doc.diff.other_path if compare and doc.diff is not None else None
-    return ReportOptions(doc.path, model, other, lab, context or None, into)
+    return ReportOptions(doc.path, model, other, lab, context or None, into, bookmarks=tuple(doc.bookmarks.items))
 
 
 def preloaded(doc: Document, options: ReportOptions) -> Preloaded | None:

@@ -6,6 +6,7 @@ import base64
 import math
 from typing import TYPE_CHECKING
 
+from kvscope.app.report.bookmarks import bookmarks_html
 from kvscope.app.report.model import ReportData, ReportImage
 from kvscope.app.report.summary import counts_text, flagged_note, kvscope_version, overview, top_findings
 from kvscope.core.analysis.verdict import plural
@@ -179,6 +180,7 @@ def render_html(data: ReportData, images: list[ReportImage]) -> str:
     nav += ['<a href="#stats">Statistics</a>', '<a href="#heatmaps">Heatmaps</a>']
     nav += ['<a href="#lab">Lab</a>'] if data.lab is not None else []
     nav += ['<a href="#diff">Diff</a>'] if data.diff is not None else []
+    nav += ['<a href="#bookmarks">Bookmarks</a>'] if data.options.bookmarks else []
     nav += ['<a href="#details">Details</a>']
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -201,6 +203,7 @@ def render_html(data: ReportData, images: list[ReportImage]) -> str:
     parts += _lab(data, images)
     if data.diff is not None:
         parts += ['<h2 id="diff">Diff</h2>', f"<pre>{html_block(names.text(data.diff.to_text()))}</pre>"]
+    parts += bookmarks_html(data)
     details = names.text(result_to_text(data.result, data.profile))
     parts += ['<h2 id="details">Details</h2>', f"<pre>{html_block(details)}</pre>",
               f"<footer><p>Written by kvscope {escape(kvscope_version())} (<code>kvscope report</code>). "

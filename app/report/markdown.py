@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from kvscope.app.report.bookmarks import bookmarks_markdown
 from kvscope.app.report.model import ReportData, ReportImage
 from kvscope.app.report.summary import flagged_note, kvscope_version, overview, top_findings
 from kvscope.core.textsafe import markdown_line, markdown_text, safe_text
@@ -80,6 +81,7 @@ def render_markdown(data: ReportData, images: list[ReportImage]) -> str:
             lines += [*md_block(lab_markdown(data.lab.run)), ""]  # its heading is level 3 already
     if data.diff is not None:
         lines += ["## Diff", "", *_fenced(names.text(data.diff.to_text())), ""]
+    lines += bookmarks_markdown(data, md)
     lines += ["## Details", "", *md_block(_demote(result_to_text(data.result, data.profile, markdown=True))), ""]
     if data.stats is not None:
         lines += [*md_block(_demote(data.stats.to_text(markdown=True))), ""]

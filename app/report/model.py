@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kvscope.core.errors import InputError
 
 if TYPE_CHECKING:
+    from kvscope.app.document.bookmark import Bookmark
     from kvscope.app.document.doc_index import DocumentIndex
     from kvscope.app.report.names import PathNames
     from kvscope.core.analysis.diff import StateDiff
@@ -46,6 +47,7 @@ class ReportOptions:
     lab_context: str | None = None
     lab_into: int = 0
     full_paths: bool = False
+    bookmarks: tuple[Bookmark, ...] = ()  # the app's bookmarks on the file (the CLI has none)
 
     def names(self) -> PathNames:
         """How this report names the files it was built from."""

@@ -114,4 +114,8 @@ def report_json(data: ReportData, images: list[ReportImage]) -> dict[str, Any]:
         out["diff"] = data.diff.to_json()
     if data.lab is not None:
         out["lab"] = data.lab.to_json()
+    if data.options.bookmarks:
+        from kvscope.app.report.bookmarks import bookmark_rows
+
+        out["bookmarks"] = bookmark_rows(data)
     return data.options.names().json(out)  # type: ignore[no-any-return]

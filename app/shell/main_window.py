@@ -116,7 +116,7 @@ class MainWindow(QMainWindow):
                 return w
         if model is not None:
             self.settings.set_model_for(path, model)
-        doc = Document(path, self.runner, model or self.settings.model_for(path), self)
+        doc = Document(path, self.runner, model or self.settings.model_for(path), self, self.settings.qs)
         w = DocumentWidget(doc, self.theme)
         w.restore_layout(self.settings.bytes_value("layout/document_split"))
         w.banner.modelChosen.connect(lambda m, w=w: self.set_model(w, m))

@@ -3,8 +3,9 @@
 Selection works as in hex editors: click a byte, shift+click / drag / shift+arrows to select a range; the
 range is the document's selection (every view follows it). Ctrl+C copies the selected bytes as hex; the
 context menu copies them as a C array, Python bytes or values (decoded as the record's own type), copies
-the offset or node path, goes to an offset, selects the node, exports the bytes or the view. The inspector
-shows the cursor byte as every common type and the selection as its record's values.
+the offset or node path, goes to an offset, selects the node, exports the bytes or the view, bookmarks the
+range (Ctrl+B; the Bookmarks tab beside lists them, a click jumps back). The inspector shows the cursor
+byte as every common type and the selection as its record's values.
 """
 
 from __future__ import annotations
@@ -34,14 +35,17 @@ from PySide6.QtWidgets import (
     QTableView,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from kvscope.app.base.tasks import CancelToken, Report, Task
 from kvscope.app.base.widgets import plain_label
+from kvscope.app.document.bookmark import Bookmark
 from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
+from kvscope.app.views.bytes.bookmarks_panel import BookmarksPanel
 from kvscope.app.views.bytes.byte_text import TooLarge, format_bytes, read_bytes
 from kvscope.app.views.bytes.find_bar import FindBar
 from kvscope.app.views.bytes.hex_inspect import INSPECT_TYPES, inspect_values
@@ -186,8 +190,15 @@ class HexView(QWidget):
         sl.setContentsMargins(0, 0, 0, 0)
         sl.addWidget(self.location)
         sl.addWidget(self.inspector, 3)
-        sl.addWidget(plain_label("Selection as its record's type"))
-        sl.addWidget(self.values, 2)
+        self.bookmarks = BookmarksPanel(doc, lambda: self.selection)
+        self.bookmarks.jump.connect(lambda a, b: self.select_range(a, b, cursor=a))
+        self.lower = QTabWidget()  # the selection's values, the file's bookmarks
+        self.lower.setDocumentMode(True)
+        self.lower.addTab(self.values, "Selection as its type")
+        self.lower.addTab(self.bookmarks, "Bookmarks")
+        self.lower.setTabToolTip(0, "the selected bytes as their record's values")
+        doc.bookmarks.changed.connect(self._title_bookmarks)
+        sl.addWidget(self.lower, 2)
         side.setMinimumWidth(200)
         dump = QWidget()
         dl = QHBoxLayout(dump)
@@ -400,7 +411,19 @@ class HexView(QWidget):
         if self.n_bytes:
             self.select_range(0, self.n_bytes, cursor=0)
 
+    def _title_bookmarks(self) -> None:
+        n = len(self.doc.bookmarks.items)
+        self.lower.setTabText(1, f"Bookmarks ({n})" if n else "Bookmarks")
+
+    def bookmark_selection(self) -> None:
+        """Bookmark the selected bytes (asks for a name) and show the list."""
+        self.lower.setCurrentWidget(self.bookmarks)
+        self.bookmarks.ask_add()
+
     def handle_key(self, e: QKeyEvent) -> bool:
+        if e.key() == Qt.Key.Key_B and e.modifiers() == Qt.KeyboardModifier.ControlModifier:
+            self.bookmark_selection()
+            return True
         if e.matches(QKeySequence.StandardKey.Copy):
             self.copy("hex")
             return True
@@ -550,9 +573,22 @@ class HexView(QWidget):
         find = menu.addAction("Find these bytes", self.find_selection)
         find.setEnabled(0 < n <= 64)
         menu.addSeparator()
+        mark = menu.addAction(f"Bookmark {what}…", self.bookmark_selection)
+        mark.setShortcut(QKeySequence("Ctrl+B"))
+        here = self.doc.bookmarks.at(self.cursor_offset)
+        if here:
+            menu.addAction(f"Note on bookmark {here[0].name}…", lambda: self._note_on(here[0]))
+        menu.addSeparator()
         menu.addAction(f"Export {what}…", self.ask_export_bytes)
         menu.addAction("Export view as PNG…", self.export_button.ask_png)
         return menu
+
+    def _note_on(self, b: Bookmark) -> None:
+        items = self.doc.bookmarks.items
+        if b in items:
+            self.lower.setCurrentWidget(self.bookmarks)
+            self.bookmarks.table.selectRow(items.index(b))
+            self.bookmarks.ask_note()
 
     def ask_goto(self) -> None:
         text, ok = QInputDialog.getText(self, "Go to offset", "Offset (decimal or 0x hex):")
