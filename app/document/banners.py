@@ -6,10 +6,13 @@ is not a state file): the verdict in one line, a button to the overview and one 
 first error's bytes. :class:`ChangedBanner` appears when the file changed on disk or while it was
 read (``Document.fileChanged``) and offers Reload. :class:`VerifyBanner` says why the last Verify could
 not run (no model, no engine installed: the verifier's message says how to install it) and offers the
-model chooser or the engine settings.
+model chooser or the engine settings. :class:`CorruptedBanner` heads a corrupted copy the hex view wrote:
+what was done, Verify, Send to the Lab.
 """
 
 from __future__ import annotations
+
+import os
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
@@ -139,4 +142,36 @@ class VerifyBanner(_Strip):
         self.label.setStyleSheet(f"color: {verdict_color('suspicious', self.theme.dark).name()}; font-weight: 600")
         self.model_button.setVisible(needs_model)
         self.settings_button.setVisible(not needs_model)
+        self.show()
+
+
+class CorruptedBanner(_Strip):
+    """"Corrupted copy of <file>: <what was done>" on a copy the hex view wrote, with one click to Verify it
+    (``verifyRequested``) or restore it in the Lab (``labRequested``); hidden until :meth:`show_copy`."""
+
+    verifyRequested = Signal()
+    labRequested = Signal()
+
+    def __init__(self, doc: Document, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.doc = doc
+        self.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.verify_button = self.button("Verify", "restore this copy in real llama.cpp and compare (Tools → Verify)")
+        self.lab_button = self.button("Send to the Lab", "restore this copy into the Lab's live context under every "
+                                      "policy and reader")
+        self.dismiss_button = self.button("Dismiss")
+        self.verify_button.clicked.connect(self.verifyRequested)
+        self.lab_button.clicked.connect(self.labRequested)
+        self.dismiss_button.clicked.connect(self.hide)
+        self.source = ""
+        self.hide()
+
+    def show_copy(self, source: str, what: str) -> None:
+        """Say this document is a corrupted copy of ``source`` and what was done to it."""
+        from kvscope.core.textsafe import safe_text
+
+        self.source = source
+        self.label.setText(f"Corrupted copy of {safe_text(os.path.basename(source))}: {safe_text(what)}")
+        self.label.setToolTip(f"{safe_text(source)}\n{safe_text(what)}")
         self.show()

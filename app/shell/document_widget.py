@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QHBoxLayout, QSplitter, QStackedWidget, QTabWidget
 
 from kvscope.app.base.theme import Theme
 from kvscope.app.base.widgets import plain_label
-from kvscope.app.document.banners import ChangedBanner, DamageBanner, VerifyBanner
+from kvscope.app.document.banners import ChangedBanner, CorruptedBanner, DamageBanner, VerifyBanner
 from kvscope.app.document.document import Document
 from kvscope.app.document.missing_records import dropped_records
 from kvscope.app.document.model_banner import ModelBanner
@@ -47,6 +47,7 @@ class DocumentWidget(QWidget):
         self.damage_banner = DamageBanner(doc, theme)
         self.changed_banner = ChangedBanner(doc)
         self.verify_banner = VerifyBanner(doc, theme)
+        self.corrupted_banner = CorruptedBanner(doc)  # shown on a copy the hex view corrupted
         self.overview = OverviewView(doc, theme)
         self.tree = StructureView(doc)
         self.bytemap = ByteMap(doc)
@@ -94,6 +95,7 @@ class DocumentWidget(QWidget):
         lay.addWidget(self.changed_banner)
         lay.addWidget(self.damage_banner)
         lay.addWidget(self.verify_banner)
+        lay.addWidget(self.corrupted_banner)
         lay.addWidget(self.stack, 1)
         for src in (self.overview, self.damage_banner):
             src.jumpRequested.connect(self.show_view)
@@ -133,10 +135,9 @@ class DocumentWidget(QWidget):
     def give_hex_room(self) -> None:
         """Narrow the tree (not below :attr:`TREE_MIN`) until the hex view shows all 16 hex and ASCII columns
         beside its inspector; on a window too narrow for that the dump scrolls sideways."""
-        sizes = self.split.sizes()
-        if len(sizes) != 2 or sizes[0] == 0:
+        sizes, right = self.split.sizes(), self.split.widget(1)
+        if len(sizes) != 2 or sizes[0] == 0 or right is None:
             return
-        right = self.split.widget(1)
         extra = right.width() - self.hex.width() if self.hex.width() > 0 else 0
         want = self.hex.wanted_width() + max(0, extra)
         if sizes[1] >= want:

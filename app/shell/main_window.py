@@ -125,6 +125,9 @@ class MainWindow(QMainWindow):
         w.verify_banner.modelRequested.connect(lambda w=w: self.choose_model(w))
         w.verify_banner.settingsRequested.connect(self.engine_settings)
         w.overview.verifyRequested.connect(lambda w=w: self.verify(w))
+        w.hex.copyWritten.connect(lambda p, what, w=w: self.open_corrupted(w, p, what))
+        w.corrupted_banner.verifyRequested.connect(lambda w=w: self.verify(w))
+        w.corrupted_banner.labRequested.connect(lambda w=w: self.send_to_lab(w))
         w.overview.cancelVerifyRequested.connect(w.doc.cancel_verify)
         w.lab.engine_choice = self.settings.engine
         doc.verify_engine = self.settings.engine().describe()
@@ -142,6 +145,26 @@ class MainWindow(QMainWindow):
         self.settings.set_last_dir(os.path.dirname(path))
         doc.load()
         return w
+
+    def open_corrupted(self, source: DocumentWidget, path: str, what: str) -> DocumentWidget | None:
+        """Open the corrupted copy ``path`` of ``source``'s file in a new tab (with its model), headed by what was
+        done and one click to Verify it or send it to the Lab."""
+        model = source.doc.model_path if source.doc.profile is not None else None
+        w = self.open_file(path, model=model)
+        if w is not None:
+            w.corrupted_banner.show_copy(source.doc.path, what)
+        return w
+
+    def send_to_lab(self, w: DocumentWidget) -> None:
+        """The Lab of ``w`` with its file as the state to restore, into the scenario its source sits in."""
+        from kvscope.app.lab.jobs import scenario_folder
+
+        source = w.corrupted_banner.source or w.doc.path
+        folder = scenario_folder(source)
+        if folder is not None:
+            w.lab.controls.add_folder(folder)
+        w.lab.controls.set_restore(w.doc.path)
+        w.show_view("lab")
 
     def _on_load_failed(self, path: str, message: str) -> None:
         self.statusBar().showMessage(f"Cannot read {safe_text(os.path.basename(path))}: {message}", 10000)

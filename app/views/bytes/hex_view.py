@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QPoint, Qt
+from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QPoint, Qt, Signal
 from PySide6.QtGui import (
     QContextMenuEvent,
     QGuiApplication,
@@ -43,10 +43,12 @@ from PySide6.QtWidgets import (
 from kvscope.app.base.tasks import CancelToken, Report, Task
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.bookmark import Bookmark
+from kvscope.app.document.corrupt_copy import corrupt_range, write_copy
 from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
 from kvscope.app.views.bytes.bookmarks_panel import BookmarksPanel
 from kvscope.app.views.bytes.byte_text import TooLarge, format_bytes, read_bytes
+from kvscope.app.views.bytes.corrupt_dialog import CorruptDialog
 from kvscope.app.views.bytes.find_bar import FindBar
 from kvscope.app.views.bytes.hex_inspect import INSPECT_TYPES, inspect_values
 from kvscope.app.views.bytes.hex_model import ASCII_COL, BYTES_PER_ROW, HexDelegate, HexModel
@@ -55,6 +57,7 @@ from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.core.fsutil import write_atomic
 from kvscope.core.reader.tree import Node
 
+CORRUPT_LIMIT = 1 << 30  # the largest file "Corrupt into a copy" reads whole
 EXPORT_LIMIT = 256 << 20  # bytes "Export selected bytes" writes at most
 SHOWN_VALUES = 256  # values the inspector lists (the copy takes them all)
 DUMP_FLOOR = 300  # the dump's minimum width (px)
@@ -126,6 +129,7 @@ class HexView(QWidget):
     """16 bytes per row; the selected range is highlighted; the cursor byte and the range feed the inspector."""
 
     export_name = "hex"
+    copyWritten = Signal(str, str)  # (the corrupted copy's path, what was done to it)
 
     def __init__(self, doc: Document, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -192,13 +196,13 @@ class HexView(QWidget):
         sl.addWidget(self.inspector, 3)
         self.bookmarks = BookmarksPanel(doc, lambda: self.selection)
         self.bookmarks.jump.connect(lambda a, b: self.select_range(a, b, cursor=a))
-        self.lower = QTabWidget()  # the selection's values, the file's bookmarks
-        self.lower.setDocumentMode(True)
-        self.lower.addTab(self.values, "Selection as its type")
-        self.lower.addTab(self.bookmarks, "Bookmarks")
-        self.lower.setTabToolTip(0, "the selected bytes as their record's values")
+        self.side_tabs = QTabWidget()  # the selection's values, the file's bookmarks
+        self.side_tabs.setDocumentMode(True)
+        self.side_tabs.addTab(self.values, "Selection as its type")
+        self.side_tabs.addTab(self.bookmarks, "Bookmarks")
+        self.side_tabs.setTabToolTip(0, "the selected bytes as their record's values")
         doc.bookmarks.changed.connect(self._title_bookmarks)
-        sl.addWidget(self.lower, 2)
+        sl.addWidget(self.side_tabs, 2)
         side.setMinimumWidth(200)
         dump = QWidget()
         dl = QHBoxLayout(dump)
@@ -413,11 +417,11 @@ class HexView(QWidget):
 
     def _title_bookmarks(self) -> None:
         n = len(self.doc.bookmarks.items)
-        self.lower.setTabText(1, f"Bookmarks ({n})" if n else "Bookmarks")
+        self.side_tabs.setTabText(1, f"Bookmarks ({n})" if n else "Bookmarks")
 
     def bookmark_selection(self) -> None:
         """Bookmark the selected bytes (asks for a name) and show the list."""
-        self.lower.setCurrentWidget(self.bookmarks)
+        self.side_tabs.setCurrentWidget(self.bookmarks)
         self.bookmarks.ask_add()
 
     def handle_key(self, e: QKeyEvent) -> bool:
@@ -573,6 +577,8 @@ class HexView(QWidget):
         find = menu.addAction("Find these bytes", self.find_selection)
         find.setEnabled(0 < n <= 64)
         menu.addSeparator()
+        bad = menu.addAction(f"Corrupt {what} into a copy… (zero / NaN / random / drop)", self.corrupt_selection)
+        bad.setEnabled(n > 0 and self.doc.result is not None and self.doc.result.kind != "unknown")
         mark = menu.addAction(f"Bookmark {what}…", self.bookmark_selection)
         mark.setShortcut(QKeySequence("Ctrl+B"))
         here = self.doc.bookmarks.at(self.cursor_offset)
@@ -586,9 +592,45 @@ class HexView(QWidget):
     def _note_on(self, b: Bookmark) -> None:
         items = self.doc.bookmarks.items
         if b in items:
-            self.lower.setCurrentWidget(self.bookmarks)
+            self.side_tabs.setCurrentWidget(self.bookmarks)
             self.bookmarks.table.selectRow(items.index(b))
             self.bookmarks.ask_note()
+
+    # -- corrupting into a copy -------------------------------------------------------------------------
+    def corrupt_selection(self) -> CorruptDialog | None:
+        """Ask how to corrupt the selection and the copy's name (window-modal); the copy is written on OK."""
+        a, b = self.selection
+        res = self.doc.result
+        if res is None or b <= a:
+            return None
+        dlg = CorruptDialog(self.doc.path, res, a, b, self)
+        dlg.accepted.connect(lambda: self.write_corrupted(dlg.mode(), dlg.dest()))
+        dlg.open()
+        return dlg
+
+    def write_corrupted(self, mode: str, dest: str, seed: int = 0) -> Task | None:
+        """Write the selection corrupted by ``mode`` to ``dest`` (a new file, atomically, in the background);
+        ``copyWritten(path, what was done)`` when it is there."""
+        a, b = self.selection
+        res, profile, data, src, size = self.doc.result, self.doc.profile, self.doc.data, self.doc.path, self.n_bytes
+        if res is None:
+            return None
+        if size > CORRUPT_LIMIT:
+            self.doc.message.emit(f"{size:,} bytes is more than a corrupted copy takes ({CORRUPT_LIMIT:,})")
+            return None
+
+        def job(token: CancelToken, report: Report) -> tuple[str, str]:
+            report(None, f"corrupting {os.path.basename(dest)}")
+            copy = corrupt_range(read_bytes(data, 0, size, CORRUPT_LIMIT), res, profile, a, b, mode, seed)
+            return write_copy(src, dest, copy), copy.description
+
+        def done(out: tuple[str, str]) -> None:
+            self.doc.message.emit(f"wrote {os.path.basename(out[0])}: {out[1]}")
+            self.copyWritten.emit(*out)
+
+        self._task = self.doc.runner.submit(f"corrupt into {os.path.basename(dest)}", job, done,
+                                            lambda m: self.doc.message.emit(f"Cannot write the copy: {m}"))
+        return self._task
 
     def ask_goto(self) -> None:
         text, ok = QInputDialog.getText(self, "Go to offset", "Offset (decimal or 0x hex):")
