@@ -51,7 +51,7 @@ def test_bookmarks_list_jump_and_persist_per_file(qtbot, open_doc, window, app_s
     hv.select_range(4, 8)
     panel.add("token count", "the header's n_token")
     assert [x.name for x in w.doc.bookmarks.items] == ["token count", leaf.path]  # in offset order
-    assert hv.lower.tabText(1) == "Bookmarks (2)"
+    assert hv.side_tabs.tabText(1) == "Bookmarks (2)"
     assert panel.model.rowCount() == 2 and panel.model.index(0, 0).data() == "token count"
     # a click on the K rows' bookmark selects those bytes again
     hv.select_range(0, 1)

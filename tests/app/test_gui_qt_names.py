@@ -18,6 +18,8 @@ def test_hex_view_and_find_bar_keep_qwidget_methods(open_doc) -> None:  # type: 
     hv = w.hex
     assert isinstance(hv.size(), QSize) and hv.size() == QWidget.size(hv)  # was an int property
     assert hv.n_bytes == int(w.doc.data.size) > 0
+    assert callable(hv.lower) and callable(hv.raise_)  # QWidget.lower() was the side panel's QTabWidget
+    hv.lower()
     bar = hv.find_bar
     assert isinstance(bar.cursor(), QCursor)  # was replaced by the search's start offset
     assert "find" not in vars(type(bar))  # QWidget.find(id) is not the search: find_next is
