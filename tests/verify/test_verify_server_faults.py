@@ -65,7 +65,7 @@ def _leftovers(fake: FakeServer) -> list[str]:
 def test_the_proxy_alone_gives_an_ok_verdict(slot: Path, fake: FakeServer) -> None:
     r = _verify(slot, fake)
     assert r.verdict == "ok", r.reasons
-    assert fake.seen.get("prefill") == 1 and not _leftovers(fake)
+    assert fake.seen.get("prefill", 0) >= 1 and not _leftovers(fake)
 
 
 # --- server errors during the re-prefill, wrong types, a missing slot: one line -------------------------
