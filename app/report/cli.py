@@ -20,7 +20,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+from kvscope.core.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, error_line
+
 EPILOG = ("exit status: 0 the report is written and the file has no error findings, 1 it is written and the "
           "file has error findings, 2 bad input or an unwritable destination (nothing is written)")
 
@@ -82,14 +83,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         import pyqtgraph  # noqa: F401
         import PySide6  # noqa: F401
     except ImportError as e:
-        print(f"kvscope report: needs PySide6 and pyqtgraph (pip install 'kvscope[gui]'): {e}", file=sys.stderr)
+        print(error_line(f"report needs PySide6 and pyqtgraph (pip install 'kvscope[gui]'): {e}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     from kvscope.app.report.builder import build_report
     from kvscope.app.report.model import ReportError, ReportOptions
     from kvscope.app.report.summary import summary_line
 
     if args.lab_into < 0:
-        print("kvscope report: --lab-into must be a sequence id (0 or more)", file=sys.stderr)
+        print(error_line("--lab-into must be a sequence id (0 or more)"), file=sys.stderr)
         return EXIT_BAD_INPUT
     options = ReportOptions(args.file, args.model, args.compare, bool(args.lab or args.lab_context),
                             args.lab_context, args.lab_into, bool(args.full_paths))
@@ -98,11 +99,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         data, _ = build_report(options, args.output, progress)
     except ReportError as e:
         _clear_progress()
-        print(f"kvscope report: {e}", file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         return EXIT_BAD_INPUT
     _clear_progress()
     if data.lab is not None and data.lab.run is None:
-        print(f"kvscope report: the lab did not run: {data.lab.reason}", file=sys.stderr)
+        print(error_line(f"note: the lab did not run: {data.lab.reason}"), file=sys.stderr)
     print(summary_line(data, args.output))
     return EXIT_FINDINGS if data.result.n_errors else EXIT_OK
 

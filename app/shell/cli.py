@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvscope.core.engine.choices import VERIFY_ENGINES
+from kvscope.core.errors import EXIT_BAD_INPUT
 
-EXIT_OK, EXIT_BAD_INPUT = 0, 2
 # the views of a file's page, in tab order (the page, app/shell/document_widget.py, takes them from here)
 VIEW_NAMES = ("overview", "tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")
 

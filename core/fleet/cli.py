@@ -27,15 +27,12 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
+from kvscope.core.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, UsageError, error_line
+
 COMMANDS = ("scan", "migrate")  # what register() adds (found by kvscope.core.cli.registry)
-EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 EXECUTORS = ("local", "dask")
 LISTED_PROBLEMS = 50  # problem files repeated at the end of a migration
 DEFAULT_FILE_TIMEOUT = 600.0  # seconds one file may take on a worker before the worker is called hung
-
-
-class UsageError(Exception):
-    """Printed as ``kvscope: MESSAGE``, exit status 2."""
 
 
 def _executor_args(p: argparse.ArgumentParser) -> None:
@@ -99,9 +96,7 @@ def make_executor(name: str, jobs: int | None = None, scheduler: str | None = No
 
 # -- shared ------------------------------------------------------------------------------------------
 def _fail(message: str) -> int:
-    from kvscope.core.textsafe import safe_text
-
-    print(f"kvscope: {safe_text(message)}", file=sys.stderr)
+    print(error_line(message), file=sys.stderr)
     return EXIT_BAD_INPUT
 
 

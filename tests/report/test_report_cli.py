@@ -104,7 +104,7 @@ def test_bad_input_exit_2(case: str, tmp_path: Path, capsys: pytest.CaptureFixtu
         (dest / "notes.txt").write_text("keep")
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("kvscope report: ") and len(err.splitlines()) == 1, err
+    assert err.startswith("kvscope: ") and len(err.splitlines()) == 1, err  # the one message prefix
     if case == "dest_is_file":
         assert dest.read_text() == "keep"
     elif case == "dest_not_report":
