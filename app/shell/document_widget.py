@@ -112,12 +112,13 @@ class DocumentWidget(QWidget):
         self.stack.setCurrentWidget(self.error)
         self._tree_sizes: list[int] | None = None  # the split before the Lab folded the tree away
         self.tabs.currentChanged.connect(self._on_tab)
+        self.diff.pages.currentChanged.connect(lambda _i: self.give_hex_room())  # the side-by-side bytes
 
     def _on_tab(self, index: int) -> None:
         """The Lab is a workspace of its own: in front, it takes the tree's width and the byte map's height
         (its matrix and controls fit at 1280x800); the tree and byte map come back as they were after."""
         lab = 0 <= index < len(TAB_VIEWS) and TAB_VIEWS[index] == "lab"
-        if 0 <= index < len(TAB_VIEWS) and TAB_VIEWS[index] == "hex":
+        if 0 <= index < len(TAB_VIEWS) and TAB_VIEWS[index] in ("hex", "diff"):
             self.give_hex_room()
         self.bytemap.setVisible(not lab)
         self.bytemap_export.setVisible(not lab)
@@ -134,12 +135,21 @@ class DocumentWidget(QWidget):
 
     def give_hex_room(self) -> None:
         """Narrow the tree (not below :attr:`TREE_MIN`) until the hex view shows all 16 hex and ASCII columns
-        beside its inspector; on a window too narrow for that the dump scrolls sideways."""
+        beside its inspector, or the Diff view's side-by-side bytes all their columns; on a window too narrow
+        for that they scroll sideways."""
         sizes, right = self.split.sizes(), self.split.widget(1)
         if len(sizes) != 2 or sizes[0] == 0 or right is None:
             return
-        extra = right.width() - self.hex.width() if self.hex.width() > 0 else 0
-        want = self.hex.wanted_width() + max(0, extra)
+        i = self.tabs.currentIndex()
+        name = TAB_VIEWS[i] if 0 <= i < len(TAB_VIEWS) else ""
+        if name == "hex":
+            view, wanted = self.hex, self.hex.wanted_width()
+        elif name == "diff" and self.diff.pages.currentWidget() is self.diff.hexdiff:
+            view, wanted = self.diff, self.diff.hexdiff.wanted_width() + 8
+        else:
+            return
+        extra = right.width() - view.width() if view.width() > 0 else 0
+        want = wanted + max(0, extra)
         if sizes[1] >= want:
             return
         tree = max(self.TREE_MIN, sizes[0] - (want - sizes[1]))
@@ -148,9 +158,7 @@ class DocumentWidget(QWidget):
 
     def resizeEvent(self, e: QResizeEvent) -> None:
         super().resizeEvent(e)
-        i = self.tabs.currentIndex()
-        if 0 <= i < len(TAB_VIEWS) and TAB_VIEWS[i] == "hex":
-            self.give_hex_room()
+        self.give_hex_room()
 
     def _on_loaded(self) -> None:
         self.stack.setCurrentWidget(self.split)

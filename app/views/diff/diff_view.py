@@ -1,4 +1,6 @@
-"""Diff view: this file (A) against a second one (B): the list of differences, per-layer plots.
+"""Diff view: this file (A) against a second one (B): the list of differences, the bytes side by side
+(:mod:`kvscope.app.views.diff.hex_diff`: aligned by structure, scroll-locked, differences highlighted,
+F3 to the next one), per-layer plots.
 
 Layer and count axes tick at whole numbers; the legend sits below the plots. Ctrl+C copies the selected
 differences; Export saves them as CSV or the view as PNG.
@@ -22,14 +24,19 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSplitter,
     QTableView,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from kvscope.app.base.lazy import LazyParts
+from kvscope.app.base.tasks import CancelToken, Report, Task
 from kvscope.app.base.theme import Theme
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.document import Document, diff_available
+from kvscope.app.document.hex_align import Alignment
+from kvscope.app.document.source import ViewSource
+from kvscope.app.views.diff.hex_diff import HexDiffView
 from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.layers.stats_plot import ROLE_COLORS, ROLE_LABEL
 from kvscope.app.views.plot_axes import IntegerAxis, ValueAxis, place_legend, side_legend, style_legend, style_plot
@@ -112,12 +119,27 @@ class DiffView(LazyParts, QWidget):
         top.addWidget(self.header, 1)
         self.export_button = doc_export_button(self, doc)
         top.addWidget(self.export_button)
+        listing = QWidget()
+        ll = QVBoxLayout(listing)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.addWidget(self.table, 1)
+        ll.addWidget(self.detail)
+        self.hexdiff = HexDiffView()
+        self._aligned_for: object | None = None  # the DiffState the side-by-side rows were made for
+        self._align_task: Task | None = None
+        self._other_bytes: ViewSource | None = None
+        self.pages = QTabWidget()
+        self.pages.setDocumentMode(True)
+        self.pages.addTab(listing, "Differences")
+        self.pages.addTab(self.hexdiff, "Bytes side by side")
+        self.pages.setTabToolTip(1, "A's and B's bytes in one table, the same record on the same row; F3: next "
+                                 "difference")
+        self.pages.currentChanged.connect(lambda _i: self._ensure_alignment())
         upper = QWidget()
         ul = QVBoxLayout(upper)
         ul.setContentsMargins(0, 0, 0, 0)
         ul.addLayout(top)
-        ul.addWidget(self.table, 1)
-        ul.addWidget(self.detail)
+        ul.addWidget(self.pages, 1)
         self._split_fitted = False
         self.split = split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(upper)
@@ -189,6 +211,10 @@ class DiffView(LazyParts, QWidget):
     def _reload(self) -> None:
         state = self.doc.diff
         d = self.diff
+        if state is not self._aligned_for:
+            self._aligned_for = None
+            self.hexdiff.set_alignment(None)
+            self._ensure_alignment()
         self.model.set_items(d.differences if d is not None else [])
         has = d is not None and bool(d.differences)
         self.prev_button.setEnabled(has)
@@ -204,6 +230,56 @@ class DiffView(LazyParts, QWidget):
                                 + (f"{plural(len(d.differences), 'difference')}{first}" if d.differences
                                    else "identical"))
         self._plot(d)
+
+    # -- side by side --------------------------------------------------------------------------------
+    def show_side_by_side(self) -> Task | None:
+        """Bring the side-by-side bytes in front (aligning them first when the diff is new)."""
+        self.pages.setCurrentWidget(self.hexdiff)
+        return self._ensure_alignment()
+
+    def _ensure_alignment(self) -> Task | None:
+        """Align the two files by structure in the background, once per diff, when the bytes tab is shown."""
+        state = self.doc.diff
+        if self.pages.currentWidget() is not self.hexdiff or state is None or self.doc.index is None:
+            return None
+        if self._aligned_for is state:
+            return self._align_task
+        self._aligned_for = state
+        if self._align_task is not None and not self._align_task.done:
+            self._align_task.cancel()
+        leaves_a, data_a = self.doc.index.leaves, self.doc.data
+        other_path, other = state.other_path, state.other
+        self.hexdiff.set_alignment(None)
+        self.hexdiff.status.setText("aligning the two files by structure…")
+
+        def job(token: CancelToken, report: Report) -> tuple[Alignment, ViewSource]:
+            data_b = ViewSource.open(other_path)
+            leaves_b = [n for n in other.root.leaves() if n is not other.root]
+            return Alignment.of(leaves_a, data_a, leaves_b, data_b), data_b
+
+        self._align_task = self.doc.runner.submit("align the files side by side", job, self._on_aligned,
+                                                  lambda m: self.hexdiff.status.setText(f"cannot align: {m}"))
+        return self._align_task
+
+    def _on_aligned(self, out: tuple[Alignment, ViewSource]) -> None:
+        al, data_b = out
+        if self._other_bytes is not None:
+            self._other_bytes.close()
+        self._other_bytes = data_b
+        self.hexdiff.set_alignment(al)
+        item = self._current_item()
+        if item is not None:
+            self._show_item_bytes(item)
+
+    def _current_item(self) -> DiffItem | None:
+        cur = self.table.currentIndex()
+        return self.model.items[cur.row()] if cur.isValid() and cur.row() < len(self.model.items) else None
+
+    def _show_item_bytes(self, item: DiffItem) -> None:
+        if item.offset_a is not None:
+            self.hexdiff.show_offset(item.offset_a, "a")
+        elif item.offset_b is not None:
+            self.hexdiff.show_offset(item.offset_b, "b")
 
     def _plot(self, d: StateDiff | None) -> None:
         if not self.built:
@@ -283,6 +359,7 @@ class DiffView(LazyParts, QWidget):
 
     def _activate(self, index: QModelIndex) -> None:
         item = self.model.items[index.row()]
+        self._show_item_bytes(item)
         where_b = "" if item.offset_b is None else f" · in B at {item.offset_b:,} (0x{item.offset_b:x})"
         if item.offset_a is None:
             self.detail.setText(f"only in B{where_b}: {item.description}")
