@@ -69,6 +69,9 @@ class Inspection:
             out["findings"] = [f.to_json() for f in self.result.findings]
         if self.is_state:
             out["reuse_prediction"] = [e.to_json() for e in self.reuse_prediction()]
+            from kvscope.core.analysis.consumers import consumer_answers
+
+            out["consumers"] = [a.to_json() for a in consumer_answers(self.result, self.profile, self.compatibility)]
         return out
 
     def reuse_prediction(self) -> list[ReusePrediction]:

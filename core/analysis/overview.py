@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from kvscope.core.analysis.compat import GenCompat, compat_text
+from kvscope.core.analysis.consumers import ConsumerAnswer, consumer_answers
 from kvscope.core.analysis.reuse import ReusePrediction, predict_reuse
 from kvscope.core.analysis.seq_owner import file_sequence
 from kvscope.core.analysis.verdict import Verdict, model_mismatch_reason, plural, verdict
@@ -118,6 +119,7 @@ class Overview:
     compat: list[GenCompat] | None = None  # None: not computed (yet)
     verify: dict[str, Any] | None = None  # a ``kvscope verify`` result, None: not verified
     reuse: list[ReusePrediction] = field(default_factory=list)  # llama-server's reuse, predicted (slot files)
+    consumers: list[ConsumerAnswer] = field(default_factory=list)  # libllama and llama-server apart, per build
     sha256: str | None = None
     full_paths: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -191,9 +193,28 @@ class Overview:
             ("loads in", "; ".join(self.compat_lines())),
             ("verified", "; ".join(self.verify_lines())),
         ]
+        if self.consumers:
+            rows.append(("consumers", "; ".join(self.consumer_lines())))
         if self.reuse:
             rows.append(("llama-server reuse", "; ".join(self.reuse_lines())))
         return rows
+
+    def consumer_lines(self) -> list[str]:
+        """libllama's and llama-server's answer per pinned build (loads / refuses / crashes / unknown); a
+        Verify's restore on kvscope's server replaces that build's llama-server line and says so."""
+        v = self.verify or {}
+        engine, restore = v.get("engine") or {}, v.get("restore") or {}
+        lines = []
+        for a in self.consumers:
+            kind = "server" if a.consumer == "llama-server" else "llama.cpp"
+            measured = engine.get("kind") == kind and engine.get("build") == a.build
+            if measured and restore.get("ok") is not None:
+                got = "loads" if restore["ok"] else ("crashes" if restore.get("aborted") else "refuses")
+                lines.append(f"{a.build} {a.consumer}: measured by Verify (replaces the prediction): {got}"
+                             + (f": {restore.get('message')}" if not restore["ok"] else ""))
+            else:
+                lines.append(a.line())
+        return lines
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -213,6 +234,8 @@ class Overview:
             "verify": self.verify,
             "reuse_prediction": [e.to_json() for e in self.reuse],
             "reuse_text": self.reuse_lines(),
+            "consumers": [a.to_json() for a in self.consumers],
+            "consumers_text": self.consumer_lines(),
         }
         if self.full_paths:
             out["path"] = self.path
@@ -432,5 +455,5 @@ def build_overview(res: ParseResult, profile: ModelProfile | None = None, compat
         runners_up=runners, model=model, model_fits=fits, model_note=note, tokens=len(res.tokens),
         sequences=sequences(res), sections=sections(res), verdict=verdict(res, profile),
         cache_types=cache_types(res), rotation=rotation(res), compat=compat, verify=verify,
-        reuse=slot_reuse(res, profile, compat),
+        reuse=slot_reuse(res, profile, compat), consumers=consumer_answers(res, profile, compat),
         sha256=sha256, full_paths=full_paths)

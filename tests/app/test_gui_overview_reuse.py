@@ -31,4 +31,7 @@ def test_the_overview_says_which_server_reuses_the_slot(qtbot, tmp_path: Path, i
     assert "(fix: start llama-server with --swa-full" in section
     assert "llama-server b11434 --swa-full: reuses 9 of 9 tokens" in section
     assert "llama-server 0c1e5709: refuses the slot: Unable to restore slot" in section
+    consumers = text.split("Per consumer:")[1].split("Will llama-server reuse it")[0]
+    assert "b11434 libllama: loads" in consumers and "b11434 llama-server: loads" in consumers
+    assert "0c1e5709 llama-server: refuses: Unable to restore slot: No available space" in consumers
     win.runner.shutdown()

@@ -99,3 +99,10 @@ def test_the_overview_predicts_and_a_verify_replaces_what_it_measured(builds: di
     assert after[2].startswith("llama-server b11434: measured by Verify (replaces the prediction): restores, but "
                                "llama-server re-processes all 9 tokens"), after
     assert after[:2] == lines[:2] and after[3] == lines[3]
+    # per consumer: the prediction, then the restore Verify measured in its place
+    assert ov.consumer_lines()[3] == "b11434 llama-server: loads"
+    assert ov.consumer_lines()[1] == ("0c1e5709 llama-server: refuses: Unable to restore slot: No available space "
+                                      "in KV cache or invalid slot save file")
+    measured = build_overview(res, profile, compat, r.to_json()).consumer_lines()
+    assert measured[3] == "b11434 llama-server: measured by Verify (replaces the prediction): loads", measured
+    assert measured[2] == "b11434 libllama: loads"

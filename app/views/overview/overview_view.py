@@ -25,6 +25,7 @@ from kvscope.app.document.verify_job import NEEDS_MODEL
 from kvscope.app.document.verify_marks import verify_marks
 from kvscope.app.views.export import doc_export_button
 from kvscope.app.views.overview import verify_html
+from kvscope.core.analysis.consumers import consumer_answers
 from kvscope.core.analysis.overview import Overview, build_overview, slot_reuse
 from kvscope.core.analysis.verdict import Verdict, plural
 from kvscope.core.findings import Finding
@@ -86,7 +87,8 @@ class OverviewView(QWidget):
             self._base = (res, doc.profile, ov)
             return ov
         return replace(base[2], compat=doc.compat, verify=doc.verify, verdict=doc.verdict() or base[2].verdict,
-                       reuse=slot_reuse(res, doc.profile, doc.compat))
+                       reuse=slot_reuse(res, doc.profile, doc.compat),
+                       consumers=consumer_answers(res, doc.profile, doc.compat))
 
     def refresh(self, *_args: object) -> None:
         res = self.doc.result
@@ -146,6 +148,9 @@ class OverviewView(QWidget):
         parts.append(_table(rows))
         parts.append("<h3>Which llama.cpp builds load it</h3>")
         parts.append(self._compat_html(ov, dark))
+        if ov.consumers:  # libllama and llama-server apart (a Verify's restore replaces its line)
+            parts.append("<p>Per consumer:</p><ul>" + "".join(f"<li>{escape(line)}</li>" for line in
+                                                              ov.consumer_lines()) + "</ul>")
         if ov.reuse:  # a slot file: what llama-server will reuse of it (a Verify's measurement replaces its line)
             parts.append("<h3>Will llama-server reuse it</h3>")
             parts.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in ov.reuse_lines()) + "</ul>")
