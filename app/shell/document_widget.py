@@ -142,6 +142,7 @@ class DocumentWidget(QWidget):
             return
         i = self.tabs.currentIndex()
         name = TAB_VIEWS[i] if 0 <= i < len(TAB_VIEWS) else ""
+        view: QWidget  # the hex view or the diff view, whichever shows a hex dump
         if name == "hex":
             view, wanted = self.hex, self.hex.wanted_width()
         elif name == "diff" and self.diff.pages.currentWidget() is self.diff.hexdiff:

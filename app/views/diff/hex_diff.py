@@ -132,7 +132,7 @@ class _BytesDelegate(QStyledItemDelegate):
             return
         row, a, b = line
         mine, other = (a, b) if index.column() == A_BYTES else (b, a)
-        rect: QRect = option.rect  # type: ignore[attr-defined]
+        rect: QRect = option.rect
         painter.save()
         fm = painter.fontMetrics()
         cw = byte_width(fm)
