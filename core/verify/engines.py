@@ -427,6 +427,10 @@ class ServerEngine(VerifyEngine):
             self.client.slot_save(slot, name)
         except ServerDied as e:  # the file's tokens killed it: an outcome
             raise EngineError(f"the re-prefill killed llama-server: {e}") from None
+        except ServerHTTPError as e:
+            if e.status == 400:  # "Prompt contains invalid tokens": the server refuses the file's tokens, an outcome
+                raise EngineError(f"llama-server refused the file's tokens: {e}") from None
+            raise EngineUnavailable(f"llama-server failed during the re-prefill: {e}") from None
         except ServerError as e:
             raise EngineUnavailable(f"llama-server failed during the re-prefill: {e}") from None
         return self._read_slot(name)

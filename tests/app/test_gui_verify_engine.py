@@ -155,6 +155,26 @@ def test_an_engine_that_cannot_start_says_why_in_a_banner(qtbot, window, b11434,
     assert not banner.isVisible()
 
 
+def test_the_servers_refusal_of_a_bad_token_is_a_verdict(qtbot, window, b11434, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """llama-server answers HTTP 400 to a slot whose tokens are outside the model's vocabulary ("Prompt
+    contains invalid tokens" to the re-prefill, "Invalid tokens in slot save file" to the restore): the
+    server refuses the file, which is a verdict, not "Verify could not run"."""
+    import struct
+
+    data = bytearray(SEQ.read_bytes())
+    struct.pack_into("<i", data, 12 + 4 * 3, 379_000)  # token 3 of the header's array: past the vocabulary
+    bad = tmp_path / "slot-bad-token.seqstate"
+    bad.write_bytes(bytes(data))
+    window.settings.set_engine(EngineChoice(engine="server"))
+    w = _open(window, qtbot, bad)
+    result = _verify(window, qtbot, w)  # no verify_error: it ran
+    assert result["verdict"] == "damaged" and not result["restore"]["ok"]
+    assert "Invalid tokens in slot save file" in result["restore"]["message"]
+    assert not w.verify_banner.isVisible()
+    page = w.overview.browser.toPlainText()
+    assert "Verify could not run" not in page and "Invalid tokens in slot save file" in page
+
+
 def test_an_exported_report_carries_the_verification_without_paths(qtbot, window, b11434, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import json
 
