@@ -92,7 +92,8 @@ def test_corrupt_nan_from_the_hex_view_opens_the_copy(qtbot, open_doc, window, t
                     and window.current().doc.result is not None and not window.current().doc.busy, timeout=20000)
     nw = window.current()
     assert nw.doc.path == str(dest) and nw.doc.model_path == w.doc.model_path
-    assert nw.corrupted_banner.isVisible() and "Corrupted copy of seq0.clean.seqstate" in nw.corrupted_banner.label.text()
+    banner = nw.corrupted_banner
+    assert banner.isVisible() and "Corrupted copy of seq0.clean.seqstate" in banner.label.text()
     m = layer_matrix(nw.doc.result, _k1(nw.doc))
     assert np.isnan(m[:2]).all() and np.isfinite(m[2:]).all()
     assert _sha(SOURCE) == before and sorted(os.listdir(tmp_path)) == ["k1-nan.seqstate", "kvscope.ini"]
