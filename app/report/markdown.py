@@ -82,7 +82,9 @@ def render_markdown(data: ReportData, images: list[ReportImage]) -> str:
     if data.diff is not None:
         lines += ["## Diff", "", *_fenced(names.text(data.diff.to_text())), ""]
     lines += bookmarks_markdown(data, md)
-    lines += ["## Details", "", *md_block(_demote(result_to_text(data.result, data.profile, markdown=True))), ""]
+    # inspect's Markdown is escaped by the core already: only its paths are shortened here
+    details = names.markdown(_demote(result_to_text(data.result, data.profile, markdown=True)))
+    lines += ["## Details", "", *details.rstrip("\n").split("\n"), ""]
     if data.stats is not None:
         lines += [*md_block(_demote(data.stats.to_text(markdown=True))), ""]
     lines += ["---", "", f"Written by kvscope {kvscope_version()} (`kvscope report`). The same data as JSON: "

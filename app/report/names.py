@@ -47,6 +47,19 @@ class PathNames:
                 s = s.replace(full, base)
         return s
 
+    def markdown(self, s: str) -> str:
+        """Markdown the core already escaped (``inspect --markdown``'s), with every known path, as that
+        escaping writes it, replaced by its base name escaped the same way."""
+        if self.full_paths:
+            return s
+        from kvscope.core.textsafe import markdown_text
+
+        for full, base in self._pairs:
+            shown = markdown_text(full)
+            if shown in s:
+                s = s.replace(shown, markdown_text(base))
+        return s
+
     def json(self, value: Any) -> Any:
         """A JSON value with :meth:`text` applied to every string in it (keys included)."""
         if self.full_paths:
