@@ -163,8 +163,8 @@ class Input:
 NAMES_EVERY = 97  # one input in this many is written under a hostile name and its renderings checked
 # file names with control, bidi and HTML/Markdown characters (no "/" or NUL: a file system refuses them)
 HOSTILE_NAMES = ("a\u202eb.bin", "x\x1b[31my\x1b[0m.bin", "<img src=x onerror=alert(1)>.bin",
-                 "l1\nl2\r.bin",
-                 "*b*|[x](y)&amp;`c`.bin", "\u2066rtl\u2069\u200f.bin", "tab\tbell\x07\x7f.bin", "<script>alert(1)<script>")
+                 "l1\nl2\r.bin", "*b*|[x](y)&amp;`c`.bin", "\u2066rtl\u2069\u200f.bin", "tab\tbell\x07\x7f.bin",
+                 "<script>alert(1)<script>")
 
 
 def make_input(seeds: list[Seed], run_seed: int, index: int, model_share: float = 0.25, sparse_every: int = 0,
