@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from kvscope.core.engine.trained_model import ModelError
+from kvscope.core.errors import SetupError
 from kvscope.core.pinned_builds import BUILDS, LlamaBuild
 
 __all__ = ["BUILDS", "CMAKE_FLAGS", "TARGETS", "BuildError", "InstalledBuild", "LlamaBuild", "add_arguments",
@@ -57,7 +58,7 @@ CMAKE_FLAGS = (
 TARGETS = ("llama", "llama-server")
 
 
-class BuildError(Exception):
+class BuildError(SetupError):
     """A build could not be made: one line saying why."""
 
 

@@ -43,6 +43,7 @@ from kvscope.core.engine.abi import (
 )
 from kvscope.core.engine.builds import BuildError, require_built
 from kvscope.core.engine.janitor import janitor
+from kvscope.core.errors import KvscopeError
 
 PARTIAL_ONLY = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (= the older SWA_ONLY)
 ON_DEVICE = 2  # LLAMA_STATE_SEQ_FLAGS_ON_DEVICE
@@ -56,7 +57,7 @@ def short_line(line: str) -> str:
     return re.sub(r"^\S*/([^/\s]+:\d+: )", r"\1", line.strip())
 
 
-class EngineError(Exception):
+class EngineError(KvscopeError):
     """A request the engine refused (bad argument); the process stays usable."""
 
 

@@ -29,6 +29,7 @@ from kvscope.core.engine.abi import BINDING_ABI
 from kvscope.core.engine.builds import BuildError, LlamaBuild, require_built
 from kvscope.core.engine.http_bounded import Timeout, TooLarge, exchange
 from kvscope.core.engine.janitor import janitor
+from kvscope.core.errors import KvscopeError
 from kvscope.core.textsafe import safe_text
 
 _ENV_PREFIXES = ("LLAMA_", "GGML_")  # llama-server reads LLAMA_ARG_* from the environment
@@ -37,7 +38,7 @@ MAX_ANSWER = 16 << 20  # bytes of one JSON answer (a completion with top-40 prob
 _TEXT_MAX = 400  # characters of a server's message kept
 
 
-class ServerError(Exception):
+class ServerError(KvscopeError):
     """A llama-server failure: one line for the user."""
 
 

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kvscope.core.errors import InputError
 from kvscope.core.fsutil import is_temp_name
 
 MANIFEST_NAME = ".kvscope-migrate.jsonl"  # kvscope migrate's record in its destination
@@ -38,7 +39,7 @@ MAX_DEPTH = 512
 COPY_CHUNK = 8 << 20
 
 
-class SourceError(Exception):
+class SourceError(InputError):
     """SOURCE cannot be walked (no such folder, an unknown protocol, a missing fsspec driver)."""
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.engine.llamacpp import PARTIAL_ONLY, CtxParams
+from kvscope.core.errors import InputError
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import KvStream, ParseResult, Section
 from kvscope.core.reader.rotation import default_rotation, section_heads
@@ -39,7 +40,7 @@ ROT_DISABLE = "LLAMA_ATTN_ROT_DISABLE"
 _BOOL = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
-class ParamsError(ValueError):
+class ParamsError(InputError, ValueError):
     """A context parameter that cannot be used (bad ``--ctx-param``): one line."""
 
 
