@@ -198,9 +198,9 @@ class HexView(QWidget):
         self.bookmarks.jump.connect(lambda a, b: self.select_range(a, b, cursor=a))
         self.side_tabs = QTabWidget()  # the selection's values, the file's bookmarks
         self.side_tabs.setDocumentMode(True)
-        self.side_tabs.addTab(self.values, "Selection as its type")
+        self.side_tabs.addTab(self.values, "Values")
         self.side_tabs.addTab(self.bookmarks, "Bookmarks")
-        self.side_tabs.setTabToolTip(0, "the selected bytes as their record's values")
+        self.side_tabs.setTabToolTip(0, "the selected bytes as their record's values, in its own type")
         doc.bookmarks.changed.connect(self._title_bookmarks)
         sl.addWidget(self.side_tabs, 2)
         side.setMinimumWidth(200)
