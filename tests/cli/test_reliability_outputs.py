@@ -125,6 +125,7 @@ def test_killed_mid_write_leaves_nothing(tmp_path: Path, kind: str, sig: int) ->
         if p.poll() is None:
             p.kill()
             p.wait()
+        p.communicate()  # drain and close the pipes (no ResourceWarning)
     assert p.returncode != 0
     if sig != signal.SIGINT:  # SIGINT is Python's KeyboardInterrupt: a traceback and status 1
         assert p.returncode == -sig  # the process still dies of the signal
