@@ -69,14 +69,13 @@ def scan_entry(entry: Entry, model: str | None = None, target: str | None = None
 
 
 def _summarise(src: Any, model: str | None, target: str | None) -> dict[str, Any]:
-    from kvscope.core.analysis.verdict import verdict
-    from kvscope.core.reader.parse import read_state
+    from kvscope.core.analysis.inspection import inspect_source
 
     profile = _profile(model) if model else None
-    res = read_state(src, profile=profile)
-    if res.kind == "unknown":
-        src.check()
-        return {"status": "skipped", "reason": res.findings[0].message if res.findings else "not a state file"}
+    found = inspect_source(src, profile, compat=False)  # the one pipeline (the target's table comes below)
+    res = found.result
+    if not found.is_state:
+        return {"status": "skipped", "reason": found.not_state_reason()}
     sev = Counter(f.severity for f in res.findings)
     seqs: dict[str, int] = {}
     named = {s for sec in res.sections for st in sec.streams if st.cells is not None for s in st.cells.seq_set()}
@@ -92,7 +91,7 @@ def _summarise(src: Any, model: str | None, target: str | None) -> dict[str, Any
             for s in t.seq_set():
                 seqs[str(s)] = max(seqs.get(str(s), 0), int(t.cells_of_seq(s).size))
     worst = max((f.severity for f in res.findings), key=lambda s: SEVERITY_RANK[s], default=None)
-    v = verdict(res, profile)
+    v = found.verdict
     out: dict[str, Any] = {
         "status": "parsed",
         "kind": res.kind,
