@@ -121,9 +121,8 @@ def _already(path: str, size: int, mtime_ns: int, prior: dict[str, Any] | None, 
 
 
 def _migrate(path: str, ident: tuple[int, int], item: MigrateItem, opts: MigrateOptions) -> dict[str, Any]:
-    from kvscope.core.analysis.verdict import verdict
+    from kvscope.core.analysis.inspection import inspect_source
     from kvscope.core.fleet.scanfile import _profile, target_check
-    from kvscope.core.reader.parse import read_state
     from kvscope.core.reader.source import ByteSource, FileChangedError
 
     rel = item.entry.rel
@@ -135,10 +134,11 @@ def _migrate(path: str, ident: tuple[int, int], item: MigrateItem, opts: Migrate
     profile = _profile(opts.model) if opts.model else None
     try:
         with ByteSource.open(path) as src:
-            res = read_state(src, profile=profile)
-            if res.kind == "unknown":
-                return {"action": "skipped", "reason": res.findings[0].message if res.findings else "not a state file"}
-            v = verdict(res, profile)
+            found = inspect_source(src, profile, compat=False)  # the one pipeline; the target's table below
+            res = found.result
+            if not found.is_state:
+                return {"action": "skipped", "reason": found.not_state_reason()}
+            v = found.verdict
             tgt = target_check(res, profile, src, opts.layout, v.reason)
             src.check()
     except OSError as e:
@@ -146,6 +146,8 @@ def _migrate(path: str, ident: tuple[int, int], item: MigrateItem, opts: Migrate
     except (ValueError, FileChangedError) as e:  # not a regular file; changed while it was read
         return {"action": "unreadable", "reason": str(e)}
     facts = {"layout_from": res.layout.name, "kind": res.kind}
+    if v.state == "model_mismatch":  # the bytes are sound: the model given is another one
+        return facts | {"action": "cannot", "reason": f"not with the model given: {v.reason}"}
     if res.n_errors:
         return facts | {"action": "damaged", "reason": v.reason}
     if tgt["status"] == "loads":

@@ -125,3 +125,19 @@ def test_migrate_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         err = capsys.readouterr().err
         assert err.startswith("kvscope: ") and err.count("\n") == 1
     assert tree_digest(root) == before and not os.path.exists(tmp_path / "d")
+
+
+def test_a_file_of_another_model_is_not_called_damaged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With a model the files do not fit, migrate says so (``cannot``: not with that model), as the verdict
+    does (model mismatch), and never calls sound bytes damaged; the files of that model migrate."""
+    src = DATA / "llamacpp-2026-10-01"
+    root = tmp_path / "src"
+    root.mkdir()
+    for name in ("qwen2vl-f16-fa0-unified0-seq0.seqstate", "llama-f16-fa0-unified0-seq0.seqstate"):
+        shutil.copyfile(src / name, root / name)
+    rc, lines, _ = _migrate(capsys, str(root), "--layout", "v4", "--out", str(tmp_path / "dest"),
+                            "--model", str(src / "tiny-llama.gguf"))
+    other = lines["qwen2vl-f16-fa0-unified0-seq0.seqstate"]
+    assert other["action"] == "cannot" and "not with the model given" in other["reason"], other
+    assert lines["llama-f16-fa0-unified0-seq0.seqstate"]["action"] == "migrated"
+    assert rc == 1
