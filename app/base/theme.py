@@ -30,6 +30,7 @@ WARNING_COLOR = "#e15759"  # unparsed / trailing bytes, error findings
 # NaN/Inf in heatmaps (the app's and the report's): magenta, in no colour map used (CET-D1 ends in red,
 # viridis in yellow).
 NONFINITE_RGB: tuple[int, int, int] = (255, 0, 255)
+BOOKMARK_COLOR = "#e377c2"  # the underline of bookmarked bytes in the hex view
 UNTRUSTED_HATCH = "#d62728"
 SEVERITY_COLORS: dict[str, str] = {"error": "#d62728", "warning": "#e8871e", "info": "#1f77b4"}
 # Sequence colours (tab10 without red, which means "warning" everywhere else).

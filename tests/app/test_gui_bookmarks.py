@@ -53,6 +53,13 @@ def test_bookmarks_list_jump_and_persist_per_file(qtbot, open_doc, window, app_s
     assert [x.name for x in w.doc.bookmarks.items] == ["token count", leaf.path]  # in offset order
     assert hv.side_tabs.tabText(1) == "Bookmarks (2)"
     assert panel.model.rowCount() == 2 and panel.model.index(0, 0).data() == "token count"
+    # the dump underlines bookmarked bytes and names the bookmark in the byte's tooltip
+    assert hv.model.marks_at(5) == ["token count"] and hv.model.marks_at(9) == []
+    hv.ensure_visible(5)
+    cell = hv.model.cell_of(5)
+    assert cell is not None
+    row, col = cell
+    assert "bookmark: token count" in hv.model.data(hv.model.index(row, col), Qt.ItemDataRole.ToolTipRole)
     # a click on the K rows' bookmark selects those bytes again
     hv.select_range(0, 1)
     qtbot.mouseClick(panel.table.viewport(), Qt.MouseButton.LeftButton,

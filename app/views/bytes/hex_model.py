@@ -17,7 +17,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QColor, QFontDatabase, QPainter, QPen
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
-from kvscope.app.base.theme import kind_color
+from kvscope.app.base.theme import BOOKMARK_COLOR, kind_color
 from kvscope.app.document.source import IndexedBytes
 from kvscope.core.reader.tree import Node
 
@@ -42,6 +42,7 @@ class HexModel(QAbstractTableModel):
         self._dark = False
         self._font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         self._page: tuple[int, bytes] | None = None  # (first offset, bytes) of the page shown
+        self.marks: list[tuple[int, int, str]] = []  # bookmarked ranges [start, end) and their names
 
     # -- setup ------------------------------------------------------------------------------------
     def set_data(self, buf: IndexedBytes, leaves: list[Node]) -> None:
@@ -83,6 +84,15 @@ class HexModel(QAbstractTableModel):
     def set_highlight(self, start: int, end: int) -> None:
         self.highlight = (start, end) if end > start else None
         self._emit_all()
+
+    def set_marks(self, marks: list[tuple[int, int, str]]) -> None:
+        """The bookmarked ranges (underlined in the bookmark colour, named in the tooltip)."""
+        self.marks = sorted(marks)
+        self._emit_all()
+
+    def marks_at(self, offset: int) -> list[str]:
+        """The names of the bookmarks holding byte ``offset``."""
+        return [name for a, b, name in self.marks if a <= offset < b]
 
     def _emit_all(self) -> None:
         if self.rowCount():
@@ -183,7 +193,8 @@ class HexModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole and off < self.buf.size:
             leaf = self._leaf_at(off)
             where = f"\n{leaf.path} ({leaf.kind}, {leaf.status})" if leaf is not None else ""
-            return f"offset {off:,} (0x{off:x}){where}"
+            marked = "".join(f"\nbookmark: {name}" for name in self.marks_at(off))
+            return f"offset {off:,} (0x{off:x}){where}{marked}"
         return None
 
 
@@ -207,6 +218,8 @@ class HexDelegate(QStyledItemDelegate):
         painter.setPen(option.palette.text().color())
         text_rect = rect.adjusted(4, 0, -2, 0) if col == ASCII_COL else rect
         painter.drawText(text_rect, self._left if col == ASCII_COL else self._center, m.cell_text(row, col))
+        if col != ASCII_COL and m.marks and m.marks_at(m.offset_of(row, col)):
+            painter.fillRect(rect.adjusted(0, rect.height() - 3, 0, 0), QColor(BOOKMARK_COLOR))
         if option.state & QStyle.StateFlag.State_HasFocus:
             painter.setPen(QPen(option.palette.highlight().color(), 1.5))
             painter.drawRect(rect.adjusted(1, 1, -1, -1))

@@ -202,6 +202,7 @@ class HexView(QWidget):
         self.side_tabs.addTab(self.bookmarks, "Bookmarks")
         self.side_tabs.setTabToolTip(0, "the selected bytes as their record's values, in its own type")
         doc.bookmarks.changed.connect(self._title_bookmarks)
+        self._title_bookmarks()
         sl.addWidget(self.side_tabs, 2)
         side.setMinimumWidth(200)
         dump = QWidget()
@@ -417,6 +418,7 @@ class HexView(QWidget):
 
     def _title_bookmarks(self) -> None:
         n = len(self.doc.bookmarks.items)
+        self.model.set_marks([(b.start, b.end, b.name) for b in self.doc.bookmarks.items])
         self.side_tabs.setTabText(1, f"Bookmarks ({n})" if n else "Bookmarks")
 
     def bookmark_selection(self) -> None:
