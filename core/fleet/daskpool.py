@@ -30,6 +30,7 @@ answering.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -227,24 +228,29 @@ class DaskPool:
         log.propagate = False
 
     def close(self) -> None:
+        # asyncio's CancelledError is a BaseException: a cluster call cut short by a stop raises it, and
+        # the folder and processes below must go however the calls above ended
+        quiet = (Exception, asyncio.CancelledError)
         pids: list[int] = []
-        if self._cluster is not None and self.client is not None:  # our own workers, to be sure they are gone
-            with contextlib.suppress(Exception):
-                pids = [int(w["pid"]) for w in self.client.scheduler_info()["workers"].values() if "pid" in w]
-        with contextlib.suppress(Exception):
-            if self.client is not None:
-                self.client.close()
-        with contextlib.suppress(Exception):
-            if self._cluster is not None:
-                self._cluster.close()
-        self.client = self._cluster = None
-        for pid in pids:  # one its nanny did not stop in time (a loaded machine) would write into our folder
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        if self._tmp is not None:  # the marks and the workers' scratch space (no dask-scratch-space left in /tmp)
-            _remove_tree(self._tmp)
-        self._tmp = self._marks = None
-        self._unwatch_nannies()
+        try:
+            if self._cluster is not None and self.client is not None:  # our own workers, to be sure they are gone
+                with contextlib.suppress(*quiet):
+                    pids = [int(w["pid"]) for w in self.client.scheduler_info()["workers"].values() if "pid" in w]
+            with contextlib.suppress(*quiet):
+                if self.client is not None:
+                    self.client.close()
+            with contextlib.suppress(*quiet):
+                if self._cluster is not None:
+                    self._cluster.close()
+        finally:
+            self.client = self._cluster = None
+            for pid in pids:  # one its nanny did not stop in time (a loaded machine) would write into our folder
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            if self._tmp is not None:  # the marks and the workers' scratch space (no dask-scratch-space in /tmp)
+                _remove_tree(self._tmp)
+            self._tmp = self._marks = None
+            self._unwatch_nannies()
 
     def nthreads(self) -> int:
         info = self.client.scheduler_info()
