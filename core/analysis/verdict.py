@@ -43,6 +43,13 @@ State = Literal["healthy", "damaged", "suspicious", "model_mismatch", "not_state
 LEVEL_TITLE: dict[str, str] = {"healthy": "healthy", "damaged": "damaged", "suspicious": "suspicious",
                                "model_mismatch": "model mismatch", "not_state": "not a state file"}
 MODEL_ONLY_CODES = frozenset({"model_mismatch", "token_out_of_vocab"})  # errors about the model, not the bytes
+# ``kvscope verify``'s verdicts (kvscope.core.verify.result.VERDICTS) as levels: "diverges" (the state restores,
+# but the model computes beyond the engine's own variation after it) is damage a user must act on
+VERIFY_VERDICT_LEVEL: dict[str, Level] = {"ok": "healthy", "damaged": "damaged", "stale": "suspicious",
+                                          "incompatible": "suspicious", "diverges": "damaged"}
+VERIFY_VERDICT_TITLE: dict[str, str] = {"ok": "ok", "damaged": "damaged", "stale": "stale",
+                                        "incompatible": "incompatible",
+                                        "diverges": "diverges (restores, but the model computes otherwise)"}
 # A larger vocabulary than the model's: at least this share of the token ids outside it, all of them
 # ids a real vocabulary can have (the largest today hold about 2**18 tokens; random or NaN-filled
 # bytes give ids far above, negative ones none)

@@ -6,7 +6,7 @@
                    [--server URL --slot-dir DIR | --server-bin PATH] [--ctx-param KEY=VALUE]...
                    [--tokens IDS] [--next-token ID] [--json]
 
-Exit codes: 0 verdict ``ok``; 1 any other verdict (``damaged``, ``stale``, ``incompatible``); 2 usage
+Exit codes: 0 verdict ``ok``; 1 any other verdict (``damaged``, ``stale``, ``incompatible``, ``diverges``); 2 usage
 or setup errors (one line on stderr, e.g. how to install the engine). Nothing heavy is imported
 until the command runs.
 """
@@ -33,8 +33,9 @@ def register(subparsers: Any) -> None:
         "verify", help="restore a state file in real llama.cpp and compare it with a fresh prefill of its tokens",
         description="Restore FILE in a real llama.cpp (libllama or llama-server), re-prefill the file's tokens in "
                     "an empty context with the same parameters, compare the two states record by record and cell "
-                    "by cell, compare the next token's logits, and give a verdict: ok, damaged, stale or "
-                    "incompatible.")
+                    "by cell within the engine's own variation (the same tokens prefilled under other schedules), "
+                    "compare a short continuation's distributions step by step, and give a verdict: ok, damaged, "
+                    "stale, incompatible or diverges.")
     p.add_argument("file", metavar="FILE", help="a session file, sequence (slot) file, or state blob")
     p.add_argument("--model", required=True, metavar="GGUF", help="the model the state was written with")
     p.add_argument("--engine", default=VERIFY_ENGINES[0], choices=VERIFY_ENGINES,
@@ -48,6 +49,10 @@ def register(subparsers: Any) -> None:
                    "ids, or @FILE holding a JSON list or {seq: [ids]}")
     p.add_argument("--next-token", type=int, metavar="ID", help="the token decoded after the restore and after the "
                    "prefill (default: the last token)")
+    p.add_argument("--steps", type=int, default=8, metavar="N", help="tokens of the continuation decoded after the "
+                   "restore and after the prefill, compared step by step (default 8; the first is the next token)")
+    p.add_argument("--no-calibrate", action="store_true", help="skip the calibration (the prefills under other "
+                   "schedules that measure the engine's own variation): the fixed tolerances decide")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per engine call (default 600)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_verify)
@@ -92,7 +97,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         verifier = Verifier(args.file, args.model, engine=args.engine, build=args.build, lib_path=args.lib,
                             server_url=args.server, slot_dir=args.slot_dir, server_bin=args.server_bin,
                             overrides=parse_pairs(args.ctx_param, "--ctx-param"), tokens=parse_tokens(args.tokens),
-                            next_token=args.next_token, timeout_s=args.timeout)
+                            next_token=args.next_token, timeout_s=args.timeout, steps=args.steps,
+                            calibrate=not args.no_calibrate)
         res = verifier.run()
     except (UsageError, VerifyError) as e:
         print(error_line(e), file=sys.stderr)

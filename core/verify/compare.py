@@ -18,6 +18,13 @@ the engine's: every record of the fresh state is the true value of its layer, so
 that pairs each file record with the layer whose values it holds names the missing layer
 exactly. The tolerance scales with each record's RMS and with the cache type's quantization step:
 a prefill in other batch sizes, or by another build, does not give bit-identical values.
+
+A trained model amplifies that rounding layer by layer, beyond any fixed tolerance. With a
+:class:`Calibration` (built by ``calibrate`` from the same tokens prefilled under other schedules),
+each record's limits are the engine's own variation on that record times a margin: a cell is bad
+when its largest difference exceeds ``margin x`` the largest difference any schedule gave on the
+record, the record differs when its RMS difference exceeds ``margin x`` the RMS a schedule gives on
+the cells it changes; the fixed tolerance stays the floor of both.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ STATUSES = ("match", "differs", "nonfinite", "missing", "extra")
 CHUNK_CELLS = 4096  # cells compared at a time (bounds the float32 copies)
 SAMPLE_CELLS = 32  # cells an alignment cost looks at
 SKIP_COST = 1.5  # cost of leaving a record unpaired (a pair of unrelated records costs at most 2)
+MARGIN = 3.0  # a calibrated record differs beyond this many times the engine's own variation
 
 Progress = Callable[[int, int, str], None]
 
@@ -100,9 +108,53 @@ class RecordCheck:
     file_index: int | None = None  # the record's place among the stream's records in the file
     file_il: int | None = None  # the layer the file's structure gives the record, when it is not its true layer
     note: str = ""
+    cell_rms_rel: float | None = None  # RMS of the differences over the cells that differ at all / the record's RMS
+    spread_max_rel: float | None = None  # the engine's own variation (calibration): largest difference / max |value|
+    spread_rms_rel: float | None = None  # ... RMS over the cells a schedule changes / the record's RMS
+    limit_max_abs: float | None = None  # the limits applied: a cell's largest |difference|
+    limit_rms_rel: float | None = None  # ... and the record's rms_rel
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items()}
+
+
+RecordKey = tuple[str, int | None, str, int | None]  # (section role, stream, record role, layer)
+
+
+@dataclass(frozen=True)
+class RecordSpread:
+    """How much the engine's own schedules differ on one record: the largest difference of any value
+    (absolute, and relative to the largest value), and the largest RMS difference over the cells a
+    schedule changes (relative to the record's RMS)."""
+
+    max_abs: float
+    max_rel: float
+    rms_rel: float
+
+
+@dataclass
+class Calibration:
+    """Per record, the engine's own variation; the schedules it was measured with; the margin."""
+
+    spreads: dict[RecordKey, RecordSpread] = field(default_factory=dict)
+    schedules: list[dict[str, Any]] = field(default_factory=list)
+    margin: float = MARGIN
+    notes: list[str] = field(default_factory=list)
+
+    def limits(self, key: RecordKey) -> tuple[RecordSpread | None, RecordSpread | None]:
+        """(the record's own spread, the largest relative spread of the records of its cache: the same section,
+        stream and role at any layer). A few schedules sample the engine's variation on one record thinly (a
+        layer they leave bit for bit may still vary in a server's own schedule), so the limits take the
+        larger of the two, relative to the record's own values."""
+        own = self.spreads.get(key)
+        pool = [v for k, v in self.spreads.items() if k[:3] == key[:3]]
+        if not pool:
+            return own, None
+        return own, RecordSpread(0.0, max(v.max_rel for v in pool), max(v.rms_rel for v in pool))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schedules": list(self.schedules), "margin": self.margin, "records": len(self.spreads),
+                "notes": list(self.notes)}
 
 
 @dataclass
@@ -132,6 +184,7 @@ class Comparison:
     cells: list[CellsCheck] = field(default_factory=list)
     tolerance: Tolerance = field(default_factory=Tolerance)
     notes: list[str] = field(default_factory=list)
+    calibration: Calibration | None = None
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(STATUSES, 0)
@@ -152,7 +205,8 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         return {"records": [r.to_json() for r in self.records], "cells": [c.to_json() for c in self.cells],
-                "counts": self.counts(), "tolerance": self.tolerance.to_json(), "notes": list(self.notes)}
+                "counts": self.counts(), "tolerance": self.tolerance.to_json(), "notes": list(self.notes),
+                "calibration": self.calibration.to_json() if self.calibration is not None else None}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,9 +262,14 @@ def _describe_key(key: tuple[Any, ...], mode: str, index: int | None = None) -> 
 # values
 
 
-def _rows(src: ByteSource, rec: LayerRecord, idx: I64A) -> F32A:
-    """Dequantized, de-rotated rows (``record_rows`` de-rotates rows stored rotated)."""
-    return record_rows(src, rec, idx)
+def _rows(src: ByteSource, rec: LayerRecord, idx: I64A, like: LayerRecord | None = None) -> F32A:
+    """Dequantized, de-rotated rows (``record_rows`` de-rotates rows stored rotated). ``like``: the engine's
+    record whose values these bytes hold when the file's structure gives them another role (a V record read
+    as a K one after a dropped record): its rotation is the one the bytes were written with."""
+    if like is None or like.role == rec.role:
+        return record_rows(src, rec, idx)
+    raw = record_rows(src, rec, idx, derotate=False)
+    return rotate_blocks(raw, like.rot_block) if _rotated(like, raw) else raw
 
 
 def _present(src: ByteSource, rec: LayerRecord) -> int:
@@ -237,7 +296,7 @@ def _sample_cost(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerRecor
     fi, gi = fi[keep], gi[keep]
     pick = np.unique(np.linspace(0, fi.size - 1, min(SAMPLE_CELLS, fi.size)).astype(np.int64))
     try:
-        a, b = _rows(fs, fr, fi[pick]), _rows(gs, gr, gi[pick])
+        a, b = _rows(fs, fr, fi[pick], like=gr), _rows(gs, gr, gi[pick])
     except (ValueError, NotImplementedError):
         return 2.0
     with np.errstate(all="ignore"):
@@ -250,7 +309,8 @@ def _sample_cost(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerRecor
 
 def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerRecord, fi: I64A, gi: I64A,
                   tol: Tolerance, out: RecordCheck, keys: list[tuple[Any, ...]], mode: str,
-                  cancel: Callable[[], bool]) -> None:
+                  cancel: Callable[[], bool], spread: RecordSpread | None = None,
+                  margin: float = MARGIN, pooled: RecordSpread | None = None) -> None:
     if not _same_shape(fr, gr):
         out.status, out.note = "differs", (f"the file's record is {fr.type} x {_width(fr)}, the engine's "
                                             f"{gr.type} x {_width(gr)}")
@@ -260,7 +320,7 @@ def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerReco
         out.note = f"the file holds {n_present} of the record's {fr.n_rows} rows (cut short)"
     elif _same_payload(fs, fr, gs, gr, fi, gi):  # every cell in place and bit for bit: nothing to decode
         out.status, out.exact, out.n_cells = "match", True, int(fi.size)
-        out.max_abs = out.max_rel = out.rms_rel = 0.0
+        out.max_abs = out.max_rel = out.rms_rel = out.cell_rms_rel = 0.0
         return
     order = np.argsort(fi, kind="stable")  # cells in file order: the first bad cell is the file's first
     fi_o, gi_o = fi[order], gi[order]
@@ -268,6 +328,8 @@ def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerReco
     lost = int((~keep).sum())
     row_max = np.zeros(fi_o.size, np.float64)
     row_nf = np.zeros(fi_o.size, bool)
+    row_d2 = np.zeros(fi_o.size, np.float64)
+    width = 0
     sum_d2 = sum_b2 = 0.0
     ref_max = 0.0
     n_vals = 0
@@ -282,15 +344,18 @@ def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerReco
             continue
         raw_a, raw_b = record_rows(fs, fr, fidx, derotate=False), record_rows(gs, gr, gidx, derotate=False)
         exact = exact and bool(np.array_equal(raw_a, raw_b, equal_nan=True))
-        a = rotate_blocks(raw_a, fr.rot_block) if _rotated(fr, raw_a) else raw_a
+        rot = gr if fr.role != gr.role else fr  # a record read in another role holds the engine record's rows
+        a = rotate_blocks(raw_a, rot.rot_block) if _rotated(rot, raw_a) else raw_a
         b = rotate_blocks(raw_b, gr.rot_block) if _rotated(gr, raw_b) else raw_b
         at = np.flatnonzero(k) + a0
         with np.errstate(all="ignore"):
-            if not _width_of(a):
+            width = width or _width_of(a)
+            if not width:
                 continue
             if np.isfinite(a).all() and np.isfinite(b).all():  # the common case: float32 throughout
                 d = np.abs(a - b)
                 row_max[at] = d.max(axis=1)
+                row_d2[at] = np.einsum("ij,ij->i", d, d, dtype=np.float64)
                 dv, bv = d.ravel(), b.ravel()
                 sum_d2 += float(np.dot(dv, dv))
                 sum_b2 += float(np.dot(bv, bv))
@@ -301,6 +366,7 @@ def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerReco
             b64 = np.where(fb, b, 0.0).astype(np.float64)
             d64 = np.where(fa & fb, np.abs(a.astype(np.float64) - b64), 0.0)
             row_max[at] = d64.max(axis=1)
+            row_d2[at] = np.sum(d64 * d64, axis=1)
             row_nf[at] = (~fa & fb).any(axis=1)
             sum_d2 += float(np.sum(d64 * d64))
             sum_b2 += float(np.sum(b64 * b64))
@@ -309,11 +375,24 @@ def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerReco
     tol_max, tol_rms = tol.for_type(gr.type_id)
     scale = (float(np.sqrt(sum_b2 / n_vals)) if n_vals else 0.0) or 1e-12
     max_abs = float(row_max.max(initial=0.0))
-    bad = row_nf | (row_max > tol_max * scale) | ~keep
+    limit_max, limit_rms = tol_max * scale, tol_rms
+    if spread is not None:
+        out.spread_max_rel, out.spread_rms_rel = spread.max_rel, spread.rms_rel
+        limit_max, limit_rms = max(limit_max, margin * spread.max_abs), max(limit_rms, margin * spread.rms_rel)
+    if pooled is not None:
+        limit_max = max(limit_max, margin * pooled.max_rel * ref_max)
+        limit_rms = max(limit_rms, margin * pooled.rms_rel)
+    out.limit_max_abs, out.limit_rms_rel = limit_max, limit_rms
+    bad = row_nf | (row_max > limit_max) | ~keep
     out.n_cells = int(keep.sum())
     out.max_abs = max_abs
     out.max_rel = max_abs / ref_max if ref_max else (0.0 if max_abs == 0 else None)
     out.rms_rel = float(np.sqrt(sum_d2 / n_vals)) / scale if n_vals else None
+    changed = keep & (row_max > 0)
+    if n_vals and width:
+        n_changed = int(changed.sum())
+        out.cell_rms_rel = (float(np.sqrt(row_d2[changed].sum() / (n_changed * width))) / scale if n_changed
+                            else 0.0)
     out.exact = exact
     out.n_bad_cells = int(bad.sum())
     if bad.any():
@@ -323,7 +402,7 @@ def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerReco
     if nonfinite:
         out.status = "nonfinite"
         out.note = (out.note + "; " if out.note else "") + f"{nonfinite} cell(s) hold NaN/Inf"
-    elif bad.any() or (out.rms_rel is not None and out.rms_rel > tol_rms):
+    elif bad.any() or (out.rms_rel is not None and out.rms_rel > limit_rms):
         out.status = "differs"
     else:
         out.status = "match"
@@ -428,13 +507,22 @@ def _nonempty(r: LayerRecord) -> bool:
 class _Comparer:
     def __init__(self, file_res: ParseResult, fs: ByteSource, fresh_res: ParseResult, gs: ByteSource,
                  per_seq: bool, limit_pos: int | None, tol: Tolerance, progress: Progress | None,
-                 cancel: Callable[[], bool]) -> None:
+                 cancel: Callable[[], bool], calibration: Calibration | None = None) -> None:
         self.fres, self.fs, self.gres, self.gs = file_res, fs, fresh_res, gs
         self.per_seq, self.limit, self.tol = per_seq, limit_pos, tol
         self.progress, self.cancel = progress, cancel
-        self.out = Comparison(tolerance=tol)
+        self.calibration = calibration
+        self.out = Comparison(tolerance=tol, calibration=calibration)
         self.total = sum(len(u.records) for s in fresh_res.sections for u in _units(s).values()) or 1
         self.done = 0
+
+    def _spread(self, role: str, stream: int | None,
+                gr: LayerRecord) -> tuple[RecordSpread | None, float, RecordSpread | None]:
+        cal = self.calibration
+        if cal is None:
+            return None, MARGIN, None
+        own, pooled = cal.limits((role, stream, gr.role, gr.il))
+        return own, cal.margin, pooled
 
     def _tick(self, label: str) -> None:
         self.done += 1
@@ -498,7 +586,7 @@ class _Comparer:
                     chk.status, chk.note = "differs", "no rows in common"
                 else:
                     _compare_pair(self.fs, fr, self.gs, gr, rows, rows, self.tol, chk, [(i,) for i in range(n)],
-                                  "rows", self.cancel)
+                                  "rows", self.cancel, *self._spread(role, None, gr))
                 if fr.n_rows != gr.n_rows:
                     chk.status = "differs" if chk.status == "match" else chk.status
                     chk.note = (chk.note + "; " if chk.note else "") + (
@@ -572,7 +660,8 @@ class _Comparer:
                     chk.status, chk.note = "differs", chk.note or "no cell in common with the engine's state"
                 else:
                     note = chk.note
-                    _compare_pair(self.fs, fr, self.gs, gr, fi, gi, self.tol, chk, common, mode, self.cancel)
+                    _compare_pair(self.fs, fr, self.gs, gr, fi, gi, self.tol, chk, common, mode, self.cancel,
+                                  *self._spread(role, stream, gr))
                     if note and chk.note != note:
                         chk.note = note + "; " + chk.note
             self.out.records.append(chk)
@@ -582,12 +671,14 @@ class _Comparer:
 def compare_states(file_res: ParseResult, file_src: ByteSource, fresh_res: ParseResult, fresh_src: ByteSource, *,
                    per_seq: bool, limit_pos: int | None = None, tolerance: Tolerance | None = None,
                    progress: Progress | None = None,
-                   cancel: Callable[[], bool] | threading.Event | None = None) -> Comparison:
+                   cancel: Callable[[], bool] | threading.Event | None = None,
+                   calibration: Calibration | None = None) -> Comparison:
     """Every record of ``file_res`` against ``fresh_res`` (the engine's prefill of the same tokens).
 
     ``per_seq``: the two are one sequence's state (cells pair by position); ``limit_pos``: compare
     only cells below it. ``progress(done, total, label)`` after each record; ``cancel`` (a callable
-    or an Event) is checked between chunks and raises :class:`Cancelled`.
+    or an Event) is checked between chunks and raises :class:`Cancelled`. ``calibration``: the
+    engine's own variation per record, which sets the limits (the tolerance stays their floor).
     """
     if cancel is None:
         def check() -> bool:
@@ -597,4 +688,4 @@ def compare_states(file_res: ParseResult, file_src: ByteSource, fresh_res: Parse
     else:
         check = cancel
     return _Comparer(file_res, file_src, fresh_res, fresh_src, per_seq, limit_pos, tolerance or Tolerance(),
-                     progress, check).run()
+                     progress, check, calibration).run()

@@ -34,7 +34,7 @@ from kvscope.core.engine.server import ServerClient, ServerDied, ServerError, Se
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.verify.params import ContextPlan
-from kvscope.core.verify.prefill import PrefillPlan
+from kvscope.core.verify.prefill import WHOLE, PrefillPlan, Schedule
 from kvscope.core.verify.snapshot import InputError, copy_sparse, kind_of, open_regular
 
 ENGINES = VERIFY_ENGINES
@@ -108,8 +108,10 @@ class VerifyEngine:
         """Decode ``token`` after what the sequence holds now: (scores, or None and why)."""
         raise NotImplementedError
 
-    def prefill(self, plan: PrefillPlan, ctx: ContextPlan) -> bytes:
-        """Decode the plan's tokens in an empty context; the fresh state (per-sequence or whole, as the file)."""
+    def prefill(self, plan: PrefillPlan, ctx: ContextPlan, schedule: Schedule = WHOLE) -> bytes:
+        """Decode the plan's tokens in an empty context (``schedule``: in which chunks; one that keeps
+        positions of the previous prefill decodes only the rest); the fresh state (per-sequence or whole,
+        as the file)."""
         raise NotImplementedError
 
     @property
@@ -169,6 +171,7 @@ class LlamaCppEngine(VerifyEngine):
 
     def restore(self, path: str, res: ParseResult, plan: ContextPlan) -> RestoreReport:
         p = self._live()
+        p.memory_clear()  # a restore after a prefill (the behaviour's continuation) starts from empty too
         t0 = time.perf_counter()
         dest = max(plan.dest_seq, 0)
         if res.kind == "seq_file":
@@ -221,16 +224,22 @@ class LlamaCppEngine(VerifyEngine):
             return None, f"llama_decode returned {o.rc}: {engine_message(o.log, 'no message')}"
         return Logits(values=o.value), ""
 
-    def prefill(self, plan: PrefillPlan, ctx: ContextPlan) -> bytes:
+    def prefill(self, plan: PrefillPlan, ctx: ContextPlan, schedule: Schedule = WHOLE) -> bytes:
         p = self._live()
-        p.memory_clear()
+        if not any(schedule.start(len(t)) for t in plan.seqs.values()):
+            p.memory_clear()
         for seq, toks in plan.seqs.items():
-            o = p.decode(seq, toks, pos0=0)
-            if o.aborted is not None:
-                raise EngineError(f"the prefill of sequence {seq} killed the engine: {o.summary()}")
-            if o.rc != 0:
-                raise EngineError(f"llama_decode of sequence {seq}'s {len(toks)} tokens returned {o.rc}: "
-                                  f"{engine_message(o.log, 'no message')}")
+            pieces = schedule.chunks(len(toks))
+            if pieces[0][0] and not p.seq_rm(seq, pieces[0][0], -1):  # a recurrent memory keeps no prefix
+                p.seq_rm(seq, -1, -1)
+                pieces = [(0, pieces[0][0]), *pieces]
+            for a, b in pieces:
+                o = p.decode(seq, toks[a:b], pos0=a)
+                if o.aborted is not None:
+                    raise EngineError(f"the prefill of sequence {seq} killed the engine: {o.summary()}")
+                if o.rc != 0:
+                    raise EngineError(f"llama_decode of sequence {seq}'s tokens {a}..{b - 1} returned {o.rc}: "
+                                      f"{engine_message(o.log, 'no message')}")
         if ctx.per_seq:
             return p.state_seq_get_data(ctx.dest_seq, ctx.flags)
         return p.state_get_data()
@@ -414,7 +423,7 @@ class ServerEngine(VerifyEngine):
             return None, "the server returned no probabilities"
         return Logits(top=top, basis=f"top-{SERVER_TOP_K} log-probabilities from llama-server"), ""
 
-    def prefill(self, plan: PrefillPlan, ctx: ContextPlan) -> bytes:
+    def prefill(self, plan: PrefillPlan, ctx: ContextPlan, schedule: Schedule = WHOLE) -> bytes:
         if len(plan.seqs) != 1:
             raise EngineError("llama-server re-prefills one slot: this file holds several sequences")
         (seq, toks), = plan.seqs.items()
@@ -422,8 +431,11 @@ class ServerEngine(VerifyEngine):
         name = f"{self._prefix}{uuid.uuid4().hex[:8]}.bin"
         self._names.append(name)
         try:
-            self.client.slot_erase(slot)
-            self.client.complete(toks, n_predict=0, id_slot=slot)
+            pieces = schedule.chunks(len(toks))
+            if not pieces[0][0]:
+                self.client.slot_erase(slot)
+            for _a, b in pieces:  # the prompt grows a chunk a request: the server decodes only the new tokens
+                self.client.complete(toks[:b], n_predict=0, id_slot=slot)
             self.client.slot_save(slot, name)
         except ServerDied as e:  # the file's tokens killed it: an outcome
             raise EngineError(f"the re-prefill killed llama-server: {e}") from None
@@ -531,7 +543,7 @@ class TorchEngine(VerifyEngine):
     def next_logits(self, seq: int, tokens_before: list[int], token: int) -> tuple[Logits | None, str]:
         return None, "the torch engine has no forward pass"
 
-    def prefill(self, plan: PrefillPlan, ctx: ContextPlan) -> bytes:
+    def prefill(self, plan: PrefillPlan, ctx: ContextPlan, schedule: Schedule = WHOLE) -> bytes:
         raise EngineError("the torch engine has no forward pass")
 
     def close(self) -> None:

@@ -6,6 +6,10 @@ flat token array: with one sequence it is that sequence's; with several it is sp
 sequence order by each sequence's cell count, when those counts add up to it (as a caller that
 saved ``seq 0 tokens + seq 1 tokens`` wrote it), else the file cannot be re-prefilled.
 
+:class:`Schedule` says how the tokens are fed to the engine: in one batch (the default), or in
+chunks; a schedule that keeps the first positions of the previous prefill (``keep``) decodes only
+the rest, so the calibration's schedules (``calibrate``) cost little beyond the main prefill.
+
 A llama-server slot file of a multimodal prompt holds media chunks (``LLAMA_TOKEN_NULL``
 positions in its packed token payload): they cannot be re-prefilled from the file, so only the
 text before the first chunk is, and only the cells before it are compared.
@@ -20,6 +24,41 @@ from typing import Any
 from kvscope.core.reader.records import CellTable, ParseResult
 
 TOKEN_NULL = -1  # LLAMA_TOKEN_NULL: a media position in llama-server's token list
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How a prefill feeds ``n`` tokens: the first ``keep`` share of them taken from the previous prefill
+    of the same tokens (0: from an empty sequence), the rest up to the tail in ``pieces`` chunks (one
+    ``llama_decode`` call each), then the last ``tail`` tokens one at a time, as a server decodes what it
+    generates."""
+
+    name: str
+    keep: float = 0.0
+    pieces: int = 1
+    tail: int = 0
+
+    def chunks(self, n: int) -> list[tuple[int, int]]:
+        """The ``[start, end)`` ranges decoded in order (at least one token is decoded)."""
+        if n <= 0:
+            return [(0, 0)]
+        tail = min(max(0, self.tail), n - 1)
+        cut = n - tail
+        keep = max(0, min(int(n * self.keep), cut, n - 1))
+        span = cut - keep
+        step = -(-span // max(1, self.pieces)) if span else 1
+        batches = [(a, min(a + step, cut)) for a in range(keep, cut, step)]
+        return batches + [(i, i + 1) for i in range(max(cut, keep), n)]
+
+    def start(self, n: int) -> int:
+        """The first position decoded: the positions before it are the previous prefill's."""
+        return self.chunks(n)[0][0]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "keep": self.keep, "pieces": self.pieces, "tail": self.tail}
+
+
+WHOLE = Schedule("whole")  # the whole prompt in one batch (split into ubatches by llama.cpp)
 
 
 @dataclass

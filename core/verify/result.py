@@ -9,12 +9,21 @@ Verdicts:
 * ``stale``: the file restores, but its K/V are not what the model computes for its own tokens
   (every record differs, or the file holds none of the cells the tokens give): written by
   another model or build, for another prefix, or after a botched restore;
+* ``diverges``: the file restores and its records are within the engine's own variation (or
+  only some differ), but the model computes differently after the restore than after the fresh
+  prefill: a continuation step beyond the calibration's limits (``behaviour``), named with its
+  figures; the records that differ, if any, are named too;
 * ``damaged``: anything else (a failed restore, a record missing, extra, non-finite or
   differing in some layers or cells), with the records and cells named.
 
+A record ``differs`` only beyond the engine's own variation on the same tokens, measured by
+prefilling them under other schedules (``calibrate``), with the fixed tolerances as the floor.
+
 JSON keys fixed by the command's contract: ``engine`` {``kind``, ``build``}, ``restore`` {``ok``,
 ``message``}, ``records`` [{``section``, ``stream``, ``role``, ``il``, ``status``, ``max_abs``}],
-``next_token`` {``max_abs_logit_diff``, ``same_argmax``, ``kl``}, ``verdict``.
+``next_token`` {``max_abs_logit_diff``, ``same_argmax``, ``kl``}, ``verdict``; per record also
+``max_rel``/``rms_rel`` and the engine's own ``spread_max_rel``/``spread_rms_rel``; ``behaviour``
+(the continuation, step by step) and ``calibration`` (schedules, margin).
 """
 
 from __future__ import annotations
@@ -26,10 +35,11 @@ from typing import Any
 import numpy as np
 
 from kvscope.core.textsafe import safe_text
+from kvscope.core.verify.behaviour import Behaviour
 from kvscope.core.verify.compare import Comparison, RecordCheck
 from kvscope.core.verify.engines import Logits, RestoreReport
 
-VERDICTS = ("ok", "damaged", "stale", "incompatible")
+VERDICTS = ("ok", "damaged", "stale", "incompatible", "diverges")
 
 
 @dataclass
@@ -110,6 +120,7 @@ class VerifyResult:
     prefill: dict[str, Any] = field(default_factory=dict)
     comparison: Comparison | None = None
     next_token: NextToken | None = None
+    behaviour: Behaviour | None = None  # the continuation after the restore against after the prefill
     verdict: str = "damaged"
     reasons: list[str] = field(default_factory=list)
     compatibility: list[dict[str, Any]] = field(default_factory=list)
@@ -150,6 +161,9 @@ class VerifyResult:
             "cells": [c.to_json() for c in self.comparison.cells] if self.comparison is not None else [],
             "tolerance": self.comparison.tolerance.to_json() if self.comparison is not None else None,
             "next_token": self.next_token.to_json() if self.next_token is not None else None,
+            "behaviour": self.behaviour.to_json() if self.behaviour is not None else None,
+            "calibration": (self.comparison.calibration.to_json() if self.comparison is not None
+                            and self.comparison.calibration is not None else None),
             "verdict": self.verdict, "reasons": list(self.reasons), "damage": self.damage(),
             "compatibility": self.compatibility, "findings": self.findings, "notes": list(self.notes),
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()}, "cancelled": self.cancelled,
@@ -159,7 +173,8 @@ class VerifyResult:
 
 def _record_json(r: RecordCheck) -> dict[str, Any]:
     d = r.to_json()
-    for k in ("max_abs", "max_rel", "rms_rel"):
+    for k in ("max_abs", "max_rel", "rms_rel", "cell_rms_rel", "spread_max_rel", "spread_rms_rel", "limit_max_abs",
+              "limit_rms_rel"):
         d[k] = _num(d[k])
     return d
 
@@ -199,9 +214,24 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
     common = sum(c.n_common for c in cmp_.cells)
     structural = [b for b in bad if b.status in ("missing", "extra", "nonfinite")]
     every_differs = bool(cmp_.records) and len(bad) == len(cmp_.records) and not structural
+    beh = res.behaviour
+    diverging = restored and beh is not None and beh.diverges
     if restored and not bad and not cmp_.cell_problems:
+        if diverging:
+            assert beh is not None
+            res.verdict = "diverges"
+            reasons.append(beh.summary())
+            reasons.append(f"all {len(cmp_.records)} records match the engine's prefill of the file's tokens"
+                           + (" within its own variation" if cmp_.calibration is not None else "")
+                           + ": what differs is not in the records kvscope compares")
+            for note in _partial_notes(res):
+                reasons.append(note)
+            return
         res.verdict = "ok"
-        reasons.append(f"all {len(cmp_.records)} records match the engine's prefill of the file's tokens")
+        reasons.append(f"all {len(cmp_.records)} records match the engine's prefill of the file's tokens"
+                       + (" within its own variation" if cmp_.calibration is not None else ""))
+        if beh is not None and not beh.skipped:
+            reasons.append(beh.summary())
         return
     if restored and (every_differs or (not structural and common == 0 and sum(c.n_fresh for c in cmp_.cells) > 0)):
         res.verdict = "stale"
@@ -214,6 +244,8 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
     res.verdict = "damaged"
     if not restored:
         reasons.append(f"the restore failed: {r.message if r else 'not run'}")
+    elif diverging and beh is not None:
+        reasons.append(beh.summary())
     if r is not None and r.engine_fault:
         reasons.append(f"llama.cpp's own failure: {r.engine_fault}")
     for b in bad[:12]:
@@ -229,6 +261,15 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
         if c.missing or c.extra:
             reasons.append(f"{c.section}" + (f" stream {c.stream}" if c.stream is not None else "")
                            + f": {c.missing} cell(s) missing, {c.extra} extra")
+
+
+def _partial_notes(res: VerifyResult) -> list[str]:
+    """Why the restored state can lack what the prefill holds: a partial (PARTIAL_ONLY) per-sequence state."""
+    flags = int((res.context or {}).get("flags") or 0)
+    if flags & 1:
+        return ["the file is a partial per-sequence state (LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY): restored alone it "
+                "holds only the part llama.cpp saves with that flag, not the rest of the sequence's memory"]
+    return []
 
 
 def result_text(res: VerifyResult) -> str:
@@ -252,6 +293,13 @@ def result_text(res: VerifyResult) -> str:
             lines.append(f"next token {nt.token}: max |dlogit| {nt.max_abs_logit_diff:.4g}, same argmax "
                          f"{nt.same_argmax}, KL {nt.kl:.3g}" if nt.max_abs_logit_diff is not None and nt.kl is not None
                          else f"next token {nt.token}: same argmax {nt.same_argmax}")
+    b = res.behaviour
+    if b is not None and not b.skipped and b.steps:
+        kls = [x.kl for x in b.steps if x.kl is not None]
+        worst = "inf" if kls and not math.isfinite(max(kls)) else f"{max(kls):.3g}" if kls else "?"
+        lines.append(f"continuation: {len(b.steps)} steps, largest KL {worst}; the engine's own: KL {b.spread_kl:.3g}, "
+                     f"max |dlogit| {b.spread_max_abs:.3g} (limits KL {b.limit_kl:.3g}, max |dlogit| "
+                     f"{b.limit_max_abs:.3g})")
     if res.reuse is not None:
         lines.append(f"reuse: {res.reuse['line']}")
     lines.append(f"verdict: {res.verdict}")

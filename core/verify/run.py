@@ -2,10 +2,13 @@
 
 :class:`Verifier` runs: parse the file with the model, plan the re-prefill (``prefill``), derive
 the context (``params``), pick the build (the one that writes the file's layout generation, else
-the binding's own), restore the file in the engine, decode the next token, re-prefill the file's
-tokens in an empty context of the same parameters, compare the two states (``compare``), decode
-the next token again, and decide (``result.decide``). ``progress(done, total, label)`` is called as
-it goes; :meth:`Verifier.cancel` (from any thread) stops it, killing an engine call in flight.
+the binding's own), re-prefill the file's tokens in an empty context of the same parameters,
+generate a short greedy continuation from there (``behaviour``), prefill the same tokens under the
+calibration's other schedules and decode the same continuation after each (``calibrate``), restore
+the file and decode the continuation after it, compare the file's state with the prefill's record
+by record, within the engine's own variation (``compare``), and decide (``result.decide``).
+``progress(done, total, label)`` is called as it goes; :meth:`Verifier.cancel` (from any thread)
+stops it, killing an engine call in flight.
 Setup problems (no engine, a file that is not a state, a bad parameter) raise :class:`VerifyError`.
 """
 
@@ -22,33 +25,37 @@ from kvscope.core.analysis.compat import compatibility
 from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.choose import build_for_layout
 from kvscope.core.engine.llamacpp import EngineError, EngineSetupError
+from kvscope.core.errors import KvscopeError
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import ReadError, read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.source import ByteSource
+from kvscope.core.verify.behaviour import STEPS, Behaviour, forced, greedy, judge
+from kvscope.core.verify.calibrate import measure, schedules_for
 from kvscope.core.verify.compare import Cancelled, Tolerance, compare_states
 from kvscope.core.verify.engines import (
     ENGINES,
     EngineUnavailable,
     LlamaCppEngine,
     Logits,
+    RestoreReport,
     ServerEngine,
     TorchEngine,
     VerifyEngine,
 )
 from kvscope.core.verify.params import PER_SEQ_KINDS, ROT_DISABLE, ContextPlan, ParamsError, context_for, source_seq
-from kvscope.core.verify.prefill import PrefillPlan, plan_prefill
+from kvscope.core.verify.prefill import PrefillPlan, Schedule, plan_prefill
 from kvscope.core.verify.result import NextToken, VerifyResult, compare_logits, decide
 from kvscope.core.verify.snapshot import InputError, Snapshot
 
 Progress = Callable[[int, int, str], None]
-_WEIGHTS = (("parse", 5), ("start", 10), ("restore", 10), ("next_restored", 5), ("prefill", 30),
-            ("compare", 35), ("next_fresh", 5))
+_WEIGHTS = (("parse", 5), ("start", 10), ("prefill", 25), ("next_fresh", 10), ("calibrate", 20), ("restore", 5),
+            ("next_restored", 10), ("compare", 15))
 _TOTAL = sum(w for _, w in _WEIGHTS)
 _INCOMPATIBLE_WORDS = ("unknown (magic, version)", "incompatible key rotation", "incompatible value rotation")
 
 
-class VerifyError(Exception):
+class VerifyError(KvscopeError):
     """verify cannot run (bad input, no engine): one line for the user."""
 
 
@@ -61,7 +68,7 @@ class Verifier:
                  overrides: Mapping[str, str] | None = None,
                  tokens: Sequence[int] | Mapping[int, Sequence[int]] | None = None, next_token: int | None = None,
                  tolerance: Tolerance | None = None, progress: Progress | None = None, timeout_s: float = 600.0,
-                 profile: ModelProfile | None = None) -> None:
+                 profile: ModelProfile | None = None, steps: int = STEPS, calibrate: bool = True) -> None:
         if engine not in ENGINES:
             raise VerifyError(f"unknown engine {engine!r} ({', '.join(ENGINES)})")
         if engine != "server" and (server_url or slot_dir or server_bin):
@@ -77,6 +84,9 @@ class Verifier:
         self.tokens, self.next_token = tokens, next_token
         self.tolerance = tolerance or Tolerance()
         self.progress, self.timeout_s, self.profile = progress, timeout_s, profile
+        if not 1 <= steps <= 256:
+            raise VerifyError(f"--steps {steps}: expected 1 to 256 continuation tokens")
+        self.steps, self.calibrate = steps, calibrate
         self._cancel = threading.Event()
         self._engine: VerifyEngine | None = None
         self._snapshot: Snapshot | None = None  # the private copy every step reads
@@ -100,6 +110,8 @@ class Verifier:
         self._done = sum(w for n, w in _WEIGHTS[: [n for n, _ in _WEIGHTS].index(name)])
         if self.progress is not None:
             self.progress(self._done, _TOTAL, label)
+            if self._cancel.is_set():  # cancelled from the progress callback: the step does not start
+                raise Cancelled
 
     def _sub(self, name: str) -> Progress:
         weight = dict(_WEIGHTS)[name]
@@ -262,6 +274,7 @@ class Verifier:
         self._run_steps(trial, res, prof, plan, alt, engine)
         if trial.comparison is not None and not trial.comparison.bad_records():
             out.restore, out.comparison, out.next_token = trial.restore, trial.comparison, trial.next_token
+            out.behaviour = trial.behaviour
             out.context = alt.to_json()
             out.notes.append(f"layout {res.layout.name} does not record the rotation: with rotation {flipped} "
                              f"({ROT_DISABLE}={'1' if flipped == 'off' else 'unset'}) every record matches, so the "
@@ -289,33 +302,25 @@ class Verifier:
         entry = next((c for c in compat if c.generation == gen), None)
         return entry is not None and entry.loads is False
 
+    def _restore(self, out: VerifyResult, res: ParseResult, ctx: ContextPlan, engine: VerifyEngine) -> RestoreReport:
+        self._step("restore", f"restoring in {engine.kind}")
+        rep = out.restore = engine.restore(self._input(), res, ctx)
+        rep.message = rep.message.replace(self._input(), self.path)
+        out.seconds["restore"] = rep.seconds
+        return rep
+
     def _run_steps(self, out: VerifyResult, res: ParseResult, prof: ModelProfile, plan: PrefillPlan,
                    ctx: ContextPlan, engine: VerifyEngine) -> None:
-        self._step("restore", f"restoring in {engine.kind}")
-        out.restore = engine.restore(self._input(), res, ctx)
-        out.restore.message = out.restore.message.replace(self._input(), self.path)
-        out.seconds["restore"] = out.restore.seconds
-        nt = NextToken(plan.next_token, plan.next_seq)
-        restored_logits: Logits | None = None
-        if plan.next_token is None:
-            nt.skipped = "no token to decode next" if plan.possible else (plan.reason or "nothing to decode")
-        elif not out.restore.ok:
-            nt.skipped = "the restore failed"
-        elif not engine.can_prefill:
-            nt.skipped = "the torch engine has no forward pass"
-        else:
-            self._step("next_restored", "next token after the restore")
-            t0 = time.perf_counter()
-            before = list(res.tokens) if engine.kind == "server" else plan.seqs.get(plan.next_seq, [])
-            restored_logits, why = engine.next_logits(plan.next_seq, before, plan.next_token)
-            out.seconds["next_restored"] = time.perf_counter() - t0
-            if engine.kind == "server":  # that completion continued the slot: the server's reuse of it
-                from kvscope.core.verify.reuse import engine_reuse
-
-                out.reuse = engine_reuse(engine, len(before))
-            if restored_logits is None:
-                nt.skipped = f"decoding after the restore failed: {why}"
+        seq = plan.next_seq
+        nt = NextToken(plan.next_token, seq)
         if not plan.possible or not engine.can_prefill:
+            restored = self._restore(out, res, ctx, engine)
+            if plan.next_token is None:
+                nt.skipped = "no token to decode next" if plan.possible else (plan.reason or "nothing to decode")
+            elif not restored.ok:
+                nt.skipped = "the restore failed"
+            else:
+                nt.skipped = "the torch engine has no forward pass"
             if not engine.can_prefill:
                 out.notes.append("the torch engine restores only: the K/V are not compared with the model")
             out.next_token = nt if plan.next_token is not None or nt.skipped else None
@@ -327,28 +332,94 @@ class Verifier:
         except EngineError as e:  # the file's tokens broke the engine (a crash, a decode error): an outcome
             out.prefill["failed"] = str(e)
             out.notes.append(f"the re-prefill failed: {e}")
+            self._restore(out, res, ctx, engine)
+            nt.skipped = "the re-prefill failed"
             out.next_token = nt
             return
         out.seconds["prefill"] = time.perf_counter() - t0
+        tokens: list[int] = []
+        fresh_logits: list[Logits] = []
+        why = "no token to decode next"
+        if plan.next_token is not None:
+            self._step("next_fresh", f"a {self.steps}-token continuation after the prefill")
+            t0 = time.perf_counter()
+            tokens, fresh_logits, why = greedy(engine.next_logits, seq, plan.seqs[seq], plan.next_token, self.steps)
+            out.seconds["next_fresh"] = time.perf_counter() - t0
+        states, sched_logits = self._schedules(out, plan, ctx, engine, tokens[:len(fresh_logits)])
+        restored = self._restore(out, res, ctx, engine)
+        restored_logits: list[Logits] = []
+        why_r = "the restore failed"
+        if restored.ok and fresh_logits:
+            self._step("next_restored", "the continuation after the restore")
+            t0 = time.perf_counter()
+            before = list(res.tokens) if engine.kind == "server" else plan.seqs.get(seq, [])
+            first, why_r = engine.next_logits(seq, before, tokens[0])
+            if engine.kind == "server":  # that completion continued the slot: the server's reuse of it
+                from kvscope.core.verify.reuse import engine_reuse
+
+                out.reuse = engine_reuse(engine, len(before))
+            if first is not None:
+                rest, why_r = forced(engine.next_logits, seq, [*before, tokens[0]], tokens[1:len(fresh_logits)])
+                restored_logits = [first, *rest]
+            out.seconds["next_restored"] = time.perf_counter() - t0
         self._step("compare", "comparing the records")
         t0 = time.perf_counter()
         fresh_res = read_state(data=fresh, profile=prof)
+        fresh_src = ByteSource(fresh)
+        calibration = None
+        if states:
+            calibration = measure(fresh_res, fresh_src, states, per_seq=ctx.per_seq, limit_pos=plan.limit_pos,
+                                  tolerance=self.tolerance, read=lambda d: read_state(data=d, profile=prof),
+                                  cancel=self._cancel)
         with ByteSource.open(self._input()) as fsrc:
-            out.comparison = compare_states(res, fsrc, fresh_res, ByteSource(fresh), per_seq=ctx.per_seq,
+            out.comparison = compare_states(res, fsrc, fresh_res, fresh_src, per_seq=ctx.per_seq,
                                             limit_pos=plan.limit_pos, tolerance=self.tolerance,
-                                            progress=self._sub("compare"), cancel=self._cancel)
-        del fresh
+                                            progress=self._sub("compare"), cancel=self._cancel,
+                                            calibration=calibration)
+        del fresh, states
         out.seconds["compare"] = time.perf_counter() - t0
-        if restored_logits is not None and plan.next_token is not None:
-            self._step("next_fresh", "next token after the prefill")
-            t0 = time.perf_counter()
-            fresh_logits, why = engine.next_logits(plan.next_seq, plan.seqs[plan.next_seq], plan.next_token)
-            out.seconds["next_fresh"] = time.perf_counter() - t0
-            if fresh_logits is None:
-                nt.skipped = f"decoding after the prefill failed: {why}"
-            else:
-                nt = compare_logits(restored_logits, fresh_logits, plan.next_token, plan.next_seq)
+        if plan.next_token is None:
+            nt.skipped = "no token to decode next"
+        elif not restored.ok:
+            nt.skipped = "the restore failed"
+        elif not fresh_logits:
+            nt.skipped = f"decoding after the prefill failed: {why}"
+        elif not restored_logits:
+            nt.skipped = f"decoding after the restore failed: {why_r}"
+        else:
+            nt = compare_logits(restored_logits[0], fresh_logits[0], plan.next_token, seq)
+            out.behaviour = judge(seq, tokens, fresh_logits, restored_logits, sched_logits, wanted=self.steps)
+            if len(restored_logits) < len(fresh_logits):
+                out.behaviour.notes.append(f"the restored continuation stopped after {len(restored_logits)} "
+                                           f"step(s): {why_r}")
+        if out.behaviour is None:
+            out.behaviour = Behaviour(seq, self.steps, skipped=nt.skipped or "not run")
         out.next_token = nt
+
+    def _schedules(self, out: VerifyResult, plan: PrefillPlan, ctx: ContextPlan, engine: VerifyEngine,
+                   tokens: list[int]) -> tuple[list[tuple[Schedule, bytes]], dict[str, list[Logits]]]:
+        """The calibration's schedules: each one's state, and the continuation decoded after it."""
+        states: list[tuple[Schedule, bytes]] = []
+        logits: dict[str, list[Logits]] = {}
+        if not self.calibrate:
+            out.notes.append("calibration off (--no-calibrate): the fixed tolerances and floors decide")
+            return states, logits
+        self._step("calibrate", "measuring the engine's own variation")
+        t0 = time.perf_counter()
+        for sched in schedules_for(plan):
+            if self._cancel.is_set():
+                raise Cancelled
+            try:
+                states.append((sched, engine.prefill(plan, ctx, sched)))
+            except EngineError as e:
+                out.notes.append(f"the calibration's {sched.name} schedule failed ({e}): it is left out")
+                continue
+            if tokens:
+                got, _why = forced(engine.next_logits, plan.next_seq, plan.seqs[plan.next_seq], tokens)
+                if len(got) == len(tokens):
+                    logits[sched.name] = got
+        out.seconds["calibrate"] = time.perf_counter() - t0
+        return states, logits
 
 
 def verify(path: str | os.PathLike[str], model: str | os.PathLike[str], **kw: Any) -> VerifyResult:
