@@ -1,0 +1,240 @@
+"""``kvscope repair``: rebuild a healthy state of the same kind from the file's own tokens.
+
+:func:`repair` reads FILE with the model, plans the re-prefill of its tokens (``prefill``: a blob
+needs ``tokens``; media chunks cannot be re-prefilled), derives the context (``params``) and picks
+the pinned build that writes the file's layout generation. The engine then prefills the tokens
+into the file's sequence and saves the state the way the file was saved:
+
+* a llama-server slot (its ``server_tokens`` payload): a llama-server of that build on the same
+  cache settings, one prompt-only completion in the slot and its own slot save, so the result is a
+  slot file llama-server restores;
+* a sequence file: ``llama_state_seq_save_file`` of the sequence; a session file:
+  ``llama_state_save_file``; a blob: ``llama_state_seq_get_data_ext`` (with the file's flags) or
+  ``llama_state_get_data``.
+
+The rebuilt state is verified (``run.Verifier``: the same kind, layout and sequence, verdict ``ok``)
+in a private temporary folder, and only then written to OUT atomically. OUT never names the input.
+Anything that prevents a faithful rebuild raises :class:`RepairError` (one line).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvscope.core.engine.builds import BuildError, by_name
+from kvscope.core.engine.choose import build_for_layout
+from kvscope.core.engine.llamacpp import EngineError, LlamaProcess
+from kvscope.core.fsutil import write_atomic
+from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
+from kvscope.core.reader.parse import ReadError, read_state
+from kvscope.core.reader.records import ParseResult
+from kvscope.core.verify.engines import EngineUnavailable, LlamaCppEngine, ServerEngine
+from kvscope.core.verify.params import PER_SEQ_KINDS, ContextPlan, ParamsError, context_for, source_seq
+from kvscope.core.verify.prefill import PrefillPlan, plan_prefill
+from kvscope.core.verify.result import VerifyResult
+from kvscope.core.verify.run import Verifier, VerifyError
+
+SERVER_TOKENS = "server_tokens"  # the token payload format of a llama-server slot save
+
+
+class RepairError(Exception):
+    """The file cannot be rebuilt faithfully: one line for the user."""
+
+
+@dataclass
+class RepairResult:
+    """What was rebuilt, how, and the verification of the rebuilt state."""
+
+    file: str
+    output: str
+    kind: str
+    layout: str
+    build: str
+    writer: str
+    seqs: dict[int, int] = field(default_factory=dict)  # sequence -> tokens re-prefilled
+    size: int = 0
+    verify: VerifyResult | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "output": self.output, "kind": self.kind, "layout": self.layout,
+                "build": self.build, "writer": self.writer, "seqs": {str(k): v for k, v in self.seqs.items()},
+                "size": self.size, "verify": self.verify.to_json() if self.verify is not None else None,
+                "seconds": {k: round(v, 3) for k, v in self.seconds.items()}, "notes": list(self.notes)}
+
+    def text(self) -> str:
+        v = self.verify
+        lines = [f"{self.file}: {self.kind}, layout {self.layout}",
+                 f"rebuilt with llama.cpp {self.build} ({self.writer}) from "
+                 + ", ".join(f"sequence {s}'s {n} tokens" for s, n in self.seqs.items()),
+                 f"verified: {v.verdict if v is not None else 'not run'}"
+                 + (f" ({v.reasons[0]})" if v is not None and v.reasons else ""),
+                 f"written: {self.output} ({self.size:,} bytes)"]
+        return "\n".join(lines + [f"note: {n}" for n in self.notes]) + "\n"
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _profile(model: str) -> ModelProfile:
+    if not os.path.isfile(model):
+        raise RepairError(f"{model}: no such model file")
+    try:
+        return load_model_profile(model)
+    except ModelProfileError as e:
+        raise RepairError(f"cannot use model {model}: {e}") from None
+
+
+def _swa_full(res: ParseResult, plan: PrefillPlan) -> bool:
+    """Whether the file's SWA cache held every cell (``--swa-full``): it holds as many cells as tokens."""
+    n = plan.n_tokens
+    for sec in res.sections:
+        if sec.kind == "kv" and sec.role == "kv_swa":
+            return max((st.cell_count for st in sec.streams), default=0) >= n
+    return True
+
+
+def _plan(res: ParseResult, path: str, tokens: Sequence[int] | Mapping[int, Sequence[int]] | None) -> PrefillPlan:
+    dest = source_seq(res) if res.kind in PER_SEQ_KINDS else -1
+    plan = plan_prefill(res, dest, tokens)
+    if plan.limit_pos is not None:
+        raise RepairError(f"{path}: the prompt holds {plan.n_media} media chunk(s) from position {plan.limit_pos}: "
+                          "they cannot be re-prefilled from the file")
+    if not plan.possible:
+        raise RepairError(f"{path}: cannot be re-prefilled: {plan.reason}")
+    return plan
+
+
+def _build(res: ParseResult, build: str | None) -> str:
+    try:
+        name = by_name(build).name if build is not None else build_for_layout(res.layout.name).build.name
+        writes = by_name(name).writes
+    except BuildError as e:
+        raise RepairError(str(e)) from None
+    if writes != res.layout.name:
+        raise RepairError(f"no pinned llama.cpp build writes layout {res.layout.name} ({name} writes {writes}): "
+                          "the rebuilt state would be of another layout generation")
+    return name
+
+
+def _rebuild(res: ParseResult, model: str, plan: PrefillPlan, ctx: ContextPlan, build: str, dest: str,
+             timeout_s: float, prof: ModelProfile) -> str:
+    """Prefill the tokens and save the state as the file was saved, into ``dest``; the writer's name."""
+    slot = res.kind == "seq_file" and (res.token_payload or {}).get("format") == SERVER_TOKENS
+    if slot:
+        srv = ServerEngine(model, ctx.ctx, build=build, timeout_s=timeout_s, profile=prof)
+        try:
+            data = srv.prefill(plan, ctx)
+        finally:
+            srv.close()
+        with open(dest, "wb") as fh:
+            fh.write(data)
+        return "llama-server's slot save"
+    if res.kind in ("seq_blob", "context_blob"):
+        eng = LlamaCppEngine(model, ctx.ctx, build=build, timeout_s=timeout_s)
+        try:
+            data = eng.prefill(plan, ctx)
+        finally:
+            eng.close()
+        with open(dest, "wb") as fh:
+            fh.write(data)
+        return "llama_state_seq_get_data_ext" if res.kind == "seq_blob" else "llama_state_get_data"
+    with LlamaProcess(model, ctx.ctx, build=build, timeout_s=timeout_s) as p:
+        for seq, toks in plan.seqs.items():
+            o = p.decode(seq, toks, pos0=0)
+            if o.rc != 0 or o.aborted is not None:
+                raise RepairError(f"the engine cannot prefill sequence {seq}'s {len(toks)} tokens: {o.summary()}")
+        if res.kind == "seq_file":
+            seq = ctx.dest_seq
+            o = p.state_seq_save_file(dest, seq, plan.seqs[seq])
+            ok, writer = bool(o.ok and o.value), "llama_state_seq_save_file"
+        else:
+            flat = [t for s in sorted(plan.seqs) for t in plan.seqs[s]]
+            o = p.state_save_file(dest, flat)
+            ok, writer = bool(o.ok and o.value), "llama_state_save_file"
+        if not ok:
+            raise RepairError(f"{writer} failed: {o.summary()}")
+    return writer
+
+
+def repair(path: str | os.PathLike[str], model: str | os.PathLike[str], out: str | os.PathLike[str], *,
+           tokens: Sequence[int] | Mapping[int, Sequence[int]] | None = None, build: str | None = None,
+           timeout_s: float = 600.0) -> RepairResult:
+    """Rebuild FILE's state from its tokens into OUT (verified first); raises :class:`RepairError`."""
+    path, model, out = os.fspath(path), os.fspath(model), os.fspath(out)
+    if _same_file(path, out):
+        raise RepairError(f"{out} is the input file: repair never overwrites it (give another -o)")
+    if os.path.isdir(out):
+        raise RepairError(f"{out} is a folder: give the output file's name")
+    prof = _profile(model)
+    t0 = time.perf_counter()
+    try:
+        res = read_state(path, profile=prof)
+    except ReadError as e:
+        raise RepairError(str(e)) from None
+    if res.kind == "unknown":
+        raise RepairError(f"{path}: not a llama.cpp state file")
+    plan = _plan(res, path, tokens)
+    name = _build(res, build)
+    try:
+        ctx = context_for(res, prof, plan.n_tokens)
+    except ParamsError as e:
+        raise RepairError(str(e)) from None
+    swa_full = _swa_full(res, plan)
+    if swa_full != ctx.ctx.swa_full:
+        ctx = dataclasses.replace(ctx, ctx=dataclasses.replace(ctx.ctx, swa_full=swa_full))
+    result = RepairResult(path, out, res.kind, res.layout.name, name, "",
+                          {s: len(t) for s, t in plan.seqs.items()})
+    result.seconds["parse"] = time.perf_counter() - t0
+    work = tempfile.mkdtemp(prefix="kvscope-repair-")
+    try:
+        rebuilt = os.path.join(work, "rebuilt" + os.path.splitext(path)[1])
+        t0 = time.perf_counter()
+        try:
+            result.writer = _rebuild(res, model, plan, ctx, name, rebuilt, timeout_s, prof)
+        except (EngineError, EngineUnavailable) as e:
+            raise RepairError(f"the engine failed rebuilding the state: {e}") from None
+        result.seconds["rebuild"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        got = read_state(rebuilt, profile=prof)
+        if (got.kind, got.layout.name) != (res.kind, res.layout.name):
+            raise RepairError(f"the rebuilt state is a {got.kind} of layout {got.layout.name}, not a {res.kind} of "
+                              f"{res.layout.name}: not written")
+        if res.kind in PER_SEQ_KINDS and source_seq(got) != source_seq(res):
+            raise RepairError(f"the rebuilt state is sequence {source_seq(got)}'s, the file sequence "
+                              f"{source_seq(res)}'s: not written")
+        engine = "server" if result.writer == "llama-server's slot save" else "llama.cpp"
+        try:
+            v = Verifier(rebuilt, model, engine=engine, build=name, tokens=tokens, profile=prof,
+                         timeout_s=timeout_s).run()
+        except VerifyError as e:
+            raise RepairError(f"the rebuilt state cannot be verified: {e}") from None
+        result.seconds["verify"] = time.perf_counter() - t0
+        v.file = out
+        result.verify = v
+        if v.verdict != "ok":
+            raise RepairError(f"the rebuilt state does not verify ({v.verdict}: "
+                              f"{v.reasons[0] if v.reasons else 'no reason'}): not written")
+        with open(rebuilt, "rb") as fh:
+            data = fh.read()
+        write_atomic(out, data, "repair")
+        result.size = len(data)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if not swa_full:
+        result.notes.append("the file's SWA cache holds only the window: rebuilt without --swa-full, as it was saved")
+    return result
