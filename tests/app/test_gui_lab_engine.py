@@ -88,7 +88,7 @@ def test_view_only_injected_disagreement_is_highlighted(qtbot, window, pinned, t
         assert "≠ the core and llama.cpp disagree on this case" in tip
         assert "state_after: core 7372, llama.cpp 7380 (the states afterwards differ from byte 40)" in tip
     assert not m.index(0, 0).data(DISAGREE_ROLE)
-    assert "1 case(s) where the core and the engine disagree" in lab.controls.status.text()
+    assert "1 case where the core and the engine disagree" in lab.controls.status.text()
     assert "purple frame" in lab.legend.text()
     lab.select_cell("cell_count_zero", "contained", "buffer")
     text = lab.detail.text.toPlainText()
