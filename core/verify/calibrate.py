@@ -6,14 +6,17 @@ model amplifies that layer by layer. So besides the main prefill (the whole prom
 the engine prefills the same tokens under other :data:`SCHEDULES`:
 
 * ``tail``: the main prefill's state with its last :data:`TAIL` tokens decoded again one at a time;
-* ``ubatch``: its first half kept, the second half decoded in four chunks (another ubatch size).
+* ``ubatch``: its first three quarters kept, the last quarter decoded in four chunks (another
+  ubatch size).
 
-Each keeps what the previous prefill left (``Schedule.keep``), so both cost a few decodes and half
-a prefill. Every schedule's state is compared with the main prefill's (:func:`measure`): per record
-the largest difference of any value and the RMS over the cells the schedule changes give a
-:class:`~kvscope.core.verify.compare.RecordSpread`, and the file's record differs only beyond
-``margin x`` that (``compare``). On a model whose schedules agree bit for bit (random weights) the
-spread is zero and the fixed tolerance, the floor, decides as before.
+Each keeps what the previous prefill left (``Schedule.keep``), so both cost a few decodes and about
+a third of a prefill (the last tokens attend to the most). Every schedule's state is compared with
+the main prefill's (:func:`measure`): per record the largest difference of any value and the RMS
+over the cells the schedule changes give a :class:`~kvscope.core.verify.compare.RecordSpread`, and
+the file's record differs only beyond ``margin x`` that, or ``margin x`` the largest relative
+spread of its cache's records (``Calibration.limits``: a few schedules sample one record's
+variation thinly). On a model whose schedules agree bit for bit (random weights) the spread is zero
+and the fixed tolerance, the floor, decides as before.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from kvscope.core.verify.compare import MARGIN, Calibration, RecordKey, RecordSp
 from kvscope.core.verify.prefill import PrefillPlan, Schedule
 
 TAIL = 8  # tokens the tail schedule decodes one at a time (a server generates them so)
-SCHEDULES = (Schedule("tail", keep=1.0, tail=TAIL), Schedule("ubatch", keep=0.5, pieces=4))
+SCHEDULES = (Schedule("tail", keep=1.0, tail=TAIL), Schedule("ubatch", keep=0.75, pieces=4))
 MIN_TOKENS = 4  # a shorter prompt has no schedule worth the name: the floor decides
 
 
