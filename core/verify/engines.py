@@ -31,6 +31,7 @@ from kvscope.core.engine.choices import VERIFY_ENGINES
 from kvscope.core.engine.janitor import janitor
 from kvscope.core.engine.llamacpp import ABIWarning, CtxParams, EngineError, LlamaProcess, Outcome, short_line
 from kvscope.core.engine.server import ServerClient, ServerDied, ServerError, ServerHTTPError, ServerProcess
+from kvscope.core.errors import SetupError
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.verify.params import ContextPlan
@@ -79,7 +80,7 @@ def partial_utf8_tokens(profile: ModelProfile) -> list[int]:
     return [i for i in range(profile.n_vocab) if "\ufffd" in profile.detokenize([i])]
 
 
-class EngineUnavailable(Exception):
+class EngineUnavailable(SetupError):
     """The engine cannot be started or reached: one line saying how to get it."""
 
 
