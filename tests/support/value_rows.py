@@ -1,7 +1,7 @@
 """Raw K/V rows of the five types the compiled value kernel takes (f16, bf16, f32, q8_0, q4_0), with
 the bit patterns that matter written where a test asks: subnormals, the largest finite values,
 zeros of both signs, Inf and NaN of several payloads, all-zero rows. The kernel's tests
-(tests/test_derotate_kernel.py) and the scan's (tests/test_stats.py) draw from them."""
+(tests/analysis/test_derotate_kernel.py) and the scan's (tests/analysis/test_stats.py) draw from them."""
 
 from __future__ import annotations
 

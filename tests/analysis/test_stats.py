@@ -25,7 +25,7 @@ from kvscope.core.reader.records import KvStream, LayerRecord, LayoutChoice, Par
 from kvscope.core.reader.tree import Node
 from tests.support.value_rows import ELEMENT_TYPES, KERNEL_TYPES, SPECIAL, plain_rows
 
-D = Path(__file__).parent / "data" / "llamacpp-2026-10-01"
+D = Path(__file__).parent.parent / "data" / "llamacpp-2026-10-01"
 CTX = D / "llama-f16-fa0-unified0-ctx.state.bin"  # 3 streams, v_trans=1, f16
 SMALL = [
     CTX,
