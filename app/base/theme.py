@@ -10,6 +10,8 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
+from kvscope.core.analysis.verdict import VERIFY_VERDICT_LEVEL
+
 # Leaf kinds of the structure tree (kvscope.core.reader.tree.LEAF_KINDS) -> colour.
 KIND_COLORS: dict[str, str] = {
     "field": "#8da0cb",
@@ -45,8 +47,7 @@ VERDICT_COLORS: dict[str, tuple[str, str]] = {
 }
 
 # ``kvscope verify``: verdict -> verdict level (the colour above), record status -> fill (both palettes).
-VERIFY_LEVELS: dict[str, str] = {"ok": "healthy", "damaged": "damaged", "stale": "suspicious",
-                                 "incompatible": "suspicious"}
+VERIFY_LEVELS: dict[str, str] = dict(VERIFY_VERDICT_LEVEL)  # the core's map (diverges is damaged)
 VERIFY_STATUS_COLORS: dict[str, str] = {"match": "#59a14f", "differs": "#f28e2b", "nonfinite": "#e15759",
                                         "missing": "#b07aa1", "extra": "#9c755f"}
 VERIFY_STATUS_TEXT: dict[str, str] = {
