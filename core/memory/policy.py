@@ -54,6 +54,10 @@ class LlamaMemory(Protocol):
 GIB = 1 << 30
 
 
+def _cells(n: int) -> str:
+    return f"{n} cell{'' if n == 1 else 's'}"
+
+
 def ubatch_reserve_bytes(n_tokens: int, n_pos_per_embd: int) -> int:
     """Bytes ``llama_batch_allocr::ubatch_reserve(n_tokens, 1)`` allocates (token, pos, n_seq_id,
     seq_id pointer and output flag per token), the allocation a legacy restore attempted."""
@@ -81,7 +85,7 @@ class FailurePolicy:
         r.act(f"{cache.name}: seq_rm({seq_id})")
         if not sinfo.empty() and sinfo.idxs[0].size:
             cache.zero_cells(strm, sinfo.idxs[0])
-            r.act(f"{cache.name}: zero {sinfo.idxs[0].size} cells of stream {strm}")
+            r.act(f"{cache.name}: zero {_cells(sinfo.idxs[0].size)} of stream {strm}")
 
     def recurrent_failure(self, mem: RecurrentMemory, seq_id: int, head: int, count: int, r: ReadCtx) -> None:
         """``llama_memory_recurrent::state_clear``."""
@@ -225,7 +229,7 @@ def state_clear(cache: KvCache, seq_id: int, r: ReadCtx, why: str) -> None:
     r.act(f"{cache.name}: seq_rm({seq_id}) ({why})")
     if alone.size:
         cache.zero_cells(strm, alone)
-        r.act(f"{cache.name}: zero {alone.size} cells of stream {strm} ({why})")
+        r.act(f"{cache.name}: zero {_cells(alone.size)} of stream {strm} ({why})")
 
 
 def make_policy(policy: str | FailurePolicy) -> FailurePolicy:

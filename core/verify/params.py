@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.analysis.verdict import plural
 from kvscope.core.engine.llamacpp import PARTIAL_ONLY, CtxParams
 from kvscope.core.errors import InputError
 from kvscope.core.model.profile import ModelProfile
@@ -177,8 +178,8 @@ def context_for(res: ParseResult, profile: ModelProfile | None = None, n_tokens:
     per_stream = pad(max(cells, n_tokens) + 1)
     n_ctx = per_stream * (n_stream if n_stream > 1 else 1)
     sources["n_ctx"] = "file"
-    notes.append(f"capacity is not recorded: {per_stream} cells per stream (the file's {cells} cells, {n_tokens} "
-                 "tokens to re-prefill and one more, padded to 256)")
+    notes.append(f"capacity is not recorded: {per_stream} cells per stream (the file's {plural(cells, 'cell')}, "
+                 f"{plural(n_tokens, 'token')} to re-prefill and one more, padded to 256)")
     found = _first_data_stream(res)
     type_k = type_v = "f16"
     flash: bool | None = None

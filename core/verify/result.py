@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from kvscope.core.analysis.verdict import plural
 from kvscope.core.textsafe import safe_text
 from kvscope.core.verify.behaviour import Behaviour
 from kvscope.core.verify.compare import Comparison, RecordCheck
@@ -236,7 +237,8 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
     if restored and (every_differs or (not structural and common == 0 and sum(c.n_fresh for c in cmp_.cells) > 0)):
         res.verdict = "stale"
         if common == 0:
-            reasons.append(f"the file holds none of the cells its tokens give ({file_cells} cells in the file)")
+            reasons.append("the file holds none of the cells its tokens give "
+                           f"({plural(file_cells, 'cell')} in the file)")
         else:
             reasons.append(f"every one of the {len(cmp_.records)} records differs from what the model computes for "
                            "the file's own tokens: another model, build or prefix wrote these K/V")
