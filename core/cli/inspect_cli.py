@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,18 +56,9 @@ def _load_profile(path: str | None) -> Any:
 
 def _open(path: str) -> Any:
     """The input file as a ByteSource (read with pread; InputError when it cannot be opened)."""
-    from kvscope.core.reader.source import ByteSource
+    from kvscope.core.analysis.inspection import open_state
 
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory")
-    try:
-        return ByteSource.open(path)
-    except OSError as e:
-        raise InputError(f"cannot open {path}: {e.strerror or e}") from None
-    except ValueError as e:  # not a regular file (a FIFO, a device)
-        raise InputError(f"{path}: {e}") from None
+    return open_state(path)
 
 
 def _read(path: str, profile: Any, kind: str | None = None, layout: str | None = None) -> tuple[Any, Any]:
