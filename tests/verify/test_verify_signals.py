@@ -22,7 +22,7 @@ from tests.support.fixtures import MODELS, model_path
 
 SEQ = MODELS / "llama-f16-fa0-unified0-seq1.seqstate"
 SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL, signal.SIGINT]
-WAIT_S = 180.0  # bound of every wait (a loaded machine: the server starts, the calibration prefills precede the restore)
+WAIT_S = 180.0  # bound of every wait (a loaded machine; the calibration prefills precede the restore)
 
 
 def _children(pid: int) -> dict[int, str]:
