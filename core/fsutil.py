@@ -26,9 +26,9 @@ import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 TEMP_PREFIX = ".kvscope-tmp-"  # every temporary file or folder kvscope creates starts with this
 CLEANUP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, n))
@@ -206,3 +206,17 @@ def sha256_file(path: str | os.PathLike[str], piece: int = 8 << 20) -> str:
         while chunk := fh.read(piece):
             h.update(chunk)
     return h.hexdigest()
+
+
+def lock_exclusive(fh: IO[str], waiting: Callable[[], None]) -> None:
+    """Hold an exclusive lock on ``fh`` (released when it closes); ``waiting`` is called when another
+    process holds it, before this one blocks on it. A no-op where flock does not exist."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        waiting()
+        fcntl.flock(fh, fcntl.LOCK_EX)

@@ -32,6 +32,7 @@ from typing import IO
 
 from kvscope.core.engine.trained_model import ModelError
 from kvscope.core.errors import SetupError
+from kvscope.core.fsutil import lock_exclusive
 from kvscope.core.pinned_builds import BUILDS, LlamaBuild
 
 __all__ = ["BUILDS", "CMAKE_FLAGS", "TARGETS", "BuildError", "InstalledBuild", "LlamaBuild", "add_arguments",
@@ -263,16 +264,8 @@ def ensure_build(build: LlamaBuild, jobs: int | None = None, sdist: Path | None 
 
 
 def _lock(fh: IO[str], build: LlamaBuild) -> None:
-    """Hold an exclusive lock on ``fh`` (released when it closes); no-op without flock."""
-    try:
-        import fcntl
-    except ImportError:
-        return
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        log(f"another process is building {build.name}; waiting for it")
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    """Hold an exclusive lock on ``fh`` (released when it closes)."""
+    lock_exclusive(fh, lambda: log(f"another process is building {build.name}; waiting for it"))
 
 
 def _build(build: LlamaBuild, jobs: int | None, sdist: Path | None, root: Path) -> InstalledBuild:

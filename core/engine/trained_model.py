@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from kvscope.core.fsutil import atomic_writer
+from kvscope.core.fsutil import atomic_writer, lock_exclusive
 
 
 class ModelError(Exception):
@@ -139,15 +139,8 @@ def ensure_model(model: TrainedModel = GEMMA3_270M) -> Path:
 
 
 def _lock(fh: IO[str], model: TrainedModel) -> None:
-    try:
-        import fcntl
-    except ImportError:
-        return
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        log(f"another process is fetching {model.filename}; waiting for it")
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    """Hold an exclusive lock on ``fh`` (released when it closes)."""
+    lock_exclusive(fh, lambda: log(f"another process is fetching {model.filename}; waiting for it"))
 
 
 def _download(model: TrainedModel, into: Path) -> None:
