@@ -250,6 +250,18 @@ def _one(res: ParseResult, own: Generation, gen: Generation, profile: ModelProfi
     return out
 
 
+def migration_text(e: GenCompat) -> str:
+    """Whether ``kvscope rewrite`` migrates a file this generation refuses (empty when it loads or nothing is known)."""
+    if not e.loads and e.migratable is None and e.migration_missing:
+        return f"not a framing change ({e.migration_missing[0]}): `kvscope rewrite` tells whether it converts"
+    if not e.loads and e.migratable is not None:
+        if e.migratable:
+            return "`kvscope rewrite` migrates it exactly"
+        return "`kvscope rewrite` cannot migrate it exactly" + (f": {e.migration_missing[0]}" if e.migration_missing
+                                                                else "")
+    return ""
+
+
 def compat_text(entries: list[GenCompat]) -> list[str]:
     """One line per generation for the text report."""
     lines = []
@@ -258,13 +270,7 @@ def compat_text(entries: list[GenCompat]) -> list[str]:
         if e.stage == "silent":
             mark = "misreads"
         build = f" ({e.build})" if e.build else ""
-        mig = ""
-        if not e.loads and e.migratable is None and e.migration_missing:
-            mig = f"; not a framing change ({e.migration_missing[0]}): `kvscope rewrite` tells whether it converts"
-        elif not e.loads and e.migratable is not None:
-            mig = "; `kvscope rewrite` migrates it exactly" if e.migratable else (
-                "; `kvscope rewrite` cannot migrate it exactly"
-                + (f": {e.migration_missing[0]}" if e.migration_missing else ""))
+        mig = f"; {migration_text(e)}" if migration_text(e) else ""
         detail = "" if e.answer == "loads" else f": {e.answer}"
         lines.append(f"  {e.generation}{build}: {mark}{detail}{mig}")
     return lines

@@ -15,13 +15,14 @@ public bug trackers); the JSON always has the base name, and the full path only 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from kvscope.core.analysis.compat import GenCompat, compat_text
+from kvscope.core.analysis.compat import GenCompat, compat_text, migration_text
 from kvscope.core.analysis.consumers import ConsumerAnswer, consumer_answers
 from kvscope.core.analysis.reuse import ReusePrediction, predict_reuse
 from kvscope.core.analysis.seq_owner import file_sequence
@@ -91,6 +92,33 @@ class SectionFacts:
     def text(self) -> str:
         return (f"{self.role} ({self.kind}) at {self.offset:,}: {self.size:,} bytes, {self.cells}, "
                 f"{plural(self.records, 'record')}" + ("" if self.trusted else " [not trusted]"))
+
+
+@dataclass(frozen=True)
+class ConsumerEntry:
+    """One consumer's answer for one pinned build, as the Overview shows it: predicted from the bytes, or
+    measured by a Verify that restored the file in that build and consumer (which then replaces the
+    prediction)."""
+
+    build: str
+    layout: str | None  # the layout generation the build writes
+    consumer: str  # "libllama" | "llama-server"
+    answer: str  # "loads" | "refuses" | "crashes" | "unknown"
+    message: str  # the refusal or the assert as the consumer says it, or why it cannot be told
+    measured: bool  # True: a Verify's restore; False: the prediction
+    hint: str = ""  # what else to know: libllama's layout refusal that `kvscope rewrite` migrates exactly...
+
+    @property
+    def source(self) -> str:
+        return "measured by Verify" if self.measured else "predicted"
+
+    def line(self) -> str:
+        """``b11434 llama-server: refuses: Unable to restore slot: ... (predicted)``."""
+        return (f"{self.build} {self.consumer}: {self.answer}" + (f": {self.message}" if self.message else "")
+                + (f"; {self.hint}" if self.hint else "") + f" ({self.source})")
+
+
+VERIFY_CONSUMER = {"llama.cpp": "libllama", "server": "llama-server"}  # a verify result's engine kind
 
 
 @dataclass
@@ -199,21 +227,68 @@ class Overview:
             rows.append(("llama-server reuse", "; ".join(self.reuse_lines())))
         return rows
 
-    def consumer_lines(self) -> list[str]:
-        """libllama's and llama-server's answer per pinned build (loads / refuses / crashes / unknown); a
-        Verify's restore on kvscope's server replaces that build's llama-server line and says so."""
+    def measured_consumer(self) -> ConsumerEntry | None:
+        """The consumer answer a Verify measured (its restore in libllama or llama-server), None without one."""
         v = self.verify or {}
         engine, restore = v.get("engine") or {}, v.get("restore") or {}
-        lines = []
+        consumer = VERIFY_CONSUMER.get(str(engine.get("kind")))
+        if consumer is None or restore.get("ok") is None:
+            return None
+        got = "loads" if restore["ok"] else ("crashes" if restore.get("aborted") else "refuses")
+        build = engine.get("build") or engine.get("url") or engine.get("lib_dir") or "the engine"
+        gen = next((c.generation for c in self.compat or [] if c.build == build), None)
+        return ConsumerEntry(str(build), gen, consumer, got, "" if restore["ok"] else str(restore.get("message") or ""),
+                             True)
+
+    def consumer_entries(self) -> list[ConsumerEntry]:
+        """libllama's and llama-server's answer per pinned build, each predicted or, for the build and
+        consumer a Verify restored the file in, measured (replacing the prediction); a Verify in an engine
+        that is no pinned build (a running server, the user's libllama) comes first."""
+        measured = self.measured_consumer()
+        by_build = {c.build: c for c in self.compat or [] if c.build}
+        out = []
         for a in self.consumers:
-            kind = "server" if a.consumer == "llama-server" else "llama.cpp"
-            measured = engine.get("kind") == kind and engine.get("build") == a.build
-            if measured and restore.get("ok") is not None:
-                got = "loads" if restore["ok"] else ("crashes" if restore.get("aborted") else "refuses")
-                lines.append(f"{a.build} {a.consumer}: measured by Verify (replaces the prediction): {got}"
-                             + (f": {restore.get('message')}" if not restore["ok"] else ""))
+            c = by_build.get(a.build)
+            if measured is not None and (measured.build, measured.consumer) == (a.build, a.consumer):
+                out.append(dataclasses.replace(measured, layout=c.generation if c is not None else None))
+                continue
+            hint = ""
+            if c is not None and a.consumer == "libllama":
+                if a.answer == "refuses" and c.stage == "header":
+                    hint = migration_text(c)
+                elif a.answer == "loads" and c.stage == "silent":
+                    hint = f"but misreads it: {c.answer}"
+            out.append(ConsumerEntry(a.build, c.generation if c is not None else None, a.consumer, a.answer,
+                                     a.message, False, hint))
+        if measured is not None and not any(e.measured for e in out):
+            out.insert(0, measured)
+        return out
+
+    def other_generations(self) -> list[tuple[GenCompat, str]]:
+        """The layout generations no pinned build writes, each with its compatibility line (libllama's,
+        predicted from the bytes)."""
+        pinned = {a.build for a in self.consumers}
+        lines = self.compat_lines() if self.compat else []
+        return [(c, line) for c, line in zip(self.compat or [], lines, strict=True) if c.build not in pinned]
+
+    def loads_in_consumers(self) -> list[str]:
+        """``b11434 (libllama, llama-server)``: every pinned build in which some consumer loads the file."""
+        out: dict[str, list[str]] = {}
+        for e in self.consumer_entries():
+            if e.answer == "loads":
+                out.setdefault(e.build, []).append(e.consumer)
+        return [f"{b} ({', '.join(cs)})" for b, cs in out.items()]
+
+    def consumer_lines(self) -> list[str]:
+        """libllama's and llama-server's answer per pinned build (loads / refuses / crashes / unknown); a
+        Verify's restore in a build and consumer replaces that line and says so."""
+        lines = []
+        for e in self.consumer_entries():
+            if e.measured:
+                lines.append(f"{e.build} {e.consumer}: measured by Verify (replaces the prediction): {e.answer}"
+                             + (f": {e.message}" if e.message else ""))
             else:
-                lines.append(a.line())
+                lines.append(f"{e.build} {e.consumer}: {e.answer}" + (f": {e.message}" if e.message else ""))
         return lines
 
     def to_json(self) -> dict[str, Any]:
