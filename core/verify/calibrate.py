@@ -12,26 +12,83 @@ the engine prefills the same tokens under other :data:`SCHEDULES`:
 Each keeps what the previous prefill left (``Schedule.keep``), so both cost a few decodes and about
 a third of a prefill (the last tokens attend to the most). Every schedule's state is compared with
 the main prefill's (:func:`measure`): per record the largest difference of any value and the RMS
-over the cells the schedule changes give a :class:`~kvscope.core.verify.compare.RecordSpread`, and
-the file's record differs only beyond ``margin x`` that, or ``margin x`` the largest relative
-spread of its cache's records (``Calibration.limits``: a few schedules sample one record's
-variation thinly). On a model whose schedules agree bit for bit (random weights) the spread is zero
-and the fixed tolerance, the floor, decides as before.
+over the cells the schedule changes give a :class:`RecordSpread`.
+
+The limits (:meth:`Calibration.record_limits`, which the comparison calls per record): a cell of
+the file's record is bad beyond ``margin x`` the record's largest difference, or ``margin x`` the
+largest relative difference of its cache's records (``Calibration.limits``: a few schedules sample
+one record's variation thinly) times the record's largest value; the record differs beyond
+``margin x`` the larger RMS likewise. The fixed tolerance (``compare.Tolerance``) is the floor of
+both. On a model whose schedules agree bit for bit (random weights) the spread is zero and the
+floor decides as before.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.source import ByteSource
-from kvscope.core.verify.compare import MARGIN, Calibration, RecordKey, RecordSpread, Tolerance, compare_states
+from kvscope.core.verify.compare import Limits, RecordKey, Tolerance, compare_states
 from kvscope.core.verify.prefill import PrefillPlan, Schedule
 
 TAIL = 8  # tokens the tail schedule decodes one at a time (a server generates them so)
 SCHEDULES = (Schedule("tail", keep=1.0, tail=TAIL), Schedule("ubatch", keep=0.75, pieces=4))
 MIN_TOKENS = 4  # a shorter prompt has no schedule worth the name: the floor decides
+MARGIN = 3.0  # a calibrated record differs beyond this many times the engine's own variation
+
+
+@dataclass(frozen=True)
+class RecordSpread:
+    """How much the engine's own schedules differ on one record: the largest difference of any value
+    (absolute, and relative to the largest value), and the largest RMS difference over the cells a
+    schedule changes (relative to the record's RMS)."""
+
+    max_abs: float
+    max_rel: float
+    rms_rel: float
+
+
+@dataclass
+class Calibration:
+    """Per record, the engine's own variation; the schedules it was measured with; the margin."""
+
+    spreads: dict[RecordKey, RecordSpread] = field(default_factory=dict)
+    schedules: list[dict[str, Any]] = field(default_factory=list)
+    margin: float = MARGIN
+    notes: list[str] = field(default_factory=list)
+
+    def limits(self, key: RecordKey) -> tuple[RecordSpread | None, RecordSpread | None]:
+        """(the record's own spread, the largest relative spread of the records of its cache: the same section,
+        stream and role at any layer). A few schedules sample the engine's variation on one record thinly (a
+        layer they leave bit for bit may still vary in a server's own schedule), so the limits take the
+        larger of the two, relative to the record's own values."""
+        own = self.spreads.get(key)
+        pool = [v for k, v in self.spreads.items() if k[:3] == key[:3]]
+        if not pool:
+            return own, None
+        return own, RecordSpread(0.0, max(v.max_rel for v in pool), max(v.rms_rel for v in pool))
+
+    def record_limits(self, key: RecordKey, floor: Limits, ref_max: float) -> Limits:
+        """The limits of record ``key``: the larger of ``floor`` (the fixed tolerance), ``margin x`` the record's
+        own spread and ``margin x`` its cache's relative spread (times ``ref_max``, the record's largest
+        |value|, for a cell's largest difference)."""
+        own, pooled = self.limits(key)
+        limit_max, limit_rms = floor.max_abs, floor.rms_rel
+        if own is not None:
+            limit_max, limit_rms = max(limit_max, self.margin * own.max_abs), max(limit_rms, self.margin * own.rms_rel)
+        if pooled is not None:
+            limit_max = max(limit_max, self.margin * pooled.max_rel * ref_max)
+            limit_rms = max(limit_rms, self.margin * pooled.rms_rel)
+        return Limits(limit_max, limit_rms, own.max_rel if own is not None else None,
+                      own.rms_rel if own is not None else None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schedules": list(self.schedules), "margin": self.margin, "records": len(self.spreads),
+                "notes": list(self.notes)}
 
 
 def schedules_for(plan: PrefillPlan) -> list[Schedule]:

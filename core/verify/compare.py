@@ -20,11 +20,12 @@ exactly. The tolerance scales with each record's RMS and with the cache type's q
 a prefill in other batch sizes, or by another build, does not give bit-identical values.
 
 A trained model amplifies that rounding layer by layer, beyond any fixed tolerance. With a
-:class:`Calibration` (built by ``calibrate`` from the same tokens prefilled under other schedules),
-each record's limits are the engine's own variation on that record times a margin: a cell is bad
-when its largest difference exceeds ``margin x`` the largest difference any schedule gave on the
-record, the record differs when its RMS difference exceeds ``margin x`` the RMS a schedule gives on
-the cells it changes; the fixed tolerance stays the floor of both.
+calibration (``calibrate.Calibration``, measured from the same tokens prefilled under other
+schedules) the limits of each record come from :meth:`RecordLimits.record_limits`: the engine's
+own variation on the record times a margin, with the fixed tolerance as the floor
+(:mod:`kvscope.core.verify.calibrate` holds that rule). This module names what it needs of a
+calibration as a protocol, so the calibration, which measures its spreads with
+:func:`compare_states`, can sit above it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -50,7 +51,6 @@ STATUSES = ("match", "differs", "nonfinite", "missing", "extra")
 CHUNK_CELLS = 4096  # cells compared at a time (bounds the float32 copies)
 SAMPLE_CELLS = 32  # cells an alignment cost looks at
 SKIP_COST = 1.5  # cost of leaving a record unpaired (a pair of unrelated records costs at most 2)
-MARGIN = 3.0  # a calibrated record differs beyond this many times the engine's own variation
 
 Progress = Callable[[int, int, str], None]
 
@@ -122,39 +122,27 @@ RecordKey = tuple[str, int | None, str, int | None]  # (section role, stream, re
 
 
 @dataclass(frozen=True)
-class RecordSpread:
-    """How much the engine's own schedules differ on one record: the largest difference of any value
-    (absolute, and relative to the largest value), and the largest RMS difference over the cells a
-    schedule changes (relative to the record's RMS)."""
+class Limits:
+    """What one record is judged by: a cell is bad beyond ``max_abs`` (its largest absolute difference),
+    the record differs beyond ``rms_rel`` (the RMS of its differences over the record's RMS); the engine's
+    own variation they were derived from, where a calibration measured one."""
 
     max_abs: float
-    max_rel: float
     rms_rel: float
+    spread_max_rel: float | None = None
+    spread_rms_rel: float | None = None
 
 
-@dataclass
-class Calibration:
-    """Per record, the engine's own variation; the schedules it was measured with; the margin."""
+class RecordLimits(Protocol):
+    """What the comparison needs of a calibration (``calibrate.Calibration``)."""
 
-    spreads: dict[RecordKey, RecordSpread] = field(default_factory=dict)
-    schedules: list[dict[str, Any]] = field(default_factory=list)
-    margin: float = MARGIN
-    notes: list[str] = field(default_factory=list)
-
-    def limits(self, key: RecordKey) -> tuple[RecordSpread | None, RecordSpread | None]:
-        """(the record's own spread, the largest relative spread of the records of its cache: the same section,
-        stream and role at any layer). A few schedules sample the engine's variation on one record thinly (a
-        layer they leave bit for bit may still vary in a server's own schedule), so the limits take the
-        larger of the two, relative to the record's own values."""
-        own = self.spreads.get(key)
-        pool = [v for k, v in self.spreads.items() if k[:3] == key[:3]]
-        if not pool:
-            return own, None
-        return own, RecordSpread(0.0, max(v.max_rel for v in pool), max(v.rms_rel for v in pool))
+    def record_limits(self, key: RecordKey, floor: Limits, ref_max: float) -> Limits:
+        """The limits of record ``key``: ``floor`` (the fixed tolerance) or wider; ``ref_max``: the largest
+        |value| of the engine's record."""
+        ...
 
     def to_json(self) -> dict[str, Any]:
-        return {"schedules": list(self.schedules), "margin": self.margin, "records": len(self.spreads),
-                "notes": list(self.notes)}
+        ...
 
 
 @dataclass
@@ -184,7 +172,7 @@ class Comparison:
     cells: list[CellsCheck] = field(default_factory=list)
     tolerance: Tolerance = field(default_factory=Tolerance)
     notes: list[str] = field(default_factory=list)
-    calibration: Calibration | None = None
+    calibration: RecordLimits | None = None
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(STATUSES, 0)
@@ -309,8 +297,7 @@ def _sample_cost(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerRecor
 
 def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerRecord, fi: I64A, gi: I64A,
                   tol: Tolerance, out: RecordCheck, keys: list[tuple[Any, ...]], mode: str,
-                  cancel: Callable[[], bool], spread: RecordSpread | None = None,
-                  margin: float = MARGIN, pooled: RecordSpread | None = None) -> None:
+                  cancel: Callable[[], bool], limits: Callable[[Limits, float], Limits] | None = None) -> None:
     if not _same_shape(fr, gr):
         out.status, out.note = "differs", (f"the file's record is {fr.type} x {_width(fr)}, the engine's "
                                             f"{gr.type} x {_width(gr)}")
@@ -375,13 +362,11 @@ def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerReco
     tol_max, tol_rms = tol.for_type(gr.type_id)
     scale = (float(np.sqrt(sum_b2 / n_vals)) if n_vals else 0.0) or 1e-12
     max_abs = float(row_max.max(initial=0.0))
-    limit_max, limit_rms = tol_max * scale, tol_rms
-    if spread is not None:
-        out.spread_max_rel, out.spread_rms_rel = spread.max_rel, spread.rms_rel
-        limit_max, limit_rms = max(limit_max, margin * spread.max_abs), max(limit_rms, margin * spread.rms_rel)
-    if pooled is not None:
-        limit_max = max(limit_max, margin * pooled.max_rel * ref_max)
-        limit_rms = max(limit_rms, margin * pooled.rms_rel)
+    floor = Limits(tol_max * scale, tol_rms)
+    lim = limits(floor, ref_max) if limits is not None else floor
+    limit_max, limit_rms = lim.max_abs, lim.rms_rel
+    if lim.spread_max_rel is not None:
+        out.spread_max_rel, out.spread_rms_rel = lim.spread_max_rel, lim.spread_rms_rel
     out.limit_max_abs, out.limit_rms_rel = limit_max, limit_rms
     bad = row_nf | (row_max > limit_max) | ~keep
     out.n_cells = int(keep.sum())
@@ -507,7 +492,7 @@ def _nonempty(r: LayerRecord) -> bool:
 class _Comparer:
     def __init__(self, file_res: ParseResult, fs: ByteSource, fresh_res: ParseResult, gs: ByteSource,
                  per_seq: bool, limit_pos: int | None, tol: Tolerance, progress: Progress | None,
-                 cancel: Callable[[], bool], calibration: Calibration | None = None) -> None:
+                 cancel: Callable[[], bool], calibration: RecordLimits | None = None) -> None:
         self.fres, self.fs, self.gres, self.gs = file_res, fs, fresh_res, gs
         self.per_seq, self.limit, self.tol = per_seq, limit_pos, tol
         self.progress, self.cancel = progress, cancel
@@ -516,13 +501,17 @@ class _Comparer:
         self.total = sum(len(u.records) for s in fresh_res.sections for u in _units(s).values()) or 1
         self.done = 0
 
-    def _spread(self, role: str, stream: int | None,
-                gr: LayerRecord) -> tuple[RecordSpread | None, float, RecordSpread | None]:
+    def _limits(self, role: str, stream: int | None, gr: LayerRecord) -> Callable[[Limits, float], Limits] | None:
+        """The calibration's limits for the engine's record ``gr`` (None: the fixed tolerance alone)."""
         cal = self.calibration
         if cal is None:
-            return None, MARGIN, None
-        own, pooled = cal.limits((role, stream, gr.role, gr.il))
-        return own, cal.margin, pooled
+            return None
+        key: RecordKey = (role, stream, gr.role, gr.il)
+
+        def limits(floor: Limits, ref_max: float) -> Limits:
+            return cal.record_limits(key, floor, ref_max)
+
+        return limits
 
     def _tick(self, label: str) -> None:
         self.done += 1
@@ -586,7 +575,7 @@ class _Comparer:
                     chk.status, chk.note = "differs", "no rows in common"
                 else:
                     _compare_pair(self.fs, fr, self.gs, gr, rows, rows, self.tol, chk, [(i,) for i in range(n)],
-                                  "rows", self.cancel, *self._spread(role, None, gr))
+                                  "rows", self.cancel, self._limits(role, None, gr))
                 if fr.n_rows != gr.n_rows:
                     chk.status = "differs" if chk.status == "match" else chk.status
                     chk.note = (chk.note + "; " if chk.note else "") + (
@@ -661,7 +650,7 @@ class _Comparer:
                 else:
                     note = chk.note
                     _compare_pair(self.fs, fr, self.gs, gr, fi, gi, self.tol, chk, common, mode, self.cancel,
-                                  *self._spread(role, stream, gr))
+                                  self._limits(role, stream, gr))
                     if note and chk.note != note:
                         chk.note = note + "; " + chk.note
             self.out.records.append(chk)
@@ -672,7 +661,7 @@ def compare_states(file_res: ParseResult, file_src: ByteSource, fresh_res: Parse
                    per_seq: bool, limit_pos: int | None = None, tolerance: Tolerance | None = None,
                    progress: Progress | None = None,
                    cancel: Callable[[], bool] | threading.Event | None = None,
-                   calibration: Calibration | None = None) -> Comparison:
+                   calibration: RecordLimits | None = None) -> Comparison:
     """Every record of ``file_res`` against ``fresh_res`` (the engine's prefill of the same tokens).
 
     ``per_seq``: the two are one sequence's state (cells pair by position); ``limit_pos``: compare
