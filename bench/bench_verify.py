@@ -10,14 +10,26 @@ pinned build and saved with ``llama_state_seq_save_file``: the state under test.
   parameters verify derives from the file, ``state_seq_load_file`` of the file (restore) and a
   prefill of its tokens in an emptied context (``memory_clear`` + ``llama_decode``), timed inside
   the child's calls (``restore + prefill``), and with the child's start and model load (``+ start``);
-* **verify**: ``Verifier(...).run()`` end to end (parse, start, restore, next token, prefill,
-  compare every record cell by cell, next token).
+* **verify**: ``Verifier(...).run()`` end to end, as it runs now: parse, start, the prefill, an 8-step
+  greedy continuation, the calibration's two schedules (the last 8 tokens decoded again one at a time;
+  the last quarter again in four chunks) each with the same continuation teacher-forced, the restore
+  and its continuation, and three comparisons of every record (each schedule's state against the
+  prefill's, then the file's).
 
-Goal: verify <= 1.3 x (restore + prefill); peak RSS <= 1.5 x model + 2 x state. On a shared machine the
-wall times swing with the other load, so the CPU seconds of both (the child processes' user + system
-time, the verify process included; the baseline's start included) are reported as well. RSS is measured as
-the peak (``VmHWM``) of kvscope's process and of its llama.cpp child, sampled every 20 ms, and their
-sum is what the goal is checked against. Prints one JSON object.
+Goal: verify <= :data:`GOAL` (2) x (restore + prefill), the goal of ``bench_verify_trained.py`` too. The
+baseline is the one thing verify cannot skip (llama.cpp restoring the file and prefilling its tokens once);
+on top of it verify prefills about a third more under the schedules (the ubatch schedule re-decodes the
+last quarter, whose tokens attend to the most), decodes 8 + 3 x 8 single tokens, starts its child and
+compares three times, so its floor is about 1.35x plus the decodes, and 2x leaves the comparisons and
+the child's start their share. (The old goal, 1.3x, was set when verify did one prefill and one
+comparison, before the calibration and the continuation.) The random weights here leave the schedules
+bit for bit equal, so the comparisons are cheap (byte for byte) and the ratio is the engine work's;
+``bench_verify_trained.py`` measures the same on a trained model, where every record is decoded.
+Peak RSS <= 1.5 x model + 2 x state. On a shared machine the wall times swing with the other load,
+so the CPU seconds of both (the child processes' user + system time, the verify process included;
+the baseline's start included) are reported as well. RSS is measured as the peak (``VmHWM``) of
+kvscope's process and of its llama.cpp child, sampled every 20 ms, and their sum is what the goal is
+checked against. Prints one JSON object; exit 1 when a verdict is not ok.
 
 Usage::
 
@@ -40,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+GOAL = 2.0  # verify <= GOAL x (restore + prefill): see the module docstring
 
 
 def _hwm_kb(pid: int) -> int:
@@ -207,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_best": round(best["ratio"], 3), "ratio_median": round(statistics.median(x["ratio"] for x in runs), 3),
         "ratio_with_start_best": round(min(x["ratio_with_start"] for x in runs), 3),
         "cpu_ratio_median": round(statistics.median(x["cpu_ratio"] for x in runs), 3),
-        "goal_ratio": 1.3,
+        "goal_ratio": GOAL, "within_goal": statistics.median(x["ratio"] for x in runs) <= GOAL,
         "rss": {"kvscope_peak_mb": round(self_peak_mb, 1), "llama_child_peak_mb": round(child_mb, 1),
                 "sum_mb": round(self_peak_mb + child_mb, 1),
                 "baseline_child_peak_mb": round(max(x["baseline_child_peak_mb"] for x in runs), 1),
