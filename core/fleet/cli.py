@@ -197,6 +197,36 @@ def _progress(source: Any, verb: str) -> Any:
     return Progress(sys.stderr, source.count, verb)
 
 
+def _notes(executor: Any, shown: int) -> int:
+    """Print the executor's new events (its fork server died and it restarted) on stderr, once each;
+    returns how many have been shown."""
+    events = list(getattr(executor, "events", ()))
+    for e in events[shown:]:
+        print(f"kvscope: note: {e}", file=sys.stderr)
+    return len(events)
+
+
+def _executor_report(s: dict[str, Any], executor: Any, died: Any, name: Callable[[Any], str], what: str) -> None:
+    """The executor's restarts and events in summary ``s``; with ``died`` (an ExecutorDied), also how many
+    files got no result (``not_<what>``) and their names (``not_<what>_files``), the rest of the walk included."""
+    s["executor_restarts"] = int(getattr(executor, "restarts", 0))
+    events = list(getattr(executor, "events", ()))
+    if events:
+        s["executor_events"] = events
+    if died is not None:
+        names = [name(x) for x in died.pending] + [name(x) for x in died.rest]
+        s[f"not_{what}"] = len(names)
+        s[f"not_{what}_files"] = names
+
+
+def _stopped_by_executor(died: Any, s: dict[str, Any], what: str, done: int) -> Exception:
+    from kvscope.core.fleet.executors import ExecutorError
+
+    n = s[f"not_{what}"]
+    return ExecutorError(f"{died}: stopped; {n} file{'' if n == 1 else 's'} not {what}, {done} done "
+                         "(the summary above; --json names them)")
+
+
 # -- scan -------------------------------------------------------------------------------------------------
 def scan_error(entry: Any, reason: str) -> dict[str, Any]:
     """The result for a file whose scan could not run (its worker died)."""
@@ -205,7 +235,10 @@ def scan_error(entry: Any, reason: str) -> dict[str, Any]:
 
 def run_scan(source: Any, executor: Any, model: str | None, target: str | None, as_json: bool,
              write: Callable[[str], None], progress: Any = None) -> dict[str, Any]:
-    """Stream one line per file through ``write``, then the summary; returns the summary."""
+    """Stream one line per file through ``write``, then the summary; returns the summary. If the
+    executor dies for good (:class:`~kvscope.core.fleet.localpool.ExecutorDied`), the summary of what
+    was scanned is written and :class:`ExecutorError` raised (one line, exit 2)."""
+    from kvscope.core.fleet.localpool import ExecutorDied
     from kvscope.core.fleet.scanfile import scan_entry
     from kvscope.core.fleet.summary import Summary, format_line, format_summary
 
@@ -213,22 +246,32 @@ def run_scan(source: Any, executor: Any, model: str | None, target: str | None, 
     started = time.monotonic()
     tty = sys.stdout.isatty()
     fn = partial(scan_entry, model=model, target=target)
-    for r in executor.map(fn, source.walk(), scan_error):
-        summary.add(r)
-        if progress is not None and tty:
-            progress.clear()
-        write((json.dumps(r) if as_json else format_line(r, source.relative(r["path"]))) + "\n")
-        if progress is not None:
-            progress.step()
+    shown = 0
+    died: ExecutorDied | None = None
+    try:
+        for r in executor.map(fn, source.walk(), scan_error):
+            summary.add(r)
+            if progress is not None and tty:
+                progress.clear()
+            shown = _notes(executor, shown)
+            write((json.dumps(r) if as_json else format_line(r, source.relative(r["path"]))) + "\n")
+            if progress is not None:
+                progress.step()
+    except ExecutorDied as e:
+        died = e
     if progress is not None:
         progress.clear()
+    _notes(executor, shown)
     s = summary.to_json()
+    _executor_report(s, executor, died, lambda entry: str(entry.ref), "scanned")
     elapsed = time.monotonic() - started
     s["executor"] = executor.name
     s["elapsed_s"] = round(elapsed, 3)
     s["files_per_s"] = round(s["files"] / elapsed, 1) if elapsed > 0 else None
     s["workers_lost"] = max(s["workers_lost"], int(getattr(executor, "workers_lost", 0)))
     write((json.dumps({"summary": s}) if as_json else format_summary(s, source.relative)) + "\n")
+    if died is not None:
+        raise _stopped_by_executor(died, s, "scanned", s["files"])
     return s
 
 
@@ -308,6 +351,7 @@ def run_migrate(source: Any, executor: Any, opts: Any, manifest: Any, swept: int
                 write: Callable[[str], None], progress: Any = None) -> dict[str, Any]:
     """Migrate every entry, recording into ``manifest`` (locked); one line per file, then the summary
     (returned); ``swept``: the temporaries of killed runs removed before."""
+    from kvscope.core.fleet.localpool import ExecutorDied
     from kvscope.core.fleet.migrate import PROBLEM_ACTIONS, items, migrate_entry
 
     actions: Counter[str] = Counter()
@@ -316,8 +360,11 @@ def run_migrate(source: Any, executor: Any, opts: Any, manifest: Any, swept: int
     n_problems = 0
     tty = sys.stdout.isatty()
     started = time.monotonic()
+    shown = 0
+    died: ExecutorDied | None = None
     try:
         for r in executor.map(partial(migrate_entry, opts=opts), items(source.walk(), manifest), migrate_error):
+            shown = _notes(executor, shown)
             manifest.record(r)
             actions[r["action"]] += 1
             if r.get("layout_from"):
@@ -331,16 +378,22 @@ def run_migrate(source: Any, executor: Any, opts: Any, manifest: Any, swept: int
             write((json.dumps(r) if as_json else _migrate_line(r)) + "\n")
             if progress is not None:
                 progress.step()
+    except ExecutorDied as e:
+        died = e
     finally:
         manifest.sync()
         if progress is not None:
             progress.clear()
+    _notes(executor, shown)
     elapsed = time.monotonic() - started
     s = {"files": sum(actions.values()), "actions": dict(actions), "layouts_from": dict(layouts),
          "target": opts.layout, "dest": opts.dest, "problems": n_problems, "problem_files": problems,
          "executor": executor.name, "elapsed_s": round(elapsed, 3),
          "workers_lost": int(getattr(executor, "workers_lost", 0)), "temporaries_removed": swept}
+    _executor_report(s, executor, died, lambda item: str(item.entry.rel), "migrated")
     write((json.dumps({"summary": s}) if as_json else _migrate_summary(s)) + "\n")
+    if died is not None:
+        raise _stopped_by_executor(died, s, "migrated", s["files"])
     return s
 
 
@@ -351,6 +404,9 @@ def _migrate_summary(s: dict[str, Any]) -> str:
     lines = [f"summary: {s['files']} files, {counts or 'none'} | into {safe_text(s['dest'])} as {s['target']}"]
     if s.get("temporaries_removed"):
         lines[0] += f" | removed {s['temporaries_removed']} temporaries an interrupted run left"
+    lines += [f"executor: {safe_text(e)}" for e in s.get("executor_events", ())]
+    if s.get("not_migrated"):
+        lines.append(f"not migrated: {s['not_migrated']} files (the executor died; a rerun takes them up)")
     if s["problems"]:
         more = s["problems"] - len(s["problem_files"])
         lines.append(f"not migrated ({s['problems']}):")

@@ -184,7 +184,9 @@ def format_summary(s: dict[str, Any], display: Callable[[str], str] | None = Non
     line += f" | files with errors: {s['files_with_errors']}"
     if s.get("workers_lost"):
         line += f" | workers lost: {s['workers_lost']}"
-    lines = [line]
+    lines = [line] + [f"executor: {safe_text(e)}" for e in s.get("executor_events", ())]
+    if s.get("not_scanned"):
+        lines.append(f"not scanned: {s['not_scanned']} files (the executor died)")
     t = s.get("target")
     if t:
         lines.append(f"target {t['generation']}: {t['loads']} load, {t['migratable']} migratable, "

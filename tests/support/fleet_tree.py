@@ -154,3 +154,37 @@ class Killer(threading.Thread):
                 except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                     continue
             time.sleep(0.002)
+
+
+class ServerKiller(threading.Thread):
+    """Send ``sig`` to this process's multiprocessing fork server, ``times`` times: each time once a
+    worker it forked has one of ``paths`` open (so files are in flight), the next time the new one's."""
+
+    def __init__(self, paths: list[Path], sig: int = signal.SIGKILL, times: int = 1, timeout: float = 120.0) -> None:
+        super().__init__(daemon=True)
+        self.paths = {str(p.resolve()) for p in paths}
+        self.sig = sig
+        self.times = times
+        self.timeout = timeout
+        self.victims: list[int] = []
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        import multiprocessing.forkserver as fs
+
+        end = time.monotonic() + self.timeout
+        while not self._stop_event.is_set() and time.monotonic() < end and len(self.victims) < self.times:
+            time.sleep(0.005)
+            pid = getattr(fs._forkserver, "_forkserver_pid", None)
+            if pid is None or pid in self.victims:
+                continue
+            try:
+                busy = any(f.path in self.paths for c in psutil.Process(pid).children() for f in c.open_files())
+                if busy:
+                    os.kill(pid, self.sig)
+                    self.victims.append(pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, ProcessLookupError):
+                continue
