@@ -152,6 +152,8 @@ def _run_while_toggling(path: Path, argv: list[str], runs: int) -> list[tuple[in
     finally:
         tog.kill()
         tog.wait()
+        assert tog.stdout is not None
+        tog.stdout.close()
         os.truncate(path, full)
 
 
