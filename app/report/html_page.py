@@ -160,11 +160,13 @@ def _verdict(data: ReportData) -> str:
 
 
 def _compat(data: ReportData) -> str:
+    from kvscope.app.views.overview.build_lines import head_text, text_lines
+
     ov = data.overview
-    loads = ov.loads_in()
-    head = (f"<p>Loads as it is in: <b>{escape(', '.join(loads))}</b>.</p>" if loads
-            else "<p><b>No llama.cpp generation loads it as it is.</b></p>")
-    return head + '<ul class="compat">' + "".join(f"<li>{escape(line)}</li>" for line in ov.compat_lines()) + "</ul>"
+    bold, rest = head_text(ov)  # per pinned build and consumer, as the app's Overview says it
+    head = (f"<p>{escape(bold)} <b>{escape(rest)}</b>.</p>" if bold.startswith("Loads")
+            else f"<p><b>{escape(bold)}</b>" + (f" {escape(rest)}" if rest else "") + "</p>")
+    return head + '<ul class="compat">' + "".join(f"<li>{escape(line)}</li>" for line in text_lines(ov)) + "</ul>"
 
 
 def render_html(data: ReportData, images: list[ReportImage]) -> str:

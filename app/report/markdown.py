@@ -51,11 +51,13 @@ def render_markdown(data: ReportData, images: list[ReportImage]) -> str:
         lines += ["Top findings:", "", *[f"- {md(t)}" for t in top], ""]
     lines += ["## Overview", "", "| | |", "|---|---|"]
     lines += [f"| {md(k)} | {md(v)} |" for k, v in overview(data)]
-    loads = data.overview.loads_in()
+    from kvscope.app.views.overview.build_lines import head_text, text_lines
+
+    bold, rest = head_text(data.overview)  # per pinned build and consumer, as the app's Overview says it
     lines += ["", "### Which llama.cpp builds load it", "",
-              f"Loads as it is in: **{md(', '.join(loads))}**." if loads else "**No llama.cpp generation loads it as "
-              "it is.**", ""]
-    lines += [f"- {md(line)}" for line in data.overview.compat_lines()]
+              f"{md(bold)} **{md(rest)}**." if bold.startswith("Loads") else f"**{md(bold)}**"
+              + (f" {md(rest)}" if rest else ""), ""]
+    lines += [f"- {md(line)}" for line in text_lines(data.overview)]
     lines += ["", "## Structure", ""]
     lines += _figures(images, "bytemap", md)
     cells = _figures(images, "cells-", md)

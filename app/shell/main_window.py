@@ -28,6 +28,7 @@ from kvscope.app.shell.document_widget import DocumentWidget
 from kvscope.app.shell.engine_dialog import EngineDialog, edit_engine
 from kvscope.app.shell.menus import build_menus
 from kvscope.app.shell.open_dialog import StateFileDialog, state_file_dialog
+from kvscope.app.shell.repair_dialog import open_repaired, repair_document
 from kvscope.app.shell.settings import AppSettings
 from kvscope.core.textsafe import safe_text
 
@@ -129,6 +130,9 @@ class MainWindow(QMainWindow):
         w.corrupted_banner.verifyRequested.connect(lambda w=w: self.verify(w))
         w.corrupted_banner.labRequested.connect(lambda w=w: self.send_to_lab(w))
         w.overview.cancelVerifyRequested.connect(w.doc.cancel_verify)
+        w.overview.repairRequested.connect(lambda w=w: repair_document(self, w))
+        w.overview.openRequested.connect(lambda p, w=w: open_repaired(self, w, p))
+        w.overview.repair.changed.connect(self._update_actions)
         w.lab.engine_choice = self.settings.engine
         doc.verify_engine = self.settings.engine().describe()
         doc.verifyChanged.connect(self._update_actions)

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QMenu, QMenuBar, QMessageBox, QToolBar, QWidget
+from PySide6.QtWidgets import QMenu, QMenuBar, QMessageBox, QStatusBar, QToolBar, QWidget
 
 from kvscope.app.base.theme import THEMES, Theme
 from kvscope.app.document.document import diff_available
 from kvscope.app.shell.document_widget import TAB_TITLES, TAB_VIEWS, DocumentWidget
+from kvscope.app.shell.repair_dialog import repair_document
 from kvscope.app.shell.settings import AppSettings
 from kvscope.core.textsafe import safe_text
 
@@ -29,6 +30,7 @@ class MenuHost(Protocol):
 
     def window(self) -> QWidget: ...  # the top-level widget that parents the actions and dialogs
     def menuBar(self) -> QMenuBar: ...
+    def statusBar(self) -> QStatusBar: ...
     def addToolBar(self, title: str) -> QToolBar: ...
     def close(self) -> bool: ...
     def current(self) -> DocumentWidget | None: ...
@@ -82,10 +84,18 @@ class Actions:
             " (it needs the model: File → Model…)" if loaded else " (open a state file first)")
         act.setToolTip(VERIFY_TIP + needs)
         self.by_name["cancel_verify"].setEnabled(verifying)
+        act = self.by_name["repair"]
+        why = w.overview.repair_problem() if loaded and w is not None else "open a state file first"
+        act.setEnabled(why is None)
+        act.setToolTip(REPAIR_TIP + (f" ({why})" if why else ""))
 
 
 VERIFY_TIP = ("Verify the file in real llama.cpp: restore it, re-prefill its tokens, compare record by record and "
               "the next token (the engine in Tools → Engine Settings)")
+
+
+REPAIR_TIP = ("Rebuild the state from the file's own tokens in real llama.cpp (kvscope repair), verify it and write it "
+              "to a new file; the input is never changed")
 
 
 def _action(win: MenuHost, acts: Actions, name: str, text: str, slot: object,
@@ -164,6 +174,7 @@ def build_menus(win: MenuHost) -> Actions:
     tools.addAction(_action(win, acts, "verify", "&Verify", win.verify, "Ctrl+Shift+V", VERIFY_TIP))
     tools.addAction(_action(win, acts, "cancel_verify", "&Cancel Verify", win.cancel_verify, None,
                             "Stop the verification (the engine call in flight is killed)"))
+    tools.addAction(_action(win, acts, "repair", "&Repair…", lambda: repair_document(win), None, REPAIR_TIP))
     tools.addSeparator()
     tools.addAction(_action(win, acts, "engine_settings", "&Engine Settings…", win.engine_settings, SK.Preferences,
                             "The engine Verify and the Lab run in: llama.cpp build, your own libllama, llama-server"))

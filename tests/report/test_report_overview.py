@@ -54,8 +54,11 @@ def test_the_overview_heads_every_format(tmp_path: Path) -> None:
     assert any(line.startswith("- missing bytes past the end: ") for line in md[:10])
     html = (folder / "report.html").read_text(encoding="utf-8")
     assert html.index('class="verdict v-damaged"') < html.index('id="overview"') < html.index('id="findings"')
-    compat = [line for line in md if line.startswith("- 20")]
-    assert len(compat) == len(GENERATIONS) and "**No llama.cpp generation loads it as it is.**" in md
+    # per pinned build and consumer (predicted), then the layouts no pinned build writes: one line each
+    consumers = [line for line in md if line.startswith(("- 0c1e5709 ", "- b11434 "))]
+    others = [line for line in md if line.startswith("- 20")]
+    assert len(consumers) == 4 and all(line.endswith("(predicted)") for line in consumers)
+    assert len(others) == len(GENERATIONS) - 2 and "**No llama.cpp build loads it as it is.**" in md
     ov = json.loads((folder / "report.json").read_text(encoding="utf-8"))["overview"]
     assert ov["verdict"]["level"] == "damaged" and ov["verdict"]["missing"]["expected_end"] == 7376
     assert len(ov["compatibility"]) == len(GENERATIONS) and ov["verify"] is None

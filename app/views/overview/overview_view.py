@@ -4,12 +4,17 @@ It renders :func:`kvscope.core.analysis.overview.build_overview` (the same objec
 the verdict in one line with its reason, the top findings and the missing bytes as links that
 select their bytes in the shared selection (and bring the hex view up), what the file is (kind,
 the llama.cpp API that writes it, layout generation with confidence and runners-up, model and
-whether it fits, sequences, sections), which llama.cpp generations load it, and the result of
-``kvscope verify`` (:mod:`~kvscope.app.views.overview.verify_html`): "not verified" with a link that runs
+whether it fits, sequences, sections), which llama.cpp builds load it (per pinned build, libllama and
+llama-server apart, predicted or measured by Verify: :mod:`~kvscope.app.views.overview.builds_html`), and
+the result of ``kvscope verify`` (:mod:`~kvscope.app.views.overview.verify_html`): "not verified" with a link that runs
 it, the run in progress with Cancel, why it could not run, or the result (a record's link shows it on
-the Layers view). The overview object is built once per parse (``sequences`` sorts every cell table) and
-only its compatibility, verification and verdict are replaced as they come in. Export saves the page as
-PNG.
+the Layers view). A damaged file (or one Verify finds diverging) has "Repair…" beside its verdict when it
+can be rebuilt from its tokens (``kvscope repair``; why not, when it cannot): ``repairRequested`` asks the
+window for the output file, the run (:class:`~kvscope.app.document.repair_job.RepairRun`) shows in the
+strip above the page with Cancel, and its outcome stays there (Open the repaired file, or the one line why
+nothing was written). The overview object is built once per parse (``sequences`` sorts every cell table)
+and only its compatibility, verification and verdict are replaced as they come in. Export saves the page
+as PNG.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from PySide6.QtWidgets import QHBoxLayout, QPushButton, QTextBrowser, QVBoxLayou
 
 from kvscope.app.base.theme import SEVERITY_COLORS, VERIFY_LEVELS, Theme, verdict_color
 from kvscope.app.document.document import Document
+from kvscope.app.document.repair_job import RepairRun, repair_problem
 from kvscope.app.document.verify_job import NEEDS_MODEL
 from kvscope.app.document.verify_marks import verify_marks
 from kvscope.app.views.export import doc_export_button
-from kvscope.app.views.overview import verify_html
+from kvscope.app.views.overview import builds_html, verify_html
+from kvscope.app.views.overview.repair_banner import RepairBanner
 from kvscope.core.analysis.consumers import consumer_answers
 from kvscope.core.analysis.overview import Overview, build_overview, slot_reuse
 from kvscope.core.analysis.verdict import Verdict, plural
@@ -32,16 +39,17 @@ from kvscope.core.findings import Finding
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.textsafe import html_text as escape  # one visible line (bidi, controls escaped), then entities
 
-STAGE_MARK = {"ok": "✔", "silent": "⚠", "header": "✘", "memory": "✘", "unknown": "?"}
-
 
 class OverviewView(QWidget):
     """The overview page of one document; ``jumpRequested(view)`` asks the page to show a view,
-    ``verifyRequested`` / ``cancelVerifyRequested`` the window to start or stop a verification."""
+    ``verifyRequested`` / ``cancelVerifyRequested`` the window to start or stop a verification,
+    ``repairRequested`` the window to ask where to write a repair, ``openRequested(path)`` to open one."""
 
     jumpRequested = Signal(str)
     verifyRequested = Signal()
     cancelVerifyRequested = Signal()
+    repairRequested = Signal()
+    openRequested = Signal(str)
     export_name = "overview"
 
     def __init__(self, doc: Document, theme: Theme, parent: QWidget | None = None) -> None:
@@ -60,6 +68,10 @@ class OverviewView(QWidget):
                                       "(Tools → Verify, Ctrl+Shift+V)")
         self.verify_button.clicked.connect(self.verifyRequested)
         self.export_button = doc_export_button(self, doc)
+        self.repair = RepairRun(doc.runner, self)
+        self.repair_banner = RepairBanner(self.repair, theme)
+        self.repair_banner.openRequested.connect(self.openRequested)
+        self.repair.changed.connect(self.show_page)
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addStretch(1)
@@ -69,6 +81,7 @@ class OverviewView(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(2)
         lay.addLayout(top)
+        lay.addWidget(self.repair_banner)
         lay.addWidget(self.browser, 1)
         for sig in (doc.loaded, doc.statsReady, doc.compatReady, doc.verifyChanged, doc.fileChanged):
             sig.connect(self.refresh)
@@ -125,6 +138,7 @@ class OverviewView(QWidget):
         color = verdict_color(v.level, dark).name()
         parts = [f'<h2 style="color:{color};margin-bottom:2px">{escape(v.title.upper())}</h2>',
                  f'<p style="font-size:large;margin-top:0">{escape(v.reason)}</p>']
+        parts += self._repair_html()
         if self.doc.verify:
             vcol = verdict_color(VERIFY_LEVELS.get(str(self.doc.verify.get("verdict")), "suspicious"), dark).name()
             stale = f" <i>({escape(self.doc.verify_stale)})</i>" if self.doc.verify_stale else ""
@@ -147,10 +161,7 @@ class OverviewView(QWidget):
                 ("rotation", "<br>".join(escape(t) for t in ov.rotation) or "no KV records")]
         parts.append(_table(rows))
         parts.append("<h3>Which llama.cpp builds load it</h3>")
-        parts.append(self._compat_html(ov, dark))
-        if ov.consumers:  # libllama and llama-server apart (a Verify's restore replaces its line)
-            parts.append("<p>Per consumer:</p><ul>" + "".join(f"<li>{escape(line)}</li>" for line in
-                                                              ov.consumer_lines()) + "</ul>")
+        parts.append(builds_html.section_html(ov, dark, self.doc.compat_error))
         if ov.reuse:  # a slot file: what llama-server will reuse of it (a Verify's measurement replaces its line)
             parts.append("<h3>Will llama-server reuse it</h3>")
             parts.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in ov.reuse_lines()) + "</ul>")
@@ -210,27 +221,29 @@ class OverviewView(QWidget):
         col = verdict_color("healthy" if ov.model_fits else "damaged", dark).name()
         return f'{text}: <span style="color:{col}">{escape(ov.model_note)}</span>'
 
-    def _compat_html(self, ov: Overview, dark: bool) -> str:
-        if ov.compat is None:
-            why = self.doc.compat_error
-            return f"<p>{escape('not known: ' + why) if why else 'working it out…'}</p>"
-        if not ov.compat:
-            return "<p>none: not a state file of a known layout</p>"
-        lines = ov.compat_lines()
-        items = []
-        for c, line in zip(ov.compat, lines, strict=True):
-            level = "healthy" if c.loads else ("suspicious" if c.stage in ("silent", "unknown") else "damaged")
-            col = verdict_color(level, dark).name()
-            items.append(f'<li><span style="color:{col}">{STAGE_MARK.get(c.stage, "?")}</span> {escape(line)}</li>')
-        loads = ov.loads_in()
-        if ov.verdict.state == "model_mismatch":
-            head = ("<p><b>Not with the model given:</b> the file does not fit it. Give the model that wrote it "
-                    "to tell which builds load it.</p>")
-        elif loads:
-            head = f"<p>Loads as it is in: <b>{escape(', '.join(loads))}</b></p>"
-        else:
-            head = "<p><b>No llama.cpp generation loads it as it is.</b></p>"
-        return head + "<ul>" + "".join(items) + "</ul>"
+    # -- repair -----------------------------------------------------------------------------------
+    def damaged(self) -> bool:
+        """The verdict is damaged, or the last Verify found the file damaged or diverging."""
+        v = self.verdict
+        verified = VERIFY_LEVELS.get(str((self.doc.verify or {}).get("verdict")))
+        return (v is not None and v.level == "damaged") or verified == "damaged"
+
+    def repair_problem(self) -> str | None:
+        """Why the file cannot be repaired now (one line), None when it can."""
+        if self.repair.running:
+            return "a repair of this file is running"
+        if self.doc.changed:
+            return "the file changed on disk: reload it first"
+        return repair_problem(self.doc.result, self.doc.profile, self.doc.model_path)
+
+    def _repair_html(self) -> list[str]:
+        if not self.damaged() or self.repair.running:
+            return []
+        why = self.repair_problem()
+        if why is None:
+            return ['<p><a href="repair:"><b>Repair…</b></a> rebuilds the state from the file\'s own tokens in '
+                    "real llama.cpp, verifies it and writes it to a new file (the input is never changed).</p>"]
+        return [f"<p>Repair: not possible: {escape(why)}</p>"]
 
     # -- links ------------------------------------------------------------------------------------
     def _on_link(self, url: QUrl) -> None:
@@ -248,6 +261,11 @@ class OverviewView(QWidget):
         if scheme == "cancel-verify":
             self.cancelVerifyRequested.emit()
             return True
+        if scheme == "repair":
+            if self.repair_problem() is None:
+                self.repairRequested.emit()
+                return True
+            return False
         if scheme == "view" and arg == "verify":
             self.browser.scrollToAnchor("verify")
             return True

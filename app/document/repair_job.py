@@ -1,0 +1,258 @@
+"""The Repair action's background job and its state per document (no widgets here).
+
+``kvscope repair FILE --model GGUF -o OUT`` (:mod:`kvscope.core.verify.repair`) re-prefills a damaged
+file's own tokens in the pinned build that writes its layout, saves the state as the file was saved,
+verifies it and only then writes OUT atomically. The app runs exactly that command, in a child
+process of its own (``python -m kvscope.core.cli.main repair ... --json``) so that Cancel can stop it
+whatever engine call it is in: Cancel sends SIGINT, which unwinds the command (its engines closed, its
+temporary files and OUT's temporary removed), and after :data:`KILL_AFTER_S` kills its process group
+(the engine's janitor then stops the engines it started). The child's temporary folder is a private
+one (``TMPDIR``), removed when it ends however it ends. The input is never written: an OUT that names
+it, by any path, is refused before anything runs.
+
+:func:`repair_problem` says, before anything runs, why the file cannot be repaired from the app (no
+model, not a state file, a blob that carries no tokens, media chunks, no pinned build for its layout),
+from the core's own rules (:func:`kvscope.core.verify.prefill.plan_prefill`,
+:func:`kvscope.core.pinned_builds.build_writing`); :func:`repair_build` applies the engine settings' build
+where it writes the file's layout. :class:`RepairRun` holds one document's run: in progress (step,
+Cancel), written (the result, to open), refused or failed (the one-line message).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, Signal
+
+from kvscope.app.base.tasks import Cancelled, CancelToken, Job, Report, Task, TaskRunner
+from kvscope.app.document.verify_job import EngineChoice
+from kvscope.core.fsutil import TEMP_PREFIX
+from kvscope.core.pinned_builds import BUILDS, build_writing
+from kvscope.core.textsafe import safe_text
+
+if TYPE_CHECKING:
+    from kvscope.core.model.profile import ModelProfile
+    from kvscope.core.reader.records import ParseResult
+
+KILL_AFTER_S = 10.0  # after SIGINT, the command has this long to unwind before its process group is killed
+SUFFIX = ".repaired"  # the default output: beside the input, this before its extension
+NEEDS_MODEL = "Repair needs the GGUF model the file was written with: choose it with File → Model… (Ctrl+M)."
+EXIT_BAD_INPUT = 2  # kvscope repair: the file cannot be rebuilt (one line on stderr)
+
+
+class RepairRefused(Exception):
+    """``kvscope repair`` refused the file or could not rebuild it: its one line."""
+
+
+def same_file(a: str, b: str) -> bool:
+    """``a`` and ``b`` name the same file (by path, a link or a hard link)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def repair_problem(res: ParseResult | None, profile: ModelProfile | None, model_path: str | None) -> str | None:
+    """Why the file cannot be repaired from the app (one line), or None when it can."""
+    if res is None:
+        return "the file is still being read"
+    if profile is None or not model_path:
+        return NEEDS_MODEL
+    if res.kind == "unknown":
+        return "not a llama.cpp state file: there is nothing to rebuild"
+    from kvscope.core.verify.prefill import plan_prefill
+
+    plan = plan_prefill(res, 0 if res.kind in ("seq_file", "seq_blob") else -1)
+    if plan.limit_pos is not None:
+        return (f"the prompt holds {plan.n_media} media chunk(s) from position {plan.limit_pos}: they cannot be "
+                "re-prefilled from the file")
+    if not plan.possible:
+        if res.kind in ("seq_blob", "context_blob") and not res.tokens:
+            return ("a state blob carries no tokens: `kvscope repair FILE --model GGUF --tokens IDS -o OUT` rebuilds "
+                    "it from the tokens it was made of")
+        return f"it cannot be re-prefilled: {plan.reason or 'no tokens'}"
+    if build_writing(res.layout.name) is None:
+        return f"no pinned llama.cpp build writes layout {res.layout.name}: the rebuilt state would be of another"
+    return None
+
+
+def repair_build(res: ParseResult, choice: EngineChoice) -> str | None:
+    """The build to repair with: the engine settings' pinned build where it writes the file's layout (as
+    Verify would restore it there), else None (the command's default: the build that writes it)."""
+    build = choice.cleaned().build
+    return build if build is not None and any(b.name == build and b.writes == res.layout.name for b in BUILDS) \
+        else None
+
+
+def default_output(path: str) -> str:
+    """``dir/name.repaired.ext`` beside the input (``-2``, ``-3`` ... added while that name exists)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    stem, ext = os.path.splitext(name)
+    if stem.startswith(".") and not ext:  # ".slot" is a stem, not an extension
+        stem, ext = name, ""
+    for n in range(1, 1000):
+        cand = os.path.join(folder, f"{stem}{SUFFIX}{'' if n == 1 else f'-{n}'}{ext}")
+        if not os.path.lexists(cand):
+            return cand
+    return os.path.join(folder, f"{stem}{SUFFIX}-{os.getpid()}{ext}")
+
+
+def repair_command(path: str, model: str, out: str, build: str | None, timeout_s: float) -> list[str]:
+    cmd = [sys.executable, "-m", "kvscope.core.cli.main", "repair", path, "--model", model, "-o", out, "--json",
+           "--timeout", f"{timeout_s:g}"]
+    return cmd + (["--build", build] if build else [])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT (the command unwinds and cleans up), then the process group's SIGKILL if it does not end."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGINT)
+
+    def kill() -> None:
+        try:
+            proc.wait(KILL_AFTER_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    threading.Thread(target=kill, name="kvscope-repair-stop", daemon=True).start()
+
+
+def _leftovers(out: str, since: float) -> None:
+    """A killed command's temporary beside OUT (``atomic_writer``'s, tagged ``repair``), made during the run."""
+    folder = os.path.dirname(os.path.abspath(out))
+    with contextlib.suppress(OSError):
+        for e in os.scandir(folder):
+            if e.name.startswith(TEMP_PREFIX + "repair") and e.is_file(follow_symlinks=False) \
+                    and e.stat(follow_symlinks=False).st_mtime >= since - 1:
+                with contextlib.suppress(OSError):
+                    os.unlink(e.path)
+
+
+def repair_job(path: str, model: str, out: str, build: str | None = None, timeout_s: float = 600.0) -> Job:
+    """The job that runs ``kvscope repair`` on ``path`` into ``out``; returns its ``--json`` object."""
+
+    def job(token: CancelToken, report: Report) -> dict[str, Any]:
+        if same_file(path, out):
+            raise RepairRefused(f"{safe_text(out)} is the input file: repair never overwrites it (choose another)")
+        if os.path.isdir(out):
+            raise RepairRefused(f"{safe_text(out)} is a folder: choose the output file's name")
+        what = f"rebuilding from the file's tokens in llama.cpp {build or 'the build that writes its layout'}, " \
+               "then verifying"
+        report(None, what)
+        tmp = tempfile.mkdtemp(prefix="kvscope-repair-app-")
+        t0 = time.time()
+        proc = subprocess.Popen(repair_command(path, model, out, build, timeout_s), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                env=dict(os.environ, TMPDIR=tmp), close_fds=True)
+        token.on_cancel(lambda: _stop(proc))
+        try:
+            while True:
+                try:
+                    stdout, stderr = proc.communicate(timeout=1.0)
+                    break
+                except subprocess.TimeoutExpired:
+                    report(None, f"{what} · {time.time() - t0:.0f} s")
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            if proc.returncode is not None and proc.returncode < 0:  # killed: nothing unwound
+                _leftovers(out, t0)
+            shutil.rmtree(tmp, ignore_errors=True)
+        if token.cancelled:
+            raise Cancelled()
+        err = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+        line = err[-1].removeprefix("kvscope: ") if err else f"kvscope repair ended with status {proc.returncode}"
+        if proc.returncode == EXIT_BAD_INPUT:
+            raise RepairRefused(line)
+        if proc.returncode != 0:
+            raise RuntimeError(f"kvscope repair failed: {line}")
+        result: dict[str, Any] = json.loads(stdout.decode("utf-8"))
+        result["seconds_total"] = time.time() - t0
+        return result
+
+    return job
+
+
+class RepairRun(QObject):
+    """One document's Repair: ``changed`` when a run starts, reports a step, or ends (written, refused,
+    failed or cancelled)."""
+
+    changed = Signal()
+
+    def __init__(self, runner: TaskRunner, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.runner = runner
+        self.task: Task | None = None
+        self.output: str | None = None  # the file being (or last) written
+        self.step: str = ""
+        self.result: dict[str, Any] | None = None  # the last run's ``--json`` object (written)
+        self.error: str | None = None  # why the last run wrote nothing (one line)
+        self.cancelled = False
+
+    @property
+    def running(self) -> bool:
+        return self.task is not None and not self.task.done
+
+    def start(self, path: str, model: str, out: str, build: str | None = None) -> Task | None:
+        """Repair ``path`` into ``out`` in the background (None, and ``error`` set, when ``out`` is the input)."""
+        if self.running:
+            return self.task
+        self.output, self.result, self.error, self.cancelled = os.path.abspath(out), None, None, False
+        if same_file(path, out):
+            self.error = f"{safe_text(out)} is the input file: repair never overwrites it (choose another)"
+            self.changed.emit()
+            return None
+        self.step = "starting"
+        task = self.runner.submit(f"repair {safe_text(os.path.basename(path))}",
+                                  repair_job(path, model, self.output, build), self._done, self._failed)
+        task.progressed.connect(self._progress)
+        task.cancelled.connect(self._cancelled)
+        task.finished.connect(self._finished)
+        self.task = task
+        self.changed.emit()
+        return task
+
+    def cancel(self) -> None:
+        if self.task is not None and not self.task.done:
+            self.task.cancel()
+
+    def dismiss(self) -> None:
+        """Forget the last run's outcome (not a run in progress)."""
+        if not self.running:
+            self.result, self.error, self.cancelled, self.output = None, None, False, None
+            self.changed.emit()
+
+    def _progress(self, _fraction: object, text: str) -> None:
+        self.step = text
+        self.changed.emit()
+
+    def _done(self, result: dict[str, Any]) -> None:
+        self.result = result
+
+    def _failed(self, message: str) -> None:
+        self.error = message
+
+    def _cancelled(self) -> None:
+        self.cancelled = True
+
+    def _finished(self) -> None:
+        self.task = None
+        self.step = ""
+        self.changed.emit()
