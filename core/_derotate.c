@@ -289,12 +289,18 @@ TARGET static void decode_q4_0(const uint8_t *p, Py_ssize_t nblocks, float *out)
     }
 }
 
-/* n float32 values into g in float32 lanes; 0 (g untouched) when the lane sums are not finite */
-TARGET static int reduce_fast(const float *x, Py_ssize_t n, vacc_t *g) {
+/* n float32 values into g in float32 lanes (two independent chains of eight); 0 (g untouched)
+ * when the lane sums are not finite. `wide` (a constant at each call: the compiler keeps two
+ * loops) sums the squares in double: bf16 and f32 values as small as 2**-63 have float32 squares
+ * below the normal range, whose every product costs a microcode assist (20x slower); in double
+ * none does (f16 and ggml's d*q products are never below 2**-24). */
+TARGET static inline __attribute__((always_inline)) int reduce_lanes(const float *x, Py_ssize_t n, vacc_t *g,
+                                                                      const int wide) {
     __m256 mn0 = _mm256_set1_ps(INFINITY), mn1 = mn0, mx0 = _mm256_set1_ps(-INFINITY), mx1 = mx0;
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, q0 = s0, q1 = s0;
+    __m256d w[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
     Py_ssize_t i = 0;
-    for (; i + 16 <= n; i += 16) {  /* two independent chains */
+    for (; i + 16 <= n; i += 16) {
         const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
         mn0 = _mm256_min_ps(mn0, a);
         mn1 = _mm256_min_ps(mn1, b);
@@ -302,19 +308,27 @@ TARGET static int reduce_fast(const float *x, Py_ssize_t n, vacc_t *g) {
         mx1 = _mm256_max_ps(mx1, b);
         s0 = _mm256_add_ps(s0, a);
         s1 = _mm256_add_ps(s1, b);
-        q0 = _mm256_add_ps(q0, _mm256_mul_ps(a, a));
-        q1 = _mm256_add_ps(q1, _mm256_mul_ps(b, b));
+        if (wide) {
+            const __m256d d[4] = {_mm256_cvtps_pd(_mm256_castps256_ps128(a)), _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)),
+                                  _mm256_cvtps_pd(_mm256_castps256_ps128(b)), _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1))};
+            for (int k = 0; k < 4; k++) w[k] = _mm256_add_pd(w[k], _mm256_mul_pd(d[k], d[k]));
+        } else {
+            q0 = _mm256_add_ps(q0, _mm256_mul_ps(a, a));
+            q1 = _mm256_add_ps(q1, _mm256_mul_ps(b, b));
+        }
     }
-    float mn[8], mx[8], s[8], q[8];
+    float mn[8], mx[8], s[8], qf[8];
+    double qd[4][4];
     _mm256_storeu_ps(mn, _mm256_min_ps(mn0, mn1));
     _mm256_storeu_ps(mx, _mm256_max_ps(mx0, mx1));
     _mm256_storeu_ps(s, _mm256_add_ps(s0, s1));
-    _mm256_storeu_ps(q, _mm256_add_ps(q0, q1));
+    _mm256_storeu_ps(qf, _mm256_add_ps(q0, q1));
+    for (int k = 0; k < 4; k++) _mm256_storeu_pd(qd[k], w[k]);
     double sum = 0, sq = 0;
     float lo = INFINITY, hi = -INFINITY;
-    for (int l = 0; l < 8; l++) {
+    for (int l = 0; l < 8; l++) {  /* lane l of a (wide: w[0], w[1]) and of b (w[2], w[3]) */
         sum += s[l];
-        sq += q[l];
+        sq += wide ? qd[l / 4][l % 4] + qd[2 + l / 4][l % 4] : (double)qf[l];
         lo = mn[l] < lo ? mn[l] : lo;
         hi = mx[l] > hi ? mx[l] : hi;
     }
@@ -332,53 +346,9 @@ TARGET static int reduce_fast(const float *x, Py_ssize_t n, vacc_t *g) {
     return 1;
 }
 
-/* reduce_fast with the squares in double: bf16 and f32 values as small as 2**-63 have float32
- * squares below the normal range, whose every product costs a microcode assist (20x slower);
- * in double none does (f16 and ggml's d*q products are never below 2**-24) */
-TARGET static int reduce_fast_wide(const float *x, Py_ssize_t n, vacc_t *g) {
-    __m256 mn0 = _mm256_set1_ps(INFINITY), mn1 = mn0, mx0 = _mm256_set1_ps(-INFINITY), mx1 = mx0;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
-    __m256d q[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
-    Py_ssize_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
-        mn0 = _mm256_min_ps(mn0, a);
-        mn1 = _mm256_min_ps(mn1, b);
-        mx0 = _mm256_max_ps(mx0, a);
-        mx1 = _mm256_max_ps(mx1, b);
-        s0 = _mm256_add_ps(s0, a);
-        s1 = _mm256_add_ps(s1, b);
-        const __m256d w[4] = {_mm256_cvtps_pd(_mm256_castps256_ps128(a)), _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)),
-                              _mm256_cvtps_pd(_mm256_castps256_ps128(b)), _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1))};
-        for (int k = 0; k < 4; k++) q[k] = _mm256_add_pd(q[k], _mm256_mul_pd(w[k], w[k]));
-    }
-    float mn[8], mx[8], s[8];
-    double qd[4][4];
-    _mm256_storeu_ps(mn, _mm256_min_ps(mn0, mn1));
-    _mm256_storeu_ps(mx, _mm256_max_ps(mx0, mx1));
-    _mm256_storeu_ps(s, _mm256_add_ps(s0, s1));
-    for (int k = 0; k < 4; k++) _mm256_storeu_pd(qd[k], q[k]);
-    double sum = 0, sq = 0;
-    float lo = INFINITY, hi = -INFINITY;
-    for (int l = 0; l < 8; l++) {
-        sum += s[l];
-        sq += qd[l / 4][l % 4] + qd[2 + l / 4][l % 4];
-        lo = mn[l] < lo ? mn[l] : lo;
-        hi = mx[l] > hi ? mx[l] : hi;
-    }
-    for (; i < n; i++) {
-        sum += x[i];
-        sq += (double)x[i] * x[i];
-        lo = x[i] < lo ? x[i] : lo;
-        hi = x[i] > hi ? x[i] : hi;
-    }
-    if (!isfinite(sum) || !isfinite(sq)) return 0;
-    g->sum += sum;
-    g->sum_sq += sq;
-    g->mn = lo < g->mn ? lo : g->mn;
-    g->mx = hi > g->mx ? hi : g->mx;
-    return 1;
-}
+TARGET static int reduce_fast(const float *x, Py_ssize_t n, vacc_t *g) { return reduce_lanes(x, n, g, 0); }
+
+TARGET static int reduce_fast_wide(const float *x, Py_ssize_t n, vacc_t *g) { return reduce_lanes(x, n, g, 1); }
 
 /* the same value by value: NaN/Inf counted and the first one's index (base + i) kept, the
  * finite values summed in double */
