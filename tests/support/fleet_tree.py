@@ -123,12 +123,14 @@ def tree_digest(root: Path) -> dict[str, str]:
 class Killer(threading.Thread):
     """Send ``sig`` to each of the first ``times`` descendant processes of this one seen with ``path`` open."""
 
-    def __init__(self, path: Path, sig: int = signal.SIGKILL, times: int = 1, timeout: float = 120.0) -> None:
+    def __init__(self, path: Path, sig: int = signal.SIGKILL, times: int = 1, timeout: float = 120.0,
+                 delay: float = 0.0) -> None:
         super().__init__(daemon=True)
         self.path = str(path.resolve())
         self.sig = sig
         self.times = times
         self.timeout = timeout
+        self.delay = delay  # seconds between seeing the file open and the signal (if it is still open)
         self.victims: list[int] = []
         self._stop_event = threading.Event()
 
@@ -148,6 +150,10 @@ class Killer(threading.Thread):
                     continue
                 try:
                     if any(f.path == self.path for f in child.open_files()):
+                        if self.delay:
+                            time.sleep(self.delay)
+                            if not any(f.path == self.path for f in child.open_files()):
+                                continue
                         child.send_signal(self.sig)
                         self.victims.append(child.pid)
                         break
