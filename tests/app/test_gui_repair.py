@@ -1,0 +1,159 @@
+"""Repair… and Verify from the app with the real engine (the pinned builds): a damaged sequence file rebuilt
+by the real ``kvscope repair`` into a new file that opens healthy and verifies ok, whose Verify then
+replaces the prediction it measured in the Overview's build section (the other answers stay predicted);
+llama-server's measured refusal of a token outside the vocabulary; Cancel stops the run with nothing
+written or left behind; the input unchanged throughout. Needs the engine extra (tests/app/conftest.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from kvscope.app.document.verify_job import EngineChoice
+from kvscope.app.shell.repair_dialog import repair_document
+from tests.support.fixtures import DATA
+from tests.support.llama_builds import need_build
+from tests.support.slot_damage import oov_slot
+from tests.support.states import drop_records, kv_records
+
+SEQ = DATA / "gen-0c1e5709" / "llama-f16-fa0-unified0-seq0.seqstate"
+LLAMA = DATA / "gen-models" / "llama.gguf"
+TIMEOUT = 300000
+
+
+@pytest.fixture(scope="module")
+def pinned() -> None:
+    need_build("0c1e5709")
+    need_build("b11434")
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _open(window, qtbot, path: Path | str):  # type: ignore[no-untyped-def]
+    w = window.open_file(str(path), model=str(LLAMA))
+    assert w is not None
+    qtbot.waitUntil(lambda: w.doc.result is not None and w.doc.compat is not None and not w.doc.busy, timeout=30000)
+    assert window.wait_idle(30000)
+    return w
+
+
+def _damaged(tmp_path: Path) -> Path:
+    k, _v = kv_records(SEQ, "gen/llama")
+    return drop_records(SEQ, tmp_path / "dropped.seqstate", [k[1]])
+
+
+def _rows(w) -> list[str]:  # type: ignore[no-untyped-def]
+    text = w.overview.browser.toPlainText()
+    section = text.split("Which llama.cpp builds load it")[1].split("Verification")[0]
+    return [line.strip() for line in section.splitlines() if line.strip()]
+
+
+def _running(paths: list[str]) -> list[int]:
+    """Processes whose command line names one of ``paths``."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    cmd = fh.read().decode("utf-8", "replace")
+            except OSError:
+                continue
+            if any(p in cmd for p in paths):
+                out.append(int(pid))
+    return out
+
+
+def _ours() -> set[str]:
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("kvscope-repair-app-")}
+
+
+@pytest.mark.xserver
+def test_repair_writes_a_file_that_verifies_ok_and_its_verify_replaces_the_prediction(
+        qtbot, window, tmp_path: Path, pinned: None) -> None:  # type: ignore[no-untyped-def]
+    bad = _damaged(tmp_path)
+    before, temps = _sha(bad), _ours()
+    w = _open(window, qtbot, bad)
+    assert w.overview.verdict.level == "damaged" and 'href="repair:"' in w.overview.html()
+    out = tmp_path / "fixed.seqstate"
+    repair_document(window, w, out=str(out))
+    run, banner = w.overview.repair, w.overview.repair_banner
+    assert run.running and banner.cancel_button.isVisible() and not window.actions_["repair"].isEnabled()
+    assert banner.label.text().startswith("Repairing into fixed.seqstate…")
+    qtbot.waitUntil(lambda: not run.running, timeout=TIMEOUT)
+    assert run.error is None, run.error
+    assert run.result is not None and run.result["build"] == "0c1e5709"
+    assert run.result["writer"] == "llama_state_seq_save_file" and run.result["verify"]["verdict"] == "ok"
+    text = banner.label.text()
+    assert text.startswith(f"Repaired: fixed.seqstate written ({out.stat().st_size:,} bytes): rebuilt in llama.cpp "
+                           "0c1e5709 by llama_state_seq_save_file") and "verified ok" in text, text
+    assert _sha(bad) == before  # the input is never modified
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".kvscope-tmp-")]
+    assert _ours() == temps  # the child's private temporary folder is gone
+    # Open: the repaired file in a new tab, with the same model; healthy
+    banner.open_button.click()
+    qtbot.waitUntil(lambda: window.current() is not w and window.current().doc.result is not None, timeout=30000)
+    w2 = window.current()
+    assert w2.doc.path == str(out) and w2.doc.model_path == str(LLAMA)
+    qtbot.waitUntil(lambda: w2.doc.compat is not None and not w2.doc.busy, timeout=30000)
+    assert w2.overview.verdict.level == "healthy" and 'href="repair:"' not in w2.overview.html()
+    rows = _rows(w2)
+    assert rows.count("predicted") == 4 and "measured by Verify" not in rows
+    # Verify (llama.cpp, the build that writes its layout): ok, and it replaces what it measured
+    window.verify(w2)
+    qtbot.waitUntil(lambda: w2.doc.verifying, timeout=5000)
+    qtbot.waitUntil(lambda: not w2.doc.verifying, timeout=TIMEOUT)
+    assert w2.doc.verify_error is None and w2.doc.verify is not None and w2.doc.verify["verdict"] == "ok"
+    entries = {(e.build, e.consumer): e for e in w2.overview.overview.consumer_entries()}
+    measured = [k for k, e in entries.items() if e.measured]
+    assert measured == [("0c1e5709", "libllama")] and entries[measured[0]].answer == "loads"
+    rows = _rows(w2)
+    i = rows.index("0c1e5709")
+    assert rows[i + 2:i + 5] == ["libllama", "✔ loads", "measured by Verify"]
+    assert rows.count("predicted") == 3
+    assert _sha(bad) == before
+
+
+def test_a_server_verify_measures_the_refusal_it_predicted(qtbot, window, tmp_path: Path, pinned: None) -> None:  # type: ignore[no-untyped-def]
+    w = _open(window, qtbot, oov_slot(tmp_path / "oov.bin"))
+    window._set_engine(EngineChoice("server"))
+    window.verify(w)
+    qtbot.waitUntil(lambda: w.doc.verifying, timeout=5000)
+    qtbot.waitUntil(lambda: not w.doc.verifying, timeout=TIMEOUT)
+    assert w.doc.verify_error is None, w.doc.verify_error
+    eng = w.doc.verify["engine"]
+    assert (eng["kind"], eng["build"]) == ("server", "b11434")
+    entries = {(e.build, e.consumer): e for e in w.overview.overview.consumer_entries()}
+    srv = entries[("b11434", "llama-server")]
+    assert srv.measured and srv.answer == "refuses" and "Invalid tokens in slot save file" in srv.message
+    assert not entries[("b11434", "libllama")].measured and entries[("b11434", "libllama")].answer == "loads"
+    rows = _rows(w)
+    i = rows.index("b11434")
+    assert rows[i + 5] == "llama-server" and rows[i + 7] == "measured by Verify"
+    assert "Invalid tokens in slot save file" in rows[i + 6]
+
+
+def test_cancel_stops_the_repair_with_nothing_written(qtbot, window, tmp_path: Path, pinned: None) -> None:  # type: ignore[no-untyped-def]
+    bad = _damaged(tmp_path)
+    before, temps = _sha(bad), _ours()
+    w = _open(window, qtbot, bad)
+    out = tmp_path / "never.seqstate"
+    repair_document(window, w, out=str(out))
+    run, banner = w.overview.repair, w.overview.repair_banner
+    qtbot.waitUntil(lambda: _running([str(out)]) != [], timeout=30000)  # the command is running
+    qtbot.waitUntil(lambda: run.step.endswith(" s") and int(run.step.rsplit("·", 1)[1].split()[0]) >= 2,
+                    timeout=30000)
+    banner.cancel_button.click()
+    qtbot.waitUntil(lambda: not run.running, timeout=60000)
+    assert run.cancelled and run.result is None and run.error is None
+    assert banner.label.text() == "Repair cancelled: never.seqstate was not written."
+    assert not out.exists() and _sha(bad) == before
+    qtbot.waitUntil(lambda: _running([str(out)]) == [], timeout=20000)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".kvscope-tmp-")]
+    assert _ours() == temps
