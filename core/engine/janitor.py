@@ -18,6 +18,7 @@ app starts engines from worker threads.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fnmatch
 import json
@@ -58,6 +59,20 @@ class Janitor:
             self._pipe = self._proc.stdin
         except OSError:
             self._proc = None
+        else:
+            atexit.register(self._close_at_exit)
+
+    def _close_at_exit(self) -> None:
+        """A normal exit: close the pipe (the watcher cleans what is still registered and exits) and reap it."""
+        if self._proc is None or os.getpid() != self._owner:
+            return
+        with self._lock:
+            pipe, self._pipe = self._pipe, None
+        with contextlib.suppress(OSError, ValueError):
+            if pipe is not None:
+                pipe.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(_STOP_S + 5)
 
     @property
     def pid(self) -> int | None:
