@@ -73,8 +73,8 @@ def pose(w: DocumentWidget, view: str | None) -> None:
         w.bytemap.set_range(sel.offset - span / 2, sel.offset + span / 2)
     if view is not None:
         w.show_view(view)
-    if view == "overview" and doc.verify:
-        w.overview.browser.scrollToAnchor("verify")
+    if view == "overview" and doc.verify:  # the build section (a measured answer in it), then the verification
+        w.overview.browser.scrollToAnchor("builds")
 
 
 def take_screenshot(win: MainWindow, out: str, view: str | None, diff: str | None, size: tuple[int, int],

@@ -6,6 +6,7 @@
 # build are needed, VERIFY=0 skips them) of a slot file damaged through its structure (NaN in two cells of
 # V layer 1, zeros in two of K layer 0): VIEW-verify-WxH-THEME.png. SIZES / THEMES / VIEWS narrow it down:
 #   SIZES=1280x800 THEMES=dark VIEWS="layers cells" EXTRAS=0 VERIFY=0 docs/screenshots/regenerate.sh
+# QPA=xcb takes them in the X server of $DISPLAY (Xvfb) instead of offscreen.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
@@ -19,7 +20,7 @@ VIEWS=${VIEWS:-"overview tree bytemap hex cells layers tokens findings diff lab"
 shot() {  # shot VIEW SIZE THEME OUT ARGS...
     local view=$1 size=$2 theme=$3 out=$4
     shift 4
-    QT_QPA_PLATFORM=offscreen "$PY" -m kvscope.app.shell.cli "$@" --view "$view" --size "$size" --theme "$theme" \
+    QT_QPA_PLATFORM=${QPA:-offscreen} "$PY" -m kvscope.app.shell.cli "$@" --view "$view" --size "$size" --theme "$theme" \
         --screenshot "$out" >/dev/null
     echo "$out"
 }
@@ -27,7 +28,7 @@ shot() {  # shot VIEW SIZE THEME OUT ARGS...
 # the file (and options) each view is pictured with
 args_for() {
     case $1 in
-        overview) echo "$L/truncated_half.seqdata.bin --model $D/tiny-llama.gguf" ;;
+        overview) echo "$L/seq_file_truncated_half.seqstate --model $D/tiny-llama.gguf" ;;
         tree) echo "$D/lfm2-f16-fa0-unified0-ctx.session --model $D/tiny-lfm2.gguf" ;;
         bytemap) echo "$L/nan_rows_late_fail.seqdata.bin --model $D/tiny-llama.gguf" ;;
         hex) echo "$D/llama-q8_0-fa1-unified0-ctx.session --model $D/tiny-llama.gguf" ;;

@@ -50,6 +50,7 @@ def test_repair_is_offered_beside_a_damaged_verdict_with_the_model(qtbot, window
     assert "Repair…" in ov.browser.toPlainText()
     act = window.actions_["repair"]
     assert act.isEnabled() and "kvscope repair" in act.toolTip()
+    assert ov.repair_button.isVisible() and ov.repair_button.isEnabled()  # and a button beside Verify
     emitted: list[bool] = []
     ov.repairRequested.connect(lambda: emitted.append(True))
     assert ov.follow("repair:") and emitted == [True]
@@ -69,9 +70,11 @@ def test_repair_needs_the_model_and_a_healthy_file_has_no_link(qtbot, window, tm
     act = window.actions_["repair"]
     assert not act.isEnabled() and "Repair needs the GGUF model" in act.toolTip()
     assert not w.overview.follow("repair:")
+    assert w.overview.repair_button.isVisible() and not w.overview.repair_button.isEnabled()
+    assert "Repair needs the GGUF model" in w.overview.repair_button.toolTip()
     healthy = _open(window, qtbot, SLOT)
     assert healthy.overview.verdict.level == "healthy"
-    assert "Repair" not in healthy.overview.browser.toPlainText()
+    assert "Repair" not in healthy.overview.browser.toPlainText() and not healthy.overview.repair_button.isVisible()
     assert window.actions_["repair"].isEnabled()  # a healthy file can still be rebuilt from the menu
 
 

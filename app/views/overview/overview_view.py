@@ -67,6 +67,8 @@ class OverviewView(QWidget):
         self.verify_button.setToolTip("restore the file in real llama.cpp, re-prefill its tokens and compare "
                                       "(Tools → Verify, Ctrl+Shift+V)")
         self.verify_button.clicked.connect(self.verifyRequested)
+        self.repair_button = QPushButton("Repair…")
+        self.repair_button.clicked.connect(lambda: self.follow("repair:"))
         self.export_button = doc_export_button(self, doc)
         self.repair = RepairRun(doc.runner, self)
         self.repair_banner = RepairBanner(self.repair, theme)
@@ -75,6 +77,7 @@ class OverviewView(QWidget):
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addStretch(1)
+        top.addWidget(self.repair_button)
         top.addWidget(self.verify_button)
         top.addWidget(self.export_button)
         lay = QVBoxLayout(self)
@@ -110,6 +113,7 @@ class OverviewView(QWidget):
             self._base = None
             self.browser.setHtml(f"<p>Reading {escape(self.doc.name)}…</p>")
             self.verify_button.setEnabled(False)
+            self.repair_button.hide()
             return
         self.overview = self._overview(res)
         self.show_page()
@@ -121,6 +125,7 @@ class OverviewView(QWidget):
         self.verify_button.setText("Verifying…" if doc.verifying else "Verify")
         if self.overview is None:
             return
+        self._update_repair_button()
         bar = self.browser.verticalScrollBar()
         at = bar.value()
         self.browser.setHtml(self.html())
@@ -160,7 +165,7 @@ class OverviewView(QWidget):
                 ("cache types", "<br>".join(escape(t) for t in ov.cache_types) or "no records"),
                 ("rotation", "<br>".join(escape(t) for t in ov.rotation) or "no KV records")]
         parts.append(_table(rows))
-        parts.append("<h3>Which llama.cpp builds load it</h3>")
+        parts.append('<h3><a name="builds"></a>Which llama.cpp builds load it</h3>')
         parts.append(builds_html.section_html(ov, dark, self.doc.compat_error))
         if ov.reuse:  # a slot file: what llama-server will reuse of it (a Verify's measurement replaces its line)
             parts.append("<h3>Will llama-server reuse it</h3>")
@@ -235,6 +240,15 @@ class OverviewView(QWidget):
         if self.doc.changed:
             return "the file changed on disk: reload it first"
         return repair_problem(self.doc.result, self.doc.profile, self.doc.model_path)
+
+    def _update_repair_button(self) -> None:
+        """Shown beside Verify while the file is damaged; enabled when it can be repaired (the tooltip says why not)."""
+        why = self.repair_problem()
+        self.repair_button.setVisible(self.damaged() or self.repair.running)
+        self.repair_button.setEnabled(why is None)
+        self.repair_button.setText("Repairing…" if self.repair.running else "Repair…")
+        self.repair_button.setToolTip("rebuild the state from the file's own tokens in real llama.cpp, verify it and "
+                                      "write it to a new file (Tools → Repair…)" + (f": not now: {why}" if why else ""))
 
     def _repair_html(self) -> list[str]:
         if not self.damaged() or self.repair.running:
