@@ -1,9 +1,14 @@
-"""One open state file: its parse result, bytes, model, statistics, compatibility, diff and selection bus.
+"""One open state file: its inspection (parse, verdict, statistics, compatibility), bytes, model, diff, selection.
 
-Every piece of work (model loading, parsing, payload statistics, which llama.cpp generations load
-it, the diff against a second file) runs as a background task; the document publishes the
-outcome with signals that the views listen to. The file is only ever opened read-only and read
-with bounded ``pread`` (:class:`~kvscope.app.document.source.ViewSource`), never mapped.
+What the app shows about the file is the core's one inspection pipeline
+(:mod:`kvscope.core.analysis.inspection`), the same :class:`~kvscope.core.analysis.inspection.Inspection`
+``kvscope inspect --json --stats`` prints: the load task parses and judges the file
+(``inspect_source``), then the statistics (``Inspection.add_stats``) and, after them as the
+pipeline orders it, which llama.cpp generations load it (``Inspection.add_compat``) are added to that
+same object. Every piece of work (model loading, the inspection's steps, the diff against a second
+file) runs as a background task; the document publishes the outcome with signals that the views
+listen to. The file is only ever opened read-only and read with bounded ``pread``
+(:class:`~kvscope.app.document.source.ViewSource`), never mapped.
 
 A file that changes while it is read (llama-server rewrites slot files in place) or afterwards
 (a ``QFileSystemWatcher`` on the file and its folder, checked against the file's size, mtime and
@@ -13,6 +18,7 @@ inode as opened) raises ``fileChanged(reason)``; the page then offers Reload, wh
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,13 +31,16 @@ from kvscope.app.document.missing_records import refine_verdict
 from kvscope.app.document.selection import SelectionBus
 from kvscope.app.document.source import ViewSource, describe_change, empty_source
 from kvscope.app.document.verify_job import NEEDS_MODEL, EngineChoice, verify_job
-from kvscope.core.analysis.verdict import Verdict, plural, verdict
+from kvscope.core.analysis.verdict import Verdict, plural
 from kvscope.core.reader.source import CHANGED_MESSAGE, FileChangedError
 from kvscope.core.textsafe import safe_text
 
 if TYPE_CHECKING:
     from kvscope.core.analysis.compat import GenCompat
+    from kvscope.core.analysis.consumers import ConsumerAnswer
     from kvscope.core.analysis.diff import StateDiff
+    from kvscope.core.analysis.inspection import Inspection
+    from kvscope.core.analysis.reuse import ReusePrediction
     from kvscope.core.analysis.stats import StatsReport
     from kvscope.core.model.profile import ModelProfile
     from kvscope.core.reader.records import ParseResult
@@ -41,10 +50,10 @@ WATCH_DELAY_MS = 300  # a writer's burst of events becomes one check
 
 @dataclass
 class Loaded:
-    """What a load task hands back to the GUI thread."""
+    """What a load task hands back to the GUI thread: the pipeline's inspection (parse and verdict; the
+    statistics and the compatibility are added by the tasks that follow)."""
 
-    result: ParseResult
-    profile: ModelProfile | None
+    inspection: Inspection
     model_error: str | None
     data: ViewSource
     index: DocumentIndex
@@ -78,11 +87,12 @@ def _load_profile(model_path: str | None) -> tuple[ModelProfile | None, str | No
 
 
 def load_job(path: str, model_path: str | None) -> Any:
-    """The load task: model profile (if any), parse and index, the open file kept for the views.
-    Runs on a pool thread; a file that changed during the parse gives :class:`Changed`."""
+    """The load task: model profile (if any), the inspection's parse and verdict, the index, the open
+    file kept for the views. Runs on a pool thread; a file that changed during the parse gives
+    :class:`Changed`."""
 
     def job(token: CancelToken, report: Report) -> Loaded | Changed:
-        from kvscope.core.reader.parse import read_state
+        from kvscope.core.analysis.inspection import inspect_source
 
         report(None, "reading model" if model_path else "parsing")
         profile, model_error = _load_profile(model_path)
@@ -93,8 +103,7 @@ def load_job(path: str, model_path: str | None) -> Any:
         except ValueError as e:  # not a regular file
             raise ValueError(f"{safe_text(os.path.basename(path))}: {e}") from None
         try:
-            res = read_state(src, profile=profile)
-            src.check()
+            found = inspect_source(src, profile, compat=False)  # the pipeline; stats and compat follow
         except FileChangedError as e:
             src.close()
             return Changed(e.detail or str(e))
@@ -102,7 +111,7 @@ def load_job(path: str, model_path: str | None) -> Any:
             src.close()
             raise
         token.check()
-        return Loaded(res, profile, model_error, src, DocumentIndex(res))
+        return Loaded(found, model_error, src, DocumentIndex(found.result))
 
     return job
 
@@ -136,14 +145,11 @@ class Document(QObject):
         self.runner = runner
         self.model_path = model_path
         self.bus = SelectionBus(self)
-        self.result: ParseResult | None = None
-        self.profile: ModelProfile | None = None
+        self.inspection: Inspection | None = None  # the pipeline's: parse, verdict, then stats and compat
         self.model_error: str | None = None
         self.index: DocumentIndex | None = None
         self.data: ViewSource = empty_source()
-        self.stats: StatsReport | None = None
         self.stats_error: str | None = None
-        self.compat: list[GenCompat] | None = None
         self.compat_error: str | None = None
         self.verify: dict[str, Any] | None = None
         self.verify_error: str | None = None  # why the last Verify could not run (no model, no engine ...)
@@ -172,12 +178,43 @@ class Document(QObject):
     def busy(self) -> bool:
         return any(not t.done for t in self._tasks.values())
 
+    @property
+    def result(self) -> ParseResult | None:
+        """The parse (the inspection's); None before one."""
+        return self.inspection.result if self.inspection is not None else None
+
+    @property
+    def profile(self) -> ModelProfile | None:
+        """The model the file was read with (None: without one, or it could not be used)."""
+        return self.inspection.profile if self.inspection is not None else None
+
+    @property
+    def stats(self) -> StatsReport | None:
+        """The inspection's payload statistics; None until they are in (or when they failed: ``stats_error``)."""
+        return self.inspection.stats if self.inspection is not None else None
+
+    @property
+    def compat(self) -> list[GenCompat] | None:
+        """The inspection's answer per layout generation; None until it is in (or when it failed:
+        ``compat_error``), empty for a file that is not a state file."""
+        return self.inspection.compatibility if self.inspection is not None else None
+
     def verdict(self) -> Verdict | None:
-        """The verdict on the file as read (statistics may have added findings; a Verify result names the
-        layer of a dropped record); None before a parse."""
-        if self.result is None:
+        """The inspection's verdict (judged again when the statistics added findings), with the layer a
+        Verify result names for a dropped record; None before a parse."""
+        if self.inspection is None:
             return None
-        return refine_verdict(verdict(self.result, self.profile), self.result, self.verify)
+        return refine_verdict(self.inspection.verdict, self.inspection.result, self.verify)
+
+    def consumers(self) -> list[ConsumerAnswer]:
+        """What each consumer (llama.cpp builds, llama-server) does with the file: the inspection's
+        (``inspect --json``'s ``consumers``); empty before a parse."""
+        return self.inspection.consumers() if self.inspection is not None else []
+
+    def reuse_prediction(self) -> list[ReusePrediction]:
+        """What each pinned llama-server does with the slot on a prompt that continues it: the
+        inspection's (``inspect --json``'s ``reuse_prediction``); empty before a parse."""
+        return self.inspection.reuse_prediction() if self.inspection is not None and self.inspection.is_state else []
 
     def set_verify(self, result: dict[str, Any] | None) -> None:
         """Show a ``kvscope verify`` result (keys ``verdict``, ``engine``, ``restore``, ``next_token``,
@@ -246,12 +283,17 @@ class Document(QObject):
         self.verify_step = None
         self.verifyChanged.emit()
 
-    def _start(self, kind: str, label: str, job: Any, on_success: Any, on_failure: Any = None) -> Task:
+    def _start(self, kind: str, label: str, job: Any, on_success: Any, on_failure: Any = None,
+               then: Callable[[Task], None] | None = None) -> Task:
+        """Run ``job`` as the document's ``kind`` task (one that was running is stopped); ``then(task)`` is
+        called when it has finished, before the busy state is told (a task it starts keeps it busy)."""
         old = self._tasks.pop(kind, None)
         if old is not None and not old.done:
             old.cancel()
         task = self.runner.submit(label, job, on_success, on_failure)
         self._tasks[kind] = task
+        if then is not None:
+            task.finished.connect(lambda t=task: then(t))
         task.finished.connect(lambda: self.busyChanged.emit(self.busy))
         self.busyChanged.emit(True)
         return task
@@ -323,11 +365,10 @@ class Document(QObject):
                 self.failed.emit(f"{CHANGED_MESSAGE}: reload it once the writer is done")
             return
         old = self.data
-        self.result, self.profile, self.model_error = out.result, out.profile, out.model_error
+        self.inspection, self.model_error = out.inspection, out.model_error
         self.data, self.index = out.data, out.index
         self.data.on_changed = self._on_read_changed
-        self.stats, self.stats_error = None, None
-        self.compat, self.compat_error = None, None
+        self.stats_error, self.compat_error = None, None
         self.diff = None
         self.changed = None
         if self.verify is not None or self.verify_error is not None:  # about the bytes or model read before
@@ -338,18 +379,15 @@ class Document(QObject):
             old.close()
         self.bookmarks.set_size(self.result.size if self.result is not None else 0)
         self.loaded.emit()
-        res = out.result
+        found = out.inspection
+        res = found.result
         self.message.emit(out.model_error or f"{self.name}: read, {plural(len(res.findings), 'finding')}")
-        if res.kind == "unknown":  # no llama.cpp generation reads it: nothing to work out
-            self.compat = []
+        if not found.is_state:  # no llama.cpp generation reads it: nothing to work out
+            found.compatibility = []
             self.compatReady.emit()
-        else:
-            task = self._start("compat", f"compatibility of {self.name}",
-                               self._compat_job(res, out.profile, out.data), self._on_compat, self._on_compat_failed)
-            task.cancelled.connect(lambda t=task: self._on_compat_cancelled(t))
-        if res.kind != "unknown" and res.sections:
-            self._start("stats", f"statistics of {self.name}", self._stats_job(res, out.data), self._on_stats,
-                        self._on_stats_failed)
+        else:  # the pipeline's order: the statistics' findings (non-finite values) are damage compat names
+            self._start("stats", f"statistics of {self.name}", self._stats_job(found, out.data), self._on_stats,
+                        self._on_stats_failed, then=self._after_stats)
         QTimer.singleShot(0, self.check_disk)  # a change between the parse and now
 
     def _on_read_changed(self, detail: str) -> None:
@@ -365,17 +403,28 @@ class Document(QObject):
 
     # -- statistics -------------------------------------------------------------------------------
     @staticmethod
-    def _stats_job(res: ParseResult, data: ViewSource) -> Any:
+    def _stats_job(found: Inspection, data: ViewSource) -> Any:
         def job(token: CancelToken, report: Report) -> StatsReport | Changed:
-            from kvscope.core.analysis.stats import scan_stats
-
             report(None, "scanning payloads")
             try:
-                return scan_stats(res, data=data)
+                return found.add_stats(data)
             except FileChangedError as e:
                 return Changed(e.detail or str(e))
 
         return job
+
+    def _after_stats(self, task: Task) -> None:
+        """The statistics are in, failed or were stopped: the compatibility follows (the pipeline's order).
+        A stats task a new parse replaced starts nothing; one stopped otherwise stops the compatibility too."""
+        found = self.inspection
+        if self._tasks.get("stats") is not task or found is None:
+            return
+        if task.token.cancelled:
+            self._on_compat_failed("cancelled; reload the file to work it out")
+            return
+        compat = self._start("compat", f"compatibility of {self.name}", self._compat_job(found, self.data),
+                             self._on_compat, self._on_compat_failed)
+        compat.cancelled.connect(lambda t=compat: self._on_compat_cancelled(t))
 
     def _on_stats(self, report: StatsReport | Changed) -> None:
         if isinstance(report, Changed):
@@ -383,7 +432,6 @@ class Document(QObject):
             if self.changed is None:
                 self._set_changed(f"{CHANGED_MESSAGE} ({report.detail})")
             return
-        self.stats = report
         self.statsReady.emit()
         n = sum(1 for ls in report.layers if ls.n_nonfinite or ls.zero_rows)
         self.message.emit(f"{self.name}: statistics of {plural(len(report.layers), 'record')}"
@@ -396,13 +444,11 @@ class Document(QObject):
 
     # -- compatibility --------------------------------------------------------------------------------
     @staticmethod
-    def _compat_job(res: ParseResult, profile: ModelProfile | None, data: ViewSource) -> Any:
+    def _compat_job(found: Inspection, data: ViewSource) -> Any:
         def job(token: CancelToken, report: Report) -> list[GenCompat] | Changed:
-            from kvscope.core.analysis.compat import compatibility
-
             report(None, "which llama.cpp builds load it")
             try:
-                return compatibility(res, profile, data=data)
+                return found.add_compat(data)
             except FileChangedError as e:
                 return Changed(e.detail or str(e))
 
@@ -412,7 +458,7 @@ class Document(QObject):
         if isinstance(compat, Changed):
             self._on_compat_failed(CHANGED_MESSAGE)
             return
-        self.compat, self.compat_error = compat, None
+        self.compat_error = None
         self.compatReady.emit()
 
     def _on_compat_cancelled(self, task: Task) -> None:
@@ -420,7 +466,9 @@ class Document(QObject):
             self._on_compat_failed("cancelled; reload the file to work it out")
 
     def _on_compat_failed(self, message: str) -> None:
-        self.compat, self.compat_error = None, message
+        if self.inspection is not None:
+            self.inspection.compatibility = None
+        self.compat_error = message
         self.compatReady.emit()
 
     # -- diff --------------------------------------------------------------------------------------
@@ -433,16 +481,15 @@ class Document(QObject):
 
         def job(token: CancelToken, report: Report) -> DiffState:
             from kvscope.core.analysis.diff import diff_states
-            from kvscope.core.reader.parse import read_state
+            from kvscope.core.analysis.inspection import inspect_file
 
             report(None, f"parsing {safe_text(os.path.basename(other_path))}")
-            other = read_state(other_path, profile=profile)
-            if other.kind == "unknown":
-                why = other.findings[0].message if other.findings else "not a llama.cpp state file"
-                raise ValueError(f"{safe_text(os.path.basename(other_path))}: {why}")
+            other = inspect_file(other_path, profile, compat=False)  # the pipeline's parse of B
+            if not other.is_state:
+                raise ValueError(f"{safe_text(os.path.basename(other_path))}: {other.not_state_reason()}")
             token.check()
             report(None, "comparing")
-            return DiffState(os.path.abspath(other_path), other, diff_states(res, other))
+            return DiffState(os.path.abspath(other_path), other.result, diff_states(res, other.result))
 
         return self._start("diff", f"diff {self.name}", job, self._on_diff, self._on_diff_failed)
 

@@ -1,7 +1,10 @@
 """One inspection pipeline: open a state file, parse it, check it against the model, judge it, enrich it.
 
 Every front end that inspects a file goes through here: ``kvscope inspect``, the report, ``scan``,
-``verify``, ``rewrite`` and the app's document. :func:`inspect_file` opens the file read-only
+``migrate``, ``verify`` and the app's document (which shows the parse first and adds the statistics
+and the compatibility as they come in: :meth:`Inspection.add_stats`, :meth:`Inspection.add_compat`,
+the steps :func:`inspect_source` runs). ``rewrite`` sits below analysis (``core/convert``) and
+calls the reader's entry point itself. :func:`inspect_file` opens the file read-only
 (regular files only: a FIFO or a device is refused before it can block), parses it with the one
 reader entry point (:func:`kvscope.core.reader.parse.read_state`), adds the payload statistics
 when asked (their findings join the file's), works out which layout generations load it, judges it
@@ -28,6 +31,7 @@ from kvscope.core.textsafe import safe_text
 
 if TYPE_CHECKING:
     from kvscope.core.analysis.compat import GenCompat
+    from kvscope.core.analysis.consumers import ConsumerAnswer
     from kvscope.core.analysis.reuse import ReusePrediction
     from kvscope.core.analysis.stats import StatsReport
     from kvscope.core.model.profile import ModelProfile
@@ -69,10 +73,37 @@ class Inspection:
             out["findings"] = [f.to_json() for f in self.result.findings]
         if self.is_state:
             out["reuse_prediction"] = [e.to_json() for e in self.reuse_prediction()]
-            from kvscope.core.analysis.consumers import consumer_answers
-
-            out["consumers"] = [a.to_json() for a in consumer_answers(self.result, self.profile, self.compatibility)]
+            out["consumers"] = [a.to_json() for a in self.consumers()]
         return out
+
+    def add_stats(self, data: Any = None, threads: int | None = None) -> StatsReport:
+        """Scan the payloads (``data``: the file's open source, else ``result.path`` is opened): their
+        findings join the file's and the verdict is judged again. The pipeline's statistics step, for a
+        caller that shows the parse before the statistics are in (the app's document); raises
+        :class:`~kvscope.core.reader.source.FileChangedError` when the file changed."""
+        from kvscope.core.analysis.stats import scan_stats
+
+        self.stats = scan_stats(self.result, data=data, threads=threads)
+        self.verdict = verdict(self.result, self.profile)
+        return self.stats
+
+    def add_compat(self, data: Any = None) -> list[GenCompat]:
+        """Work out which layout generations load the file (``data`` as for :meth:`add_stats`); after
+        :meth:`add_stats` when both are wanted, as :func:`inspect_source` does: an error the statistics
+        found (non-finite values) is damage every generation's answer names."""
+        from kvscope.core.analysis.compat import compatibility
+
+        self.compatibility = compatibility(self.result, self.profile, data=data) if self.is_state else []
+        return self.compatibility
+
+    def consumers(self) -> list[ConsumerAnswer]:
+        """What each consumer (llama.cpp builds, llama-server) does with the file, as ``to_json``'s
+        ``consumers`` says (empty for a file that is not a state file)."""
+        if not self.is_state:
+            return []
+        from kvscope.core.analysis.consumers import consumer_answers
+
+        return consumer_answers(self.result, self.profile, self.compatibility)
 
     def reuse_prediction(self) -> list[ReusePrediction]:
         """What each pinned llama-server (``--swa-full`` off and on) does with the slot on a prompt that
@@ -134,19 +165,14 @@ def inspect_source(src: ByteSource, profile: ModelProfile | None = None, *, kind
     except ValueError as e:  # an unknown --layout name
         raise InputError(str(e)) from None
     src.check()
-    report = None
-    table = None
-    if res.kind != "unknown":
+    found = Inspection(res, profile, verdict(res, profile))
+    if found.is_state:
         if stats:
-            from kvscope.core.analysis.stats import scan_stats
-
-            report = scan_stats(res, data=src, threads=threads)
+            found.add_stats(src, threads)
         if compat:
-            from kvscope.core.analysis.compat import compatibility
-
-            table = compatibility(res, profile, data=src)
+            found.add_compat(src)
         src.check()
-    return Inspection(res, profile, verdict(res, profile), table, report)
+    return found
 
 
 def inspect_file(path: str | os.PathLike[str], profile: ModelProfile | None = None, *, kind: str | None = None,
