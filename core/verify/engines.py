@@ -34,6 +34,7 @@ from kvscope.core.engine.server import ServerClient, ServerDied, ServerError, Se
 from kvscope.core.errors import SetupError
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult
+from kvscope.core.verify.faults import abort_fault, half_restored_fault
 from kvscope.core.verify.params import ContextPlan
 from kvscope.core.verify.prefill import WHOLE, PrefillPlan, Schedule
 from kvscope.core.verify.snapshot import InputError, copy_sparse, kind_of, open_regular
@@ -195,24 +196,18 @@ class LlamaCppEngine(VerifyEngine):
         """llama.cpp's own failure on this file: an assert where a refusal belongs, or a refused file that left
         cells behind (a failed load must leave the sequence as it was: empty here, a fresh context)."""
         if report.aborted is not None:
-            asserted = next((short_line(ln) for ln in report.log if "GGML_ASSERT" in ln), None)
-            return (f"llama.cpp aborts on this file ({asserted}) where it should refuse it" if asserted else None)
+            return abort_fault(report.aborted, report.log)
         p = self._proc
         if report.ok or p is None or not p.alive:
             return None
         seqs = [dest] if res.kind in ("seq_file", "seq_blob") else list(range(int(self._info.get("n_seq_max") or 1)))
-        left = []
+        held: dict[int, tuple[int, int]] = {}
         for s in seqs:
             try:
-                lo, hi = p.seq_pos_min(s), p.seq_pos_max(s)
+                held[s] = (p.seq_pos_min(s), p.seq_pos_max(s))
             except EngineError:
                 return None
-            if hi >= 0:
-                left.append(f"sequence {s} holds positions {lo}..{hi}")
-        if not left:
-            return None
-        return ("llama.cpp refused the file but left it half-restored: after the failed load " + ", ".join(left)
-                + " (a failed load should leave the context as it was, empty)")
+        return half_restored_fault(held)
 
     def next_logits(self, seq: int, tokens_before: list[int], token: int) -> tuple[Logits | None, str]:
         p = self._proc
