@@ -81,8 +81,10 @@ def tap(runner: Any, sink: deque[CellResult]) -> None:
 
 
 def disagreement_text(d: Disagreement, engine: str = "llama.cpp") -> str:
-    """``state_after: core 1234, llama.cpp 1200 (the states afterwards differ from byte 40 ...)``."""
-    return f"{d.field}: core {d.core!r}, {engine} {d.engine!r}" + (f" ({d.detail})" if d.detail else "")
+    """``state_after: core 1234, llama.cpp 1200 (the states afterwards differ from byte 40 ...)``, and the lab's
+    explanation when it has one."""
+    return (f"{d.field}: core {d.core!r}, {engine} {d.engine!r}" + (f" ({d.detail})" if d.detail else "")
+            + (f"; explained: {d.explanation}" if d.explanation else ""))
 
 
 def engine_lines(cell: EngineCell | None) -> list[str]:
@@ -90,6 +92,8 @@ def engine_lines(cell: EngineCell | None) -> list[str]:
     if cell is None:
         return []
     out = []
+    if cell.fault:
+        out.append(f"llama.cpp's own failure: {cell.fault}")
     if cell.aborted:
         out.append(f"the engine died: {cell.aborted}")
         out += [f"  {line}" for line in cell.log[-4:]]

@@ -440,6 +440,10 @@ class LlamaProcess:
     def memory_clear(self) -> None:
         self._call("memory_clear", {})
 
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        """The model's tokens for ``text`` (``llama_tokenize``; ``add_special``: BOS/EOS as the model adds them)."""
+        return [int(t) for t in self._call("tokenize", {"text": text, "add_special": add_special})[0]]
+
     def echo(self, data: bytes) -> bytes:
         """Send ``data`` to the child and back (a transport check and benchmark; llama.cpp is not involved)."""
         return _payload(self._call("echo", {}, data)[1])

@@ -322,6 +322,16 @@ class Engine:
         self.L.llama_memory_clear(self.mem, True)
         return None, None
 
+    def op_tokenize(self, a: dict[str, Any], _p: Any) -> tuple[Any, Any]:
+        L, text = self.L, str(a["text"]).encode("utf-8")
+        vocab = L.llama_model_get_vocab(self.model)
+        n_max = len(text) + 8  # a token covers at least one byte, plus BOS/EOS
+        toks = (ctypes.c_int32 * n_max)()
+        n = int(L.llama_tokenize(vocab, text, len(text), toks, n_max, bool(a["add_special"]), False))
+        if n < 0:
+            raise RuntimeError(f"llama_tokenize needs {-n} tokens, more than {n_max}")
+        return list(toks[:n]), None
+
     def op_echo(self, a: dict[str, Any], p: Any) -> tuple[Any, Any]:
         out = OutBuffer(len(p), self.scratch)
         out.buf[:] = p

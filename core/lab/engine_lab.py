@@ -43,6 +43,7 @@ from kvscope.core.lab.engine_live import (
     LlamaLive,
     ServerLive,
     core_scenario,
+    logits_diff,
     spec_from_scenario,
 )
 from kvscope.core.lab.probe import component_bytes
@@ -55,15 +56,19 @@ from kvscope.core.lab.report import (
     TargetOutcome,
 )
 from kvscope.core.lab.runner import LabCase, LabRunner, one_thread
-from kvscope.core.lab.scenario import READER_BY_KIND, RestoreInput, Scenario, blank_like
+from kvscope.core.lab.scenario import PER_SEQ_KINDS, READER_BY_KIND, RestoreInput, Scenario, blank_like
 from kvscope.core.memory import ContextParams, MemoryContext
 from kvscope.core.model.profile import ModelProfile
-from kvscope.core.verify.engines import engine_message
+from kvscope.core.verify.behaviour import Behaviour, judge
+from kvscope.core.verify.engines import Logits, engine_message
+from kvscope.core.verify.faults import abort_fault, behaviour_fault, half_restored_fault
 
 ENGINES = LAB_ENGINES
 ENGINE_ABORTED = "engine_aborted"  # failed_check of a case that killed the engine
 ENGINE_REFUSED = "engine_refused"  # failed_check of a case the engine refused (its message says why)
 POISON_PREDICT = 4  # tokens the poisoned-slot check generates
+CONTAINED = ("a failed load should remove the sequence it writes (llama.cpp's failure containment, PR #27530) or "
+             "leave it as it was, and leave every other sequence intact")
 
 Progress = Callable[[int, int, str], None]
 
@@ -104,6 +109,8 @@ class EngineCell:
     log: list[str] = field(default_factory=list)
     poisoned: PoisonCheck | None = None
     notes: list[str] = field(default_factory=list)  # what could not be observed, and why
+    fault: str | None = None  # llama.cpp's own failure on this case, with the evidence (issue #20)
+    behaviour: dict[int, Behaviour] = field(default_factory=dict)  # per sequence: next-token logits judged
 
 
 @dataclass
@@ -115,10 +122,11 @@ class Disagreement:
     core: Any
     engine: Any
     detail: str = ""
+    explanation: str | None = None  # why the two differ here, as the lab established it (None: unexplained)
 
     def to_json(self) -> dict[str, Any]:
         return {"case": self.case, "field": self.field, "core": self.core, "engine": self.engine,
-                "detail": self.detail}
+                "detail": self.detail, "explanation": self.explanation}
 
 
 @dataclass
@@ -131,6 +139,15 @@ class EngineRun:
     torch: LabRun | None = None
     disagreements: list[Disagreement] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def faults(self) -> list[tuple[str, str]]:
+        """``(case, what llama.cpp itself got wrong)`` for every case where it failed on its own."""
+        return [(c.result.corruption, c.fault) for c in self.cells if c.fault]
+
+    @property
+    def unexplained(self) -> list[Disagreement]:
+        return [d for d in self.disagreements if not d.explanation]
 
 
 def _cancelled(cancel: Callable[[], bool] | threading.Event | None) -> bool:
@@ -252,7 +269,8 @@ class EngineLabRunner:
     def _rebuild(self, sc: Scenario, layout: str) -> Scenario:
         assert isinstance(self.live, LlamaLive)
         kind = self.spec.kind
-        clean = RestoreInput(self.live.clean_input(kind), kind, f"engine clean {kind}")
+        flags = sc.restore.flags
+        clean = RestoreInput(self.live.clean_input(kind, flags), kind, f"engine clean {kind}", flags)
         with one_thread():
             return core_scenario(sc.profile, sc.params, self.live.live_blob, clean, sc.target, layout, sc.name,
                                  sc.n_token_capacity)
@@ -308,7 +326,7 @@ class EngineLabRunner:
             out.torch = LabRun(self.scenario.summary(), cases, list(self.runner.skipped), ("contained",),
                                (self.reader,), core, cancelled, seconds)
             for a, b in zip(core, cells, strict=False):
-                out.disagreements += disagreements(a, b)
+                out.disagreements += explain(disagreements(a, b), b)
         return out
 
     def run_case(self, case: LabCase) -> EngineCell:
@@ -339,12 +357,13 @@ class EngineLabRunner:
         assert isinstance(live, LlamaLive)
         res, sc = cell.result, self.scenario
         live.reset()
-        o = live.restore(inp.kind, inp.data, sc.n_token_capacity or 0)
+        o = live.restore(inp.kind, inp.data, sc.n_token_capacity or 0, inp.flags)
         cell.log = list(o.log)
         if o.aborted is not None:
             cell.aborted = o.aborted
             cell.log += list(o.stderr[-5:])
             res.restore = RestoreOutcome(False, None, None, ENGINE_ABORTED, None, o.summary())
+            cell.fault = abort_fault(o.aborted, list(o.log) + list(o.stderr), "this input")
             return
         returned = _returned(inp.kind, o)
         ok = bool(returned)
@@ -367,16 +386,21 @@ class EngineLabRunner:
         res.target.pos_min, res.target.pos_max = p.seq_pos_min(sc.target), p.seq_pos_max(sc.target)
         for s, other in res.others.items():
             other.pos_min, other.pos_max = p.seq_pos_min(s), p.seq_pos_max(s)
+        if not ok:
+            cell.fault = self._refusal_fault(inp)
         if case.then_seq_rm:
             p.seq_rm(sc.target)
         if self.probes:
-            diffs = live.probe(self._seqs())
+            logits = live.probe_logits(self._seqs())
+            diffs = {s: logits_diff(v, live.baseline.get(s)) for s, v in logits.items()}
             res.target.probe_diff = {"logits": diffs.get(sc.target, float("inf"))}
             for s, other in res.others.items():
                 other.probe_diff = {"logits": diffs.get(s, float("inf"))}
+            clean = ok and not case.then_seq_rm and inp.data == sc.restore.data
+            self._judge(cell, logits, clean)
         want = self.runner.clean_expected
         if want is not None:
-            back = live.restore(sc.restore.kind, sc.restore.data, sc.n_token_capacity or 0)
+            back = live.restore(sc.restore.kind, sc.restore.data, sc.n_token_capacity or 0, sc.restore.flags)
             if back.aborted is not None:
                 res.recovered = False
             else:
@@ -394,6 +418,54 @@ class EngineLabRunner:
             else:
                 said = back.summary() if back.aborted else engine_message(back.log, "returned 0")
                 cell.notes.append(f"llama.cpp refuses {what} too: {said}")
+
+    def _refusal_fault(self, inp: RestoreInput) -> str | None:
+        """After a refused load: the sequences it left holding cells that are neither removed nor as they were
+        (llama.cpp's own positions and per-sequence state against the live ones)."""
+        live = self.live
+        assert isinstance(live, LlamaLive)
+        p, t, per_seq = live.proc, self.spec.target, inp.kind in PER_SEQ_KINDS
+        held: dict[int, tuple[int, int]] = {}
+        extra: list[str] = []
+        for s in self._seqs():
+            lo, hi = p.seq_pos_min(s), p.seq_pos_max(s)
+            if hi < 0:
+                if per_seq and s != t and s in live.seq_blobs:
+                    extra.append(f"sequence {s}, which the load does not write, lost its cells")
+                continue
+            if p.state_seq_get_data(s) == live.seq_blobs.get(s):
+                continue  # as it was
+            if s == t or not per_seq:
+                held[s] = (lo, hi)
+            else:
+                extra.append(f"sequence {s}, which the load does not write, changed (positions {lo}..{hi})")
+        return half_restored_fault(held, "the input", CONTAINED, extra)
+
+    def _judge(self, cell: EngineCell, logits: dict[int, Any], clean: bool) -> None:
+        """The next-token logits of each sequence against the live context's (a fresh prefill of its tokens),
+        within the engine's own variation (verify's ``judge``): the target after a clean input restored without
+        an error, and every other sequence after any case; beyond it, llama.cpp's own failure."""
+        live = self.live
+        assert isinstance(live, LlamaLive)
+        t = self.spec.target
+        faults: list[str] = []
+        for s in self._seqs():
+            base, var, got = live.baseline.get(s), live.variation.get(s), logits.get(s)
+            if base is None or got is None or (s == t and not clean):
+                continue
+            spread = {"tail": [Logits(values=var)]} if var is not None else {}
+            beh = judge(s, [self.spec.next_token], [Logits(values=base)], [Logits(values=got)], spread, wanted=1)
+            cell.behaviour[s] = beh
+            if s == t:
+                fault = behaviour_fault(beh, "llama.cpp restored the input (the state it wrote for these tokens) "
+                                             "without an error")
+            else:
+                done = "restored without an error" if cell.result.restore.ok else "was refused"
+                fault = behaviour_fault(beh, f"the case's input {done} into sequence {t}, which is not sequence {s}")
+            if fault is not None:
+                faults.append(fault)
+        if faults:
+            cell.fault = "; ".join([cell.fault, *faults] if cell.fault else faults)
 
     # -- llama-server -------------------------------------------------------------------------------
     def _ban(self) -> list[list[Any]]:
@@ -543,3 +615,12 @@ def _recovered(core: CellResult, e: CellResult, name: str) -> list[Disagreement]
     if core.recovered is not None and e.recovered is not None and core.recovered != e.recovered:
         return [Disagreement(name, "recovered", core.recovered, e.recovered)]
     return []
+
+
+def explain(found: list[Disagreement], engine: EngineCell) -> list[Disagreement]:
+    """Each disagreement of a case with the reason the lab established: a case where llama.cpp failed on its
+    own (:attr:`EngineCell.fault`) is not the core's to reproduce (it models llama.cpp's intended checks)."""
+    if engine.fault:
+        for d in found:
+            d.explanation = f"llama.cpp's own failure: {engine.fault}"
+    return found

@@ -34,8 +34,10 @@ from kvscope.core.errors import SetupError
 from kvscope.core.lab.scenario import RestoreInput, Scenario, ScenarioError, create_scenario
 from kvscope.core.memory import ContextParams
 from kvscope.core.model.profile import ModelProfile
+from kvscope.core.verify.calibrate import SCHEDULES
 
 F32A = npt.NDArray[np.float32]
+TAIL_SCHEDULE = next(s for s in SCHEDULES if s.name == "tail")
 
 
 class EngineLabError(SetupError, ValueError):
@@ -54,6 +56,7 @@ class LiveSpec:
     next_token: int
     name: str = ""
     n_token_capacity: int | None = None
+    flags: int = 0  # the state flags of a per-sequence blob input (PARTIAL_ONLY)
 
     @property
     def all_tokens(self) -> list[int]:
@@ -81,10 +84,12 @@ def spec_from_scenario(sc: Scenario, model: str | None = None) -> LiveSpec:
     threads = int((cj.get("context_params") or {}).get("n_threads") or 2)
     path = model or sc.profile.path
     return LiveSpec(str(path), ctx_params_from(sc.params, threads), seqs, sc.target, sc.restore.kind,
-                    int(nt) if nt is not None else seqs[min(seqs)][-1], sc.name, sc.n_token_capacity)
+                    int(nt) if nt is not None else seqs[min(seqs)][-1], sc.name, sc.n_token_capacity,
+                    sc.restore.flags)
 
 
-def _logits_diff(a: F32A | None, b: F32A | None) -> float:
+def logits_diff(a: F32A | None, b: F32A | None) -> float:
+    """Max |a - b| of two logit vectors (``inf`` when one is missing or ``a`` holds a non-finite value)."""
     if a is None or b is None:
         return float("inf")
     with np.errstate(all="ignore"):
@@ -109,7 +114,8 @@ class LlamaLive:
         self.restarts = 0
         self.live_blob = b""
         self.seq_blobs: dict[int, bytes] = {}  # each live sequence's llama_state_seq_get_data
-        self.baseline: dict[int, F32A | None] = {}
+        self.baseline: dict[int, F32A | None] = {}  # each sequence's next-token logits after the live prefill
+        self.variation: dict[int, F32A | None] = {}  # ... after the same tokens fed under verify's tail schedule
         self._tmp = tempfile.mkdtemp(prefix="kvscope-lab-")
         self._want_baseline = baseline
         self._start()
@@ -154,6 +160,22 @@ class LlamaLive:
             for s in sorted(self.spec.seqs):
                 self.baseline[s] = _decode_next(p, s, self.spec.next_token)
                 self.reset()
+                self.variation[s] = self._tail_logits(p, s)
+                self.reset()
+
+    def _tail_logits(self, p: LlamaProcess, seq: int) -> F32A | None:
+        """The engine's own variation: ``seq``'s next-token logits after its last tokens are decoded again one
+        at a time (verify's ``tail`` calibration schedule; a memory that cannot drop a suffix re-decodes all)."""
+        toks = self.spec.seqs[seq]
+        pieces = TAIL_SCHEDULE.chunks(len(toks))
+        if pieces[0][0] and not p.seq_rm(seq, pieces[0][0], -1):
+            p.seq_rm(seq, -1, -1)
+            pieces = [(0, pieces[0][0]), *pieces]
+        for a, b in pieces:
+            o = p.decode(seq, toks[a:b], pos0=a)
+            if not o.ok or o.rc != 0:
+                return None
+        return _decode_next(p, seq, self.spec.next_token)
 
     def reset(self) -> None:
         """Back to the live context (``llama_state_set_data`` of the live state)."""
@@ -161,12 +183,13 @@ class LlamaLive:
         if not o.ok or o.value != len(self.live_blob):
             raise EngineLabError(f"llama.cpp does not restore its own live context: {o.summary()} {o.log[-1:]}")
 
-    def clean_input(self, kind: str) -> bytes:
-        """The target's clean state as the API of ``kind`` writes it, from the live context."""
+    def clean_input(self, kind: str, flags: int = 0) -> bytes:
+        """The target's clean state as the API of ``kind`` writes it (a blob with ``flags``), from the live
+        context."""
         p, t = self.proc, self.spec.target
         self.reset()
         if kind == "seq_blob":
-            return p.state_seq_get_data(t)
+            return p.state_seq_get_data(t, flags)
         if kind == "context_blob":
             return self.live_blob
         path = os.path.join(self._tmp, f"clean-{uuid.uuid4().hex[:8]}")
@@ -182,11 +205,11 @@ class LlamaLive:
             if os.path.exists(path):
                 os.unlink(path)
 
-    def restore(self, kind: str, data: bytes, capacity: int) -> Outcome:
-        """Restore ``data`` into the target with the API of ``kind``."""
+    def restore(self, kind: str, data: bytes, capacity: int, flags: int = 0) -> Outcome:
+        """Restore ``data`` into the target with the API of ``kind`` (a blob with ``flags``)."""
         p, t = self.proc, self.spec.target
         if kind == "seq_blob":
-            return p.state_seq_set_data(data, t)
+            return p.state_seq_set_data(data, t, flags)
         if kind == "context_blob":
             return p.state_set_data(data)
         path = os.path.join(self._tmp, f"case-{uuid.uuid4().hex[:8]}")
@@ -200,13 +223,18 @@ class LlamaLive:
 
     def probe(self, seqs: list[int]) -> dict[int, float]:
         """Max |Δ| of each sequence's next-token logits against the live baseline; the state is put back."""
+        return {s: logits_diff(v, self.baseline.get(s)) for s, v in self.probe_logits(seqs).items()}
+
+    def probe_logits(self, seqs: list[int]) -> dict[int, F32A | None]:
+        """Each sequence's next-token logits over the current state (None: the decode failed or killed the
+        engine; the sequences after a crash are not probed); the state is put back after each."""
         p = self.proc
         post = p.state_get_data()
-        out: dict[int, float] = {}
+        out: dict[int, F32A | None] = {}
         for s in seqs:
-            out[s] = _logits_diff(_decode_next(p, s, self.spec.next_token), self.baseline.get(s))
+            out[s] = _decode_next(p, s, self.spec.next_token)
             if not p.alive:
-                out[s] = float("inf")
+                out[s] = None
                 break
             p.state_set_data(post)
         return out

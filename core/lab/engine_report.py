@@ -2,9 +2,13 @@
 
 JSON: the lab's schema (``scenario``, ``policies``, ``readers``, ``cases``, ``skipped``, ``results``
 with one entry per case) plus ``engine`` (kind, build), ``notes``, per result an ``engine`` object
-(``aborted``, the log tail) and, with llama-server, ``poisoned_slot``; with ``both``, ``torch_results``
-(the core's cells) and ``disagreements`` (empty when the two agree on every case). Markdown: the
-lab's table for each engine, the poisoned-slot checks, and the disagreements.
+(``aborted``, the log tail, ``fault``: llama.cpp's own failure on the case with the evidence, and
+``behaviour``: each sequence's next-token logits judged against the live context's) and, with
+llama-server, ``poisoned_slot``; ``llama_cpp_failures`` lists the cases where llama.cpp failed on its
+own; with ``both``, ``torch_results`` (the core's cells) and ``disagreements`` (empty when the two
+agree on every case; each with its ``explanation``, null when the lab has none) and
+``unexplained_disagreements`` (their count). Markdown: the lab's table for each engine, the
+poisoned-slot checks, llama.cpp's own failures, and the disagreements with their explanations.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from kvscope.core.lab.report import cell_to_json, render_markdown, run_to_json
 
 def engine_cell_to_json(c: EngineCell) -> dict[str, Any]:
     d = cell_to_json(c.result)
-    d["engine"] = {"aborted": c.aborted, "log": list(c.log[-8:]), "notes": list(c.notes)}
+    d["engine"] = {"aborted": c.aborted, "log": list(c.log[-8:]), "notes": list(c.notes), "fault": c.fault,
+                   "behaviour": {str(s): b.to_json() for s, b in sorted(c.behaviour.items())}}
     if c.poisoned is not None:
         d["poisoned_slot"] = c.poisoned.to_json()
     return d
@@ -28,10 +33,19 @@ def engine_run_to_json(er: EngineRun) -> dict[str, Any]:
     doc["results"] = [engine_cell_to_json(c) for c in er.cells]
     doc["engine"] = dict(er.engine)
     doc["notes"] = list(er.notes)
+    doc["llama_cpp_failures"] = [{"case": name, "fault": fault} for name, fault in er.faults]
     if er.torch is not None:
         doc["torch_results"] = run_to_json(er.torch)["results"]
         doc["disagreements"] = [d.to_json() for d in er.disagreements]
+        doc["unexplained_disagreements"] = len(er.unexplained)
     return doc
+
+
+def _fault_lines(er: EngineRun) -> list[str]:
+    if not er.faults:
+        return []
+    lines = [f"llama.cpp's own failures ({len(er.faults)}): what llama.cpp itself got wrong, with the evidence", ""]
+    return lines + [f"- `{name}`: {fault}" for name, fault in er.faults]
 
 
 def _poison_lines(er: EngineRun) -> list[str]:
@@ -61,12 +75,18 @@ def render_engine_markdown(er: EngineRun) -> str:
     poison = _poison_lines(er)
     if poison:
         parts.append("\n".join(poison) + "\n")
+    faults = _fault_lines(er)
+    if faults:
+        parts.append("\n".join(faults) + "\n")
     if er.torch is not None:
         parts.append("Memory core (policy `contained`, the same cases):\n\n" + render_markdown(er.torch))
         if er.disagreements:
-            lines = [f"Disagreements ({len(er.disagreements)}):", ""]
+            n_un = len(er.unexplained)
+            lines = [f"Disagreements ({len(er.disagreements)}, {n_un} unexplained):", ""]
             lines += [f"- `{d.case}` {d.field}: core {d.core!r}, llama.cpp {d.engine!r}"
-                      + (f" ({d.detail})" if d.detail else "") for d in er.disagreements]
+                      + (f" ({d.detail})" if d.detail else "")
+                      + (f". Explained: {d.explanation}" if d.explanation else ". Unexplained")
+                      for d in er.disagreements]
         else:
             lines = ["Disagreements: none (the core and llama.cpp agree on every case: return value, target and "
                      "per-component state, other sequences, the whole state afterwards byte for byte)."]

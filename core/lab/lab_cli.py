@@ -12,8 +12,10 @@ context parameters, else they are inferred), a lab scenario folder, or its ``con
 that restores ``STATE`` unchanged. Output: Markdown (default) or ``--json`` (``{"results": [...]}``).
 ``--engine`` runs the cases in real llama.cpp (``kvscope.core.lab.engine_lab``: the live context is
 decoded from the scenario's prompt tokens), in a llama-server (plus the poisoned-slot check), or in
-both the core and llama.cpp, listing every disagreement. Exit codes: 0 ran, 1 ``--engine both`` found
-disagreements, 2 bad input or no engine (one line on stderr). torch is imported only when the command runs.
+both the core and llama.cpp, listing every disagreement (with its explanation where the lab has one: a case
+where llama.cpp failed on its own, which the report names with the evidence). Exit codes: 0 ran, 1
+``--engine both`` found a disagreement it cannot explain, 2 bad input or no engine (one line on stderr). torch
+is imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ def register(subparsers: Any) -> None:
                    "default: all)")
     p.add_argument("--reader", action="append", metavar="R", help="buffer, file (repeatable; default: both)")
     p.add_argument("--as-is", action="store_true", help="also restore STATE unchanged")
+    p.add_argument("--prompt", action="append", metavar="TEXT", help="write a new scenario into CTX (a folder that "
+                   "must not exist) with llama.cpp first: sequence N decodes the Nth prompt (repeatable; needs "
+                   "--model; the context: n_seq_max = the number of prompts and --ctx-param; the build: --build), "
+                   "then run on it")
     p.add_argument("--live-seq", action="append", metavar="SEQ=FILE", help="build the live context from "
                    "per-sequence files instead of CTX's whole state (repeatable)")
     p.add_argument("--layout", metavar="GEN", help="layout generation of the context (default: from the files)")
@@ -107,6 +113,8 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
         live_seqs = {int(k): v for k, v in parse_pairs(args.live_seq, "--live-seq").items()}
     except ValueError:
         raise UsageError("--live-seq: the sequence id must be an integer") from None
+    if args.prompt:
+        _new_scenario(args)
     try:
         scenario = load_scenario(args.context, model=args.model, restore=args.restore, into=args.into,
                                  live_seqs=live_seqs or None, layout=args.layout,
@@ -125,6 +133,30 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
     if args.json:
         return json.dumps(run_to_json(run), indent=1), EXIT_OK
     return render_markdown(run), EXIT_OK
+
+
+def _new_scenario(args: argparse.Namespace) -> None:
+    """``--prompt``: the scenario folder CTX, written by llama.cpp (one line on stderr says what was written)."""
+    from kvscope.core.lab.engine_live import EngineLabError
+    from kvscope.core.lab.new_scenario import write_scenario
+    from kvscope.core.memory import ContextParams, ParamsError
+
+    if not args.model:
+        raise UsageError("--prompt needs --model (the GGUF llama.cpp decodes the prompts with)")
+    if args.live_seq or args.layout:
+        raise UsageError("--prompt writes a new scenario: --live-seq and --layout describe an existing one")
+    try:
+        params = dataclasses.replace(ContextParams(n_seq_max=len(args.prompt)), **_ctx_overrides(args.ctx_param))
+    except (ParamsError, TypeError) as e:
+        raise UsageError(f"--ctx-param: {e}") from None
+    args.ctx_param = None  # the scenario's context.json records them now
+    try:
+        out = write_scenario(args.context, args.model, params, prompts=dict(enumerate(args.prompt)), build=args.build,
+                             lib_path=args.lib, target=args.into)
+    except EngineLabError as e:
+        raise UsageError(str(e)) from None
+    print(f"kvscope lab: wrote the scenario {out} ({len(args.prompt)} sequences, context {params.n_ctx} cells)",
+          file=sys.stderr)
 
 
 def _run_engine(args: argparse.Namespace, scenario: Any, cases: Any) -> tuple[str, int]:
@@ -147,7 +179,7 @@ def _run_engine(args: argparse.Namespace, scenario: Any, cases: Any) -> tuple[st
         er = runner.run()
     finally:
         runner.close()
-    code = EXIT_DISAGREE if er.disagreements else EXIT_OK
+    code = EXIT_DISAGREE if er.unexplained else EXIT_OK
     if args.json:
         return json.dumps(engine_run_to_json(er), indent=1), code
     return render_engine_markdown(er), code

@@ -30,6 +30,7 @@ from kvscope.core import ggml_types as gt
 from kvscope.core.errors import InputError
 from kvscope.core.fileio import open_regular, pread_into
 from kvscope.core.memory import ContextParams, Layout, MemoryContext, ParamsError, ReadResult, SpecError
+from kvscope.core.memory.layout import FLAG_PARTIAL_ONLY
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.layouts import GENERATIONS
 from kvscope.core.reader.parse import read_state
@@ -57,10 +58,13 @@ class RestoreInput:
     data: bytes
     kind: str
     name: str = ""
+    flags: int = 0  # llama_state_seq_flags of a per-sequence blob (PARTIAL_ONLY: what the reader says it holds)
 
     def __post_init__(self) -> None:
         if self.kind not in INPUT_KINDS:
             raise ScenarioError(f"unknown input kind {self.kind!r} ({', '.join(INPUT_KINDS)})")
+        if self.flags and self.kind != "seq_blob":
+            raise ScenarioError(f"a {self.kind} takes no state flags (only a per-sequence blob does)")
 
     @property
     def per_seq(self) -> bool:
@@ -76,7 +80,7 @@ class RestoreInput:
         return READER_BY_KIND[self.kind]
 
     def replace(self, data: bytes, name: str) -> RestoreInput:
-        return RestoreInput(data, self.kind, name)
+        return RestoreInput(data, self.kind, name, self.flags)
 
 
 def kind_of_path(path: Path) -> str | None:
@@ -118,11 +122,14 @@ def read_input(source: str | Path | bytes | RestoreInput, profile: ModelProfile 
         kind = kind or kind_of_path(path)
     else:
         data = bytes(source)
-    if kind is None:
-        kind = read_state(data=data, profile=profile).kind
+    flags = 0
+    if kind is None or kind == "seq_blob":
+        res = read_state(data=data, profile=profile)
+        kind = kind or res.kind
         if kind not in INPUT_KINDS:
             raise ScenarioError(f"{name or 'the input'}: not a llama.cpp state the reader recognises")
-    return RestoreInput(data, kind, name)
+        flags = FLAG_PARTIAL_ONLY if kind == "seq_blob" and res.kind == "seq_blob" and res.partial else 0
+    return RestoreInput(data, kind, name, flags)
 
 
 def restore_into(ctx: MemoryContext, inp: RestoreInput, dest: int, policy: str = "contained",
@@ -130,7 +137,7 @@ def restore_into(ctx: MemoryContext, inp: RestoreInput, dest: int, policy: str =
     """Restore ``inp`` with the API of its kind (``dest`` is ignored by the whole-context APIs)."""
     rd = reader or inp.reader
     if inp.kind == "seq_blob":
-        return ctx.seq_set_data(inp.data, dest, policy=policy, reader=rd)
+        return ctx.seq_set_data(inp.data, dest, inp.flags, policy=policy, reader=rd)
     if inp.kind == "seq_file":
         return ctx.seq_load_file(None, dest, n_token_capacity, data=inp.data, policy=policy, reader=rd)
     if inp.kind == "context_blob":
@@ -300,7 +307,7 @@ class Scenario:
             "components": [pt.role for pt in mem.parts], "layout": self.layout.name, "n_stream": p.n_stream,
             "flash_attn": p.flash_attn, "n_ctx": p.n_ctx, "n_seq_max": p.n_seq_max, "target": self.target,
             "restore": {"name": self.restore.name, "kind": self.restore.kind, "api": self.restore.api,
-                        "size": len(self.restore.data)},
+                        "size": len(self.restore.data), "flags": self.restore.flags},
             "live_sequences": list(self.sequences), "notes": list(self.notes),
         }
 
@@ -489,6 +496,9 @@ def load_scenario(path: str | Path, *, model: str | Path | ModelProfile | None =
     if params is None and cj is not None:
         params = params_from_context_json(cj, live_parse)
     date = ((cj or {}).get("llama_cpp") or {}).get("vendored_llama_cpp_commit_date")
+    writes = ((cj or {}).get("llama_cpp") or {}).get("writes")  # recorded by kvscope's own scenario writer
+    if layout is None and isinstance(writes, str) and writes in {g.name for g in GENERATIONS}:
+        layout = writes
     name = _scenario_name(folder)
     return create_scenario(prof, params, inp, into, live_state=state, live_seqs=seqs, layout=layout,
                            build_date=str(date) if date else None, name=name, folder=folder, overrides=overrides,

@@ -1,0 +1,153 @@
+"""A new lab scenario folder, written by a real llama.cpp build from a model and prompts (``kvscope lab --prompt``).
+
+The lab's replayable scenarios (``tests/data/lab``) were written by an outside generator for the tiny
+random-weight models; this writes the same folder for any model, a trained one included (Gemma 3 270M,
+issue #17 item 6). libllama (a pinned build in a child process) creates a context with the given
+:class:`~kvscope.core.memory.ContextParams`, decodes each sequence's tokens in one call, in sequence order
+(prompts are tokenized by the model's own tokenizer), and the folder gets what
+``tests/data/lab/README.md`` describes: ``context.json`` (the model's path relative to the folder with its
+size and sha256, the context parameters, the build and the layout it writes, every sequence's tokens, the
+next token), ``context.state.bin``, ``seq<N>.clean.seqdata.bin`` for every sequence,
+``seq<T>.clean.seqstate`` and ``context.session``, and the baseline next-token logits per sequence.
+
+The folder is written beside its final place and renamed into it when complete: an interrupted run leaves
+nothing behind, and an existing folder is never written into.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvscope.core.engine.builds import BuildError, by_name
+from kvscope.core.engine.llamacpp import EngineError, EngineSetupError, LlamaProcess
+from kvscope.core.lab.engine_live import EngineLabError, ctx_params_from
+from kvscope.core.lab.scenario import LIVE_STATE, _sha256_regular
+from kvscope.core.memory import ContextParams
+
+GENERATOR = "kvscope lab --prompt (kvscope.core.lab.new_scenario): libllama through llama-cpp-python's ctypes API"
+
+
+class _process:
+    def __init__(self, model: str | Path, params: ContextParams, build: str | None, lib_path: str | None,
+                 n_threads: int = 2) -> None:
+        try:
+            self.p = LlamaProcess(str(model), ctx_params_from(params, n_threads), build=build, lib_path=lib_path)
+        except (EngineSetupError, EngineError, ValueError) as e:
+            raise EngineLabError(f"llama.cpp cannot start on {model}: {e}") from None
+
+    def __enter__(self) -> LlamaProcess:
+        return self.p
+
+    def __exit__(self, *exc: object) -> None:
+        self.p.close()
+
+
+def write_scenario(folder: str | Path, model: str | Path, params: ContextParams,
+                   seqs: Mapping[int, Sequence[int]] | None = None, *, prompts: Mapping[int, str] | None = None,
+                   build: str | None = None, lib_path: str | None = None, target: int = 0,
+                   next_token: int | None = None, n_threads: int = 2) -> Path:
+    """Decode each sequence's tokens in llama.cpp and write the scenario folder ``folder`` (which must not exist).
+
+    ``seqs``: sequence -> tokens; or ``prompts``: sequence -> text, tokenized by the model (BOS as it adds it).
+    ``target``: the sequence whose clean per-sequence file is written (the lab restores into it);
+    ``next_token``: the token the probes decode after each sequence (default: the target's last token)."""
+    dest = Path(folder)
+    if dest.exists() or dest.is_symlink():
+        raise EngineLabError(f"{dest}: already exists (a new scenario is written into a new folder)")
+    wanted = sorted({*(seqs or {}), *(prompts or {})})
+    if not wanted:
+        raise EngineLabError("a scenario needs at least one sequence (tokens or a prompt)")
+    if target not in wanted:
+        raise EngineLabError(f"the target sequence {target} has no tokens (sequences: {wanted})")
+    for s in wanted:
+        if not 0 <= s < params.n_seq_max:
+            raise EngineLabError(f"sequence {s} is out of range for n_seq_max = {params.n_seq_max}")
+    model_path = Path(model).resolve()
+    try:
+        size, sha = _sha256_regular(model_path)
+    except ValueError as e:
+        raise EngineLabError(str(e)) from None
+    parent = dest.resolve().parent
+    if not parent.is_dir():
+        raise EngineLabError(f"{parent}: no such folder")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".partial", dir=parent))
+    try:
+        with _process(model_path, params, build, lib_path, n_threads) as p:
+            toks = {s: [int(t) for t in v] for s, v in (seqs or {}).items()}
+            for s, text in (prompts or {}).items():
+                toks.setdefault(s, p.tokenize(text))
+            empty = [s for s in wanted if not toks.get(s)]
+            if empty:
+                raise EngineLabError(f"sequence {empty[0]} has no tokens")
+            rel = os.path.relpath(model_path, parent / dest.name)
+            doc = _write(p, tmp, rel, model_path, size, sha, dict(sorted(toks.items())), params, target, next_token,
+                         dict(prompts or {}), n_threads)
+        (tmp / "context.json").write_text(json.dumps(doc, indent=1) + "\n")
+        os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+def _write(p: LlamaProcess, tmp: Path, rel: str, model: Path, size: int, sha: str, seqs: dict[int, list[int]],
+           params: ContextParams, target: int, next_token: int | None, prompts: dict[int, str],
+           n_threads: int) -> dict[str, Any]:
+    info = p.info()
+    for s, toks in seqs.items():
+        o = p.decode(s, toks, pos0=0)
+        if not o.ok or o.rc != 0:
+            raise EngineLabError(f"llama.cpp could not decode sequence {s}'s {len(toks)} tokens: {o.summary()} "
+                                 f"rc={o.rc}")
+    live = p.state_get_data()
+    (tmp / LIVE_STATE).write_bytes(live)
+    for s in seqs:
+        (tmp / f"seq{s}.clean.seqdata.bin").write_bytes(p.state_seq_get_data(s))
+    if not p.state_seq_save_file(str(tmp / f"seq{target}.clean.seqstate"), target, seqs[target]).value:
+        raise EngineLabError(f"llama.cpp did not write sequence {target}'s state file")
+    all_tokens = [t for s in sorted(seqs) for t in seqs[s]]
+    if not p.state_save_file(str(tmp / "context.session"), all_tokens).value:
+        raise EngineLabError("llama.cpp did not write the session file")
+    nt = int(next_token) if next_token is not None else seqs[target][-1]
+    for s in seqs:
+        o = p.decode(s, [nt])
+        if o.ok and o.rc == 0 and o.value is not None:
+            np.save(tmp / f"baseline.seq{s}.next_logits.npy", np.asarray(o.value, dtype=np.float32))
+        back = p.state_set_data(live)
+        if not back.ok or back.value != len(live):
+            raise EngineLabError(f"llama.cpp does not restore its own live context: {back.summary()}")
+    build = info.get("build")
+    writes, date = info.get("writes"), None
+    if build:
+        try:
+            b = by_name(str(build))
+            writes, date = writes or b.writes, b.date
+        except BuildError:
+            pass
+    return {
+        "generated_by": GENERATOR,
+        "llama_cpp": {"build": build, "commit": info.get("commit"), "writes": writes,
+                      "vendored_llama_cpp_commit_date": date, "lib_dir": info.get("lib_dir")},
+        "model": {"file": model.name, "path_from_this_folder": rel, "sha256": sha, "size": size,
+                  "architecture": info.get("architecture"), "n_vocab": info.get("n_vocab"),
+                  "n_layer": info.get("n_layer")},
+        "context_params": {"n_ctx": params.n_ctx, "n_batch": params.n_batch, "n_ubatch": params.n_ubatch,
+                           "n_seq_max": params.n_seq_max, "kv_unified": params.kv_unified,
+                           "flash_attn": params.flash_attn, "type_k": params.type_k, "type_v": params.type_v,
+                           "swa_full": params.swa_full, "n_threads": n_threads,
+                           "n_ctx_actual": info.get("n_ctx"), "n_ctx_seq_actual": info.get("n_ctx_seq")},
+        "kv_caches": info.get("kv_caches"),
+        "sequences": {str(s): {"tokens": toks, "prompt_text": prompts.get(s), "pos_min_max": [0, len(toks) - 1]}
+                      for s, toks in seqs.items()},
+        "target": target,
+        "next_token": {"token": nt},
+        "files": {f.name: f.stat().st_size for f in sorted(tmp.iterdir())},
+    }
