@@ -143,17 +143,26 @@ def _leftovers(out: str, since: float) -> None:
                     os.unlink(e.path)
 
 
-def repair_job(path: str, model: str, out: str, build: str | None = None, timeout_s: float = 600.0) -> Job:
-    """The job that runs ``kvscope repair`` on ``path`` into ``out``; returns its ``--json`` object."""
+def repair_plan_text(res: ParseResult, build: str) -> str:
+    """What the run does, for its progress line: ``rebuilding the 12 tokens in llama-server b11434 ...``."""
+    slot = res.kind == "seq_file" and (res.token_payload or {}).get("format") == "server_tokens"
+    where = f"llama-server {build} (its slot save)" if slot else f"llama.cpp {build}"
+    n = len(res.tokens)
+    return f"rebuilding from the file's {n} token{'' if n == 1 else 's'} in {where}, then verifying"
+
+
+def repair_job(path: str, model: str, out: str, build: str | None = None, timeout_s: float = 600.0,
+               what: str = "") -> Job:
+    """The job that runs ``kvscope repair`` on ``path`` into ``out``; returns its ``--json`` object
+    (``what``: the progress line's text)."""
 
     def job(token: CancelToken, report: Report) -> dict[str, Any]:
         if same_file(path, out):
             raise RepairRefused(f"{safe_text(out)} is the input file: repair never overwrites it (choose another)")
         if os.path.isdir(out):
             raise RepairRefused(f"{safe_text(out)} is a folder: choose the output file's name")
-        what = f"rebuilding from the file's tokens in llama.cpp {build or 'the build that writes its layout'}, " \
-               "then verifying"
-        report(None, what)
+        step = what or "rebuilding from the file's tokens, then verifying"
+        report(None, step)
         tmp = tempfile.mkdtemp(prefix="kvscope-repair-app-")
         t0 = time.time()
         proc = subprocess.Popen(repair_command(path, model, out, build, timeout_s), stdin=subprocess.DEVNULL,
@@ -166,7 +175,7 @@ def repair_job(path: str, model: str, out: str, build: str | None = None, timeou
                     stdout, stderr = proc.communicate(timeout=1.0)
                     break
                 except subprocess.TimeoutExpired:
-                    report(None, f"{what} · {time.time() - t0:.0f} s")
+                    report(None, f"{step} · {time.time() - t0:.0f} s")
         finally:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -210,8 +219,9 @@ class RepairRun(QObject):
     def running(self) -> bool:
         return self.task is not None and not self.task.done
 
-    def start(self, path: str, model: str, out: str, build: str | None = None) -> Task | None:
-        """Repair ``path`` into ``out`` in the background (None, and ``error`` set, when ``out`` is the input)."""
+    def start(self, path: str, model: str, out: str, build: str | None = None, what: str = "") -> Task | None:
+        """Repair ``path`` into ``out`` in the background (None, and ``error`` set, when ``out`` is the input);
+        ``what`` says what it does (the progress line)."""
         if self.running:
             return self.task
         self.output, self.result, self.error, self.cancelled = os.path.abspath(out), None, None, False
@@ -221,10 +231,12 @@ class RepairRun(QObject):
             return None
         self.step = "starting"
         task = self.runner.submit(f"repair {safe_text(os.path.basename(path))}",
-                                  repair_job(path, model, self.output, build), self._done, self._failed)
+                                  repair_job(path, model, self.output, build, what=what), self._done, self._failed)
         task.progressed.connect(self._progress)
         task.cancelled.connect(self._cancelled)
         task.finished.connect(self._finished)
+        token = task.token  # a page closed while its repair runs stops the run (nothing is written)
+        self.destroyed.connect(lambda *_: token.cancel())
         self.task = task
         self.changed.emit()
         return task

@@ -14,9 +14,10 @@ from typing import Protocol
 
 from PySide6.QtWidgets import QFileDialog, QStatusBar, QWidget
 
-from kvscope.app.document.repair_job import default_output, repair_build, same_file
+from kvscope.app.document.repair_job import default_output, repair_build, repair_plan_text, same_file
 from kvscope.app.shell.document_widget import DocumentWidget
 from kvscope.app.shell.settings import AppSettings
+from kvscope.core.pinned_builds import build_writing
 from kvscope.core.textsafe import safe_text
 
 
@@ -41,10 +42,12 @@ def start_repair(win: RepairHost, w: DocumentWidget, out: str) -> bool:
         ov.repair.output = os.path.abspath(out)
         ov.repair.changed.emit()
         return False
-    build = repair_build(doc.result, win.settings.engine())
-    task = ov.repair.start(doc.path, doc.model_path, out, build)
+    build = repair_build(doc.result, win.settings.engine()) or build_writing(doc.result.layout.name)
+    task = ov.repair.start(doc.path, doc.model_path, out, build,
+                           repair_plan_text(doc.result, build) if build else "")
     if task is not None:
         win.statusBar().showMessage(f"repairing {doc.name} into {safe_text(os.path.basename(out))}", 8000)
+        task.finished.connect(lambda: win.statusBar().showMessage(ov.repair_banner.label.text(), 10000))
     return task is not None
 
 
