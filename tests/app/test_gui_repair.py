@@ -74,7 +74,6 @@ def _ours() -> set[str]:
     return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("kvscope-repair-app-")}
 
 
-@pytest.mark.xserver
 def test_repair_writes_a_file_that_verifies_ok_and_its_verify_replaces_the_prediction(
         qtbot, window, tmp_path: Path, pinned: None) -> None:  # type: ignore[no-untyped-def]
     bad = _damaged(tmp_path)

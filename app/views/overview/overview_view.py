@@ -32,7 +32,6 @@ from kvscope.app.document.verify_marks import verify_marks
 from kvscope.app.views.export import doc_export_button
 from kvscope.app.views.overview import builds_html, verify_html
 from kvscope.app.views.overview.repair_banner import RepairBanner
-from kvscope.core.analysis.consumers import consumer_answers
 from kvscope.core.analysis.overview import Overview, build_overview, slot_reuse
 from kvscope.core.analysis.verdict import Verdict, plural
 from kvscope.core.findings import Finding
@@ -104,7 +103,7 @@ class OverviewView(QWidget):
             return ov
         return replace(base[2], compat=doc.compat, verify=doc.verify, verdict=doc.verdict() or base[2].verdict,
                        reuse=slot_reuse(res, doc.profile, doc.compat),
-                       consumers=consumer_answers(res, doc.profile, doc.compat))
+                       consumers=doc.consumers())  # the inspection's (inspect --json's), as the report's
 
     def refresh(self, *_args: object) -> None:
         res = self.doc.result
