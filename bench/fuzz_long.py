@@ -25,6 +25,10 @@ under 64 MiB). Peak allocations are reported for state, model and sparse-tail in
 separately. Input ``i`` of a run is a pure function of ``(--seed, i)``: ``--replay i`` rebuilds
 and re-checks one input in-process, with the traceback.
 
+``--fleet-inputs N`` then runs N inputs of each process-level family of ``bench/fuzz_fleet.py``
+(verify against a misbehaving llama-server, migrate/scan with links in DEST and SOURCE, killed and
+stopped workers, signals with leftover checks), with the same seed.
+
 Failing inputs are written to ``bench/out/fuzz-failures/`` (``<signature>-<index>.bin`` plus a
 ``.json`` with the fixture, the mutations and the error; at most ``--keep-per-signature`` files
 per distinct failure and worker). The exit status is 1 when anything failed.
@@ -428,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--race-every", type=int, default=1000,
                     help="every N-th input is parsed while a thread cuts the file (0: never)")
     ap.add_argument("--replay", type=int, metavar="INDEX", help="rebuild and check one input, with traceback")
+    ap.add_argument("--fleet-inputs", type=int, default=0, metavar="N",
+                    help="then N inputs of each process-level family of bench/fuzz_fleet.py (server, trees, "
+                    "workers, signals; seconds each, one at a time) with the same seed (default 0: none)")
     args = ap.parse_args(argv)
 
     seed_paths = [str(p) for p in seed_files()]
@@ -518,7 +525,13 @@ def main(argv: list[str] | None = None) -> int:
           f"({rate:.0f} inputs/s, {args.jobs} jobs), "
           f"{n_fail} failures in {len(total.failures)} distinct signatures, slowest {dt * 1e3:.1f} ms, "
           f"seed {args.seed}{' (interrupted)' if interrupted else ''}")
-    return 1 if n_fail or interrupted else 0
+    fleet_rc = 0
+    if args.fleet_inputs > 0 and not interrupted:
+        import fuzz_fleet
+
+        print(f"\nprocess-level families (bench/fuzz_fleet.py), {args.fleet_inputs} inputs each:", flush=True)
+        fleet_rc = fuzz_fleet.main(["--inputs", str(args.fleet_inputs), "--seed", str(args.seed)])
+    return 1 if n_fail or interrupted or fleet_rc else 0
 
 
 if __name__ == "__main__":
