@@ -394,10 +394,14 @@ TARGET static void values_run(int kind, const uint8_t *data, Py_ssize_t n_values
     g->mn = INFINITY;
     g->mx = -INFINITY;
     g->first_bad = -1;
+    /* float32 values on a float's alignment are reduced where they lie (a copy saved: f32 ran at
+     * 0.8x f16's bytes per second through the buffer); elsewhere they are copied into it */
+    const int in_place = kind == K_F32 && ((uintptr_t)data % sizeof(float)) == 0;
     for (Py_ssize_t v = 0; v < n_values; v += VCHUNK) {
         const Py_ssize_t m = n_values - v < VCHUNK ? n_values - v : VCHUNK;
-        decode_chunk(kind, data + chunk_offset(kind, v), m, buf);
-        if (!(wide ? reduce_fast_wide(buf, m, g) : reduce_fast(buf, m, g))) reduce_slow(buf, m, v, g);
+        const float *x = in_place ? (const float *)data + v : buf;
+        if (!in_place) decode_chunk(kind, data + chunk_offset(kind, v), m, buf);
+        if (!(wide ? reduce_fast_wide(x, m, g) : reduce_fast(x, m, g))) reduce_slow(x, m, v, g);
     }
 }
 

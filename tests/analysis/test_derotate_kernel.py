@@ -271,6 +271,33 @@ def test_decode_is_numpy_bit_for_bit(qt: GGMLQuantizationType, rows: int, units:
     assert np.array_equal(dequantize_rows(raw, int(qt)), got, equal_nan=True)  # what the other views decode with
 
 
+@settings(max_examples=60, deadline=None)
+@given(shift=st.integers(0, 3), n_rows=st.integers(1, 6), units=st.integers(1, 9000), seed=st.integers(0, 2**32 - 1),
+       data=st.data())
+def test_float32_values_at_any_byte_alignment(shift: int, n_rows: int, units: int, seed: int,
+                                              data: st.DataObject) -> None:
+    """f32 values on a float's alignment are reduced where they lie, others through the kernel's
+    buffer (a file's payload can start at any byte): the same answers either way, over several of
+    the kernel's chunks and with NaN/Inf among them."""
+    n = n_rows * units
+    specials = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.sampled_from(SPECIAL[F32])), max_size=4))
+    raw = plain_rows(F32, n_rows, units, seed, specials)
+    buf = np.zeros(raw.size + 4, np.uint8)
+    moved = buf[shift : shift + raw.size]
+    moved[:] = raw.reshape(-1)
+    flags_a, flags_b = np.zeros(n_rows, np.uint8), np.zeros(n_rows, np.uint8)
+    a = dk.value_stats(raw, int(F32), raw.shape[1], flags_a)
+    b = dk.value_stats(moved, int(F32), raw.shape[1], flags_b)
+    if a is None or b is None:
+        assert dk.kernel() is None
+        return
+    assert np.array_equal(flags_a, flags_b)
+    for x, y in zip(vars(a).values(), vars(b).values(), strict=True):
+        assert x == y or (isinstance(x, float) and np.isnan(x) and np.isnan(y)), (a, b)
+    nan, inf, first, mn, mx, _, _ = _numpy_stats(numpy_dequantize_rows(raw, int(F32)))
+    assert (b.n_nan, b.n_inf, b.first_nonfinite, b.min, b.max) == (nan, inf, first, mn, mx)
+
+
 @pytest.mark.parametrize("qt", [F16, BF16])
 def test_every_16_bit_pattern(qt: GGMLQuantizationType) -> None:
     """All 65,536 patterns in one buffer: numpy's values, counts, first NaN/Inf and extremes."""
