@@ -10,12 +10,20 @@ Where the compiled kernel runs (:mod:`kvscope.core.derotate_kernel`: x86-64 with
 a step of f16/bf16/f32/q8_0/q4_0 rows is decoded and reduced in one pass over its bytes, zero rows
 included (:func:`~kvscope.core.derotate_kernel.value_stats`), and rotated q8_0/q4_0 rows are
 de-rotated there; the numpy path beside it is the reference and the fallback, with the same answers.
+
+A cold file (pages of its payload not in the page cache) is read once, front to back, by a feed
+(:class:`_Feed`): reader threads keep several 8 MiB reads in flight, past the page cache where the
+file system allows it (``O_DIRECT``), into a ring of buffers the steps reduce in place, on two
+threads or more, while the next chunks come in. The compiled kernel releases the GIL, so the
+reads, the reductions and the disk all overlap.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
+import mmap
 import os
 import threading
 from collections.abc import Iterator
@@ -30,6 +38,7 @@ from gguf import GGMLQuantizationType
 from kvscope.core import ggml_types as gt
 from kvscope.core.analysis.record_values import Bytes, dequantize_rows, derotates, record_shape, source_of
 from kvscope.core.derotate_kernel import rotated_stats, value_stats
+from kvscope.core.fileio import FileIdentity, pread_into
 from kvscope.core.findings import Finding
 from kvscope.core.reader.records import LayerRecord, ParseResult
 from kvscope.core.reader.rotation import rotate_blocks
@@ -41,7 +50,6 @@ U8A = npt.NDArray[np.uint8]
 I64A = npt.NDArray[np.int64]
 
 _WORK = 1 << 20  # bytes per step actually used (faster than big steps: the passes stay in cache)
-_AHEAD = 64 << 20  # how far the read-ahead thread runs ahead of the scan
 _F16, _F32 = GGMLQuantizationType.F16, int(GGMLQuantizationType.F32)
 _WORD = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
 _ROLE = {"k": "K", "v": "V"}
@@ -209,80 +217,158 @@ def _sum(f: F32A) -> float:
     return head + float(f[n:].sum())
 
 
-_CHUNK = 4 << 20  # bytes of one read-ahead read
-_STREAMS = 2  # read-ahead reads in flight
+_CHUNK = 8 << 20  # bytes of one read of the cold-file feed (the bench's baseline reads 8 MiB at a time too)
+_RING = 6  # chunk buffers of the feed: up to _READERS reads in flight while the scan reduces the others
+_READERS = 4
+_ALIGN = 4096  # O_DIRECT's offset, length and buffer alignment
+_FEED_MIN = 16 << 20  # payload bytes below which a cold file is read by the scan's own preads
 
 
-class _Prefetch(threading.Thread):
-    """Reads the file up to ``_AHEAD`` bytes ahead of the scan (into small reused buffers: only the
-    page cache keeps it), so a cold file's disk reads overlap the decoding instead of alternating
-    with it (``posix_fadvise`` hints overlapped less): ``_STREAMS`` reads of ``_CHUNK`` bytes in
-    flight, from this thread and its helpers. Chunks whose first page is cached are skipped. A scan
-    faster than the disk waits for it (:meth:`wait_for`) instead of reading its steps itself: the
-    disk then serves big reads only (1 MiB reads ran at a quarter of the speed of 4 MiB ones here)."""
+def _cold(path: str, start: int, end: int, samples: int = 64) -> bool:
+    """True when some of ``samples`` pages spread over ``[start, end)`` are not in the page cache."""
+    with contextlib.suppress(OSError), open(path, "rb", buffering=0) as fh:
+        probe = bytearray(1)
+        for off in np.linspace(start, end - 1, samples, dtype=np.int64).tolist():
+            try:
+                os.preadv(fh.fileno(), [probe], off, os.RWF_NOWAIT)
+            except BlockingIOError:
+                return True
+    return False
 
-    def __init__(self, path: str, start: int, end: int) -> None:
-        super().__init__(daemon=True)
-        self.path, self.first, self.end, self.pos = path, start, end, start
-        self.off = start  # every chunk before it is read
-        self.halt = threading.Event()
-        self.read = threading.Condition()  # guards the chunk counters; notified when ``off`` moves
-        self.want = start  # the end of the bytes a scan waits for (read even past pos + _AHEAD)
-        self._next = 0  # the next chunk to read
-        self._done: set[int] = set()  # chunks read past ``off``
 
-    def wait_for(self, end: int) -> None:
-        """Until the bytes before ``end`` are read, or the thread is not running."""
-        with self.read:
-            self.want = max(self.want, end)
-            while self.off < end and self.is_alive() and not self.halt.is_set():
-                self.read.wait(0.05)
+class _Feed:
+    """Reads a cold file's payload range once, in order, into a ring of ``_RING`` aligned buffers
+    of ``_CHUNK`` bytes, and lends the scan's steps their bytes there (:meth:`take`, no copy but
+    for a step across two chunks). ``_READERS`` threads keep reads in flight while the scan's
+    threads reduce the chunks already in: the disk never waits for the CPU, nor the CPU for more
+    than the read of the chunk it needs.
 
-    def cold(self, samples: int = 64) -> bool:
-        """True when some of ``samples`` pages spread over the range are not in the page cache."""
-        with contextlib.suppress(OSError), open(self.path, "rb", buffering=0) as fh:
-            probe = bytearray(1)
-            for off in np.linspace(self.first, self.end - 1, samples, dtype=np.int64).tolist():
-                try:
-                    os.preadv(fh.fileno(), [probe], off, os.RWF_NOWAIT)
-                except BlockingIOError:
-                    return True
-        return False
+    The reads bypass the page cache (``O_DIRECT``) where the file system allows it: the disk
+    writes into the buffers the scan reads, so a cold ``--stats`` costs less CPU than one plain
+    read of the file (whose every byte the kernel first puts in the page cache, then copies). On a
+    loaded machine that CPU is what a buffered read waits for; where ``O_DIRECT`` is refused the
+    feed reads through the page cache instead. A chunk is read only when the one ``_RING`` chunks
+    before it has been used by every step that needs it (``left``): steps must come in file order
+    (:func:`_scan` builds the feed only then), and a step gets None from :meth:`take` (and reads
+    its bytes itself) when its chunk could not be read whole."""
 
-    def run(self) -> None:
-        helpers = [threading.Thread(target=self._stream, daemon=True) for _ in range(_STREAMS - 1)]
-        for h in helpers:
-            h.start()
-        self._stream()
-        for h in helpers:
-            h.join()
+    def __init__(self, fd: int, start: int, end: int, ranges: list[tuple[int, int]]) -> None:
+        self.fd, self.base, self.end = fd, start // _ALIGN * _ALIGN, end
+        self.n = -(-(end - self.base) // _CHUNK)
+        self.left = [0] * self.n  # steps still to take each chunk
+        for lo, hi in ranges:
+            for c in range((lo - self.base) // _CHUNK, (hi - 1 - self.base) // _CHUNK + 1):
+                self.left[c] += 1
+        self._maps = [mmap.mmap(-1, _CHUNK) for _ in range(min(_RING, self.n))]  # page-aligned
+        self.slots = [np.frombuffer(m, np.uint8) for m in self._maps]
+        self.got: dict[int, int] = {}  # chunk -> bytes read from its start (-1: the read failed)
+        self.next = 0  # the next chunk a reader claims
+        self.halt = False
+        self.cond = threading.Condition()
+        self.threads = [threading.Thread(target=self._read, daemon=True) for _ in range(min(_READERS, self.n))]
 
-    def _stream(self) -> None:
-        buf, probe = bytearray(_CHUNK), bytearray(4096)
-        with contextlib.suppress(OSError), open(self.path, "rb", buffering=0) as fh:
-            while not self.halt.is_set():
-                with self.read:
-                    lo = self.first + self._next * _CHUNK
-                    if lo >= self.end:
-                        return
-                    if lo > self.pos + _AHEAD and lo >= self.want:
-                        self.read.wait(0.01)
-                        continue
-                    i = self._next
-                    self._next += 1
-                cached = False
-                with contextlib.suppress(BlockingIOError):  # RWF_NOWAIT fails unless the page is cached
-                    cached = os.preadv(fh.fileno(), [probe], lo, os.RWF_NOWAIT) == len(probe)
-                if not cached:
-                    os.preadv(fh.fileno(), [buf], lo)
-                with self.read:
-                    self._done.add(i)
-                    k = (self.off - self.first) // _CHUNK
-                    while k in self._done:
-                        self._done.discard(k)
-                        k += 1
-                    self.off = min(self.end, self.first + k * _CHUNK)
-                    self.read.notify_all()
+    @classmethod
+    def open(cls, src: ByteSource, start: int, end: int, ranges: list[tuple[int, int]]) -> _Feed | None:
+        """A started feed of ``src``'s file (the same file: its identity checked), or None where it
+        cannot be opened."""
+        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+        fd = -1
+        for direct in (getattr(os, "O_DIRECT", 0), 0):  # O_DIRECT refused (tmpfs...): through the page cache
+            with contextlib.suppress(OSError):
+                fd = os.open(src.path, flags | direct)
+                break
+        if fd < 0:
+            return None
+        try:
+            if FileIdentity.of(os.fstat(fd)) != src.identity:
+                raise OSError("another file")
+            feed = cls(fd, start, end, ranges)
+        except (OSError, ValueError):
+            os.close(fd)
+            return None
+        for t in feed.threads:
+            t.start()
+        return feed
+
+    def _free(self, c: int) -> bool:  # chunk c's slot may take another chunk
+        return c < 0 or (c in self.got and self.left[c] <= 0)
+
+    def _read(self) -> None:
+        while True:
+            with self.cond:
+                while not self.halt and self.next < self.n and not self._free(self.next - len(self.slots)):
+                    self.cond.wait(0.05)
+                if self.halt or self.next >= self.n:
+                    return
+                c = self.next
+                self.next += 1
+                if self.left[c] <= 0:  # no step needs it
+                    self.got[c] = 0
+                    self.cond.notify_all()
+                    continue
+            off = self.base + c * _CHUNK
+            n = min(_CHUNK, -(-(self.end - off) // _ALIGN) * _ALIGN)
+            view = memoryview(self._maps[c % len(self.slots)])[:n]
+            try:
+                got = pread_into(self.fd, view, off)
+            except OSError as e:  # O_DIRECT refused for this file's alignment: through the page cache
+                got = -1
+                if e.errno == errno.EINVAL and hasattr(os, "O_DIRECT"):
+                    import fcntl  # (POSIX only, as O_DIRECT is)
+
+                    with contextlib.suppress(OSError):
+                        fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+                        got = pread_into(self.fd, view, off)
+            with self.cond:
+                self.got[c] = got
+                self.cond.notify_all()
+
+    def take(self, off: int, n: int, out: U8A) -> U8A | None:
+        """The ``n`` bytes at ``off`` once read: a view into a chunk, or copied into ``out`` across
+        two; None when they are not all there (a failed or short read, or a step too big)."""
+        c0, c1 = (off - self.base) // _CHUNK, (off + n - 1 - self.base) // _CHUNK
+        if off < self.base or c1 >= self.n or c1 - c0 > 1 or (c1 > c0 and n > out.size):
+            return None
+        with self.cond:
+            while not self.halt and (c0 not in self.got or c1 not in self.got) and \
+                    any(t.is_alive() for t in self.threads):
+                self.cond.wait(0.05)
+            if c0 not in self.got or c1 not in self.got:
+                return None
+            if self.halt or any(self.got[c] < min(off + n, self.base + (c + 1) * _CHUNK) - self.base - c * _CHUNK
+                                for c in (c0, c1)):
+                return None
+        lo = off - self.base - c0 * _CHUNK
+        if c0 == c1:
+            return self.slots[c0 % len(self.slots)][lo : lo + n]
+        k = _CHUNK - lo
+        out[:k] = self.slots[c0 % len(self.slots)][lo:]
+        out[k:n] = self.slots[c1 % len(self.slots)][: n - k]
+        return out[:n]
+
+    def done(self, off: int, n: int) -> None:
+        """The step of the ``n`` bytes at ``off`` is finished with them (its chunks may be reused)."""
+        with self.cond:
+            for c in range(max(0, (off - self.base) // _CHUNK), min(self.n, (off + n - 1 - self.base) // _CHUNK + 1)):
+                self.left[c] -= 1
+            self.cond.notify_all()
+
+    def stop(self) -> None:
+        """From now on :meth:`take` answers None (the steps still running read their own bytes)."""
+        with self.cond:
+            self.halt = True
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        """Stop the readers, then free the buffers."""
+        self.stop()
+        for t in self.threads:
+            t.join()
+        os.close(self.fd)
+        self.slots = []
+        for m in self._maps:
+            with contextlib.suppress(BufferError):  # a view still held: the buffer goes with it
+                m.close()
 
 
 class _Scratch(threading.local):
@@ -295,11 +381,25 @@ class _Scratch(threading.local):
         self.flags = np.empty(size, np.uint8)  # the kernel's zero rows / cells (at most one per byte)
 
 
-def _scan_step(src: ByteSource, rec: LayerRecord, st: _Step, scratch: _Scratch, decode: bool, blas: bool) -> _Part:
-    need = st.hi - st.lo
-    raw = scratch.raw[:need] if need <= scratch.raw.size else np.empty(need, np.uint8)  # one pread
-    if src.readinto(rec.data_offset + st.lo, raw) != raw.size:
-        raise ValueError("payload bytes past the end of the file")
+def _scan_step(src: ByteSource, rec: LayerRecord, st: _Step, scratch: _Scratch, decode: bool, blas: bool,
+               feed: _Feed | None = None) -> _Part:
+    need, off = st.hi - st.lo, rec.data_offset + st.lo
+    if feed is None:
+        return _reduce_step(src, rec, st, scratch, decode, blas, None)
+    try:
+        return _reduce_step(src, rec, st, scratch, decode, blas, feed.take(off, need, scratch.raw))
+    finally:
+        feed.done(off, need)
+
+
+def _reduce_step(src: ByteSource, rec: LayerRecord, st: _Step, scratch: _Scratch, decode: bool, blas: bool,
+                 raw: U8A | None) -> _Part:
+    """The step's statistics, of ``raw`` (its bytes, lent by the feed) or of one pread of them."""
+    if raw is None:
+        need = st.hi - st.lo
+        raw = scratch.raw[:need] if need <= scratch.raw.size else np.empty(need, np.uint8)  # one pread
+        if src.readinto(rec.data_offset + st.lo, raw) != raw.size:
+            raise ValueError("payload bytes past the end of the file")
     p = _Part()
     if decode and not derotates(rec) and _kernel_step(raw, rec, st, scratch, p):
         return p
@@ -530,9 +630,10 @@ def scan_stats(res: ParseResult, chunk_bytes: int = 64 << 20, data: Bytes = None
     Payloads are read from ``data`` (or ``res.path``) with ``pread`` in steps of at most
     ``chunk_bytes`` raw bytes (whole rows/blocks; at most 1 MiB, which keeps the passes in cache)
     into per-thread buffers, on ``threads`` worker threads (default: half the CPUs, at most 4, for
-    payloads over 8 MiB). Truncated and empty payloads are scanned as far as whole rows are
-    present, with a note. Raises :class:`FileChangedError` when the file changed during the scan
-    (or since ``data`` was opened).
+    payloads over 8 MiB; at least 2 where there are 2 CPUs when a cold file's feed reads it).
+    Truncated and empty payloads are scanned as far as whole rows are present, with a note.
+    Raises :class:`FileChangedError` when the file changed during the scan (or since ``data`` was
+    opened).
     """
     with source_of(res, data) as src:
         return _scan(res, src, chunk_bytes, threads)
@@ -555,29 +656,38 @@ def _scan(res: ParseResult, src: ByteSource, chunk_bytes: int, threads: int | No
                 if plan is not None:
                     jobs.append((rec, ls, *plan))
     tasks = [(rec, st, decode) for rec, _, steps, _, _, decode in jobs for st in steps]
-    nthreads = threads if threads is not None else (min(4, (os.cpu_count() or 1) // 2) if len(tasks) > 8 else 1)
+    # the steps run in file order (records in the report's order may not be: synthetic files), so a
+    # cold file's feed reads it front to back; they are merged in the report's order afterwards
+    order = sorted(range(len(tasks)), key=lambda i: tasks[i][0].data_offset + tasks[i][1].lo)
+    ranges = [(tasks[i][0].data_offset + tasks[i][1].lo, tasks[i][0].data_offset + tasks[i][1].hi) for i in order]
+    start, end = (ranges[0][0], max(hi for _, hi in ranges)) if ranges else (0, 0)
+    feed = None
+    if src.is_file and end - start >= _FEED_MIN and hasattr(os, "RWF_NOWAIT") and \
+            all(a[1] <= b[1] for a, b in zip(ranges, ranges[1:], strict=False)) and _cold(src.path, start, end):
+        feed = _Feed.open(src, start, end, ranges)  # (steps of overlapping records: read by the steps)
+    cpus = os.cpu_count() or 1
+    nthreads = threads if threads is not None else (
+        1 if len(tasks) <= 8 else max(min(4, cpus // 2), min(2, cpus) if feed is not None else 1))
     scratch = _Scratch(work)
-    start, end = (tasks[0][0].data_offset + tasks[0][1].lo, tasks[-1][0].data_offset + tasks[-1][1].hi) \
-        if tasks else (0, 0)
-    prefetch = _Prefetch(src.path, start, end)
-    if src.is_file and end - start > 2 * _AHEAD and hasattr(os, "RWF_NOWAIT") and prefetch.cold():
-        prefetch.start()
 
     def run(task: tuple[LayerRecord, _Step, bool]) -> _Part:
-        prefetch.pos = max(prefetch.pos, task[0].data_offset + task[1].lo)
-        prefetch.wait_for(task[0].data_offset + task[1].hi)
-        return _scan_step(src, task[0], task[1], scratch, task[2], nthreads <= 1)
+        return _scan_step(src, task[0], task[1], scratch, task[2], nthreads <= 1, feed)
 
     pool = ThreadPoolExecutor(nthreads) if nthreads > 1 and len(tasks) > 1 else None
     try:
-        results = pool.map(run, tasks) if pool is not None else map(run, tasks)
+        in_order = [tasks[i] for i in order]
+        parts: list[_Part | None] = [None] * len(tasks)
+        for i, part in zip(order, pool.map(run, in_order) if pool is not None else map(run, in_order), strict=True):
+            parts[i] = part
+        done = iter(parts)
         for rec, ls, steps, n, per_row, _ in jobs:
-            _merge(ls, rec, ((st, next(results)) for st in steps), n, per_row)
+            _merge(ls, rec, ((st, p) for st in steps if (p := next(done)) is not None), n, per_row)
             _add_findings(res, rec, ls)
     finally:
+        if feed is not None:
+            feed.stop()  # before the pool's shutdown: a step waiting for a chunk no reader will read returns
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-        prefetch.halt.set()
-        if prefetch.is_alive():
-            prefetch.join()
+        if feed is not None:
+            feed.close()
     return report

@@ -363,35 +363,106 @@ def test_f16_sign_and_bit_pattern_edge_cases(tmp_path: Path, scan_path: str) -> 
     assert n_bad and rep.layers[3].n_nonfinite == rep.layers[8].n_nonfinite == n_bad
 
 
-@pytest.mark.parametrize("streams", [1, 2, 3])
-def test_read_ahead_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streams: int) -> None:
-    """The read-ahead with one or more reads in flight, chunks finishing in any order, the scan
-    waiting for them: the same statistics, and no thread left behind."""
+def _drop_cache(path: str) -> None:
+    """Out of the page cache where the kernel lets it go."""
+    import os
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize(("readers", "ring", "direct"), [(1, 2, True), (2, 3, True), (4, 6, True), (3, 2, False)])
+def test_cold_file_feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, readers: int, ring: int,
+                        direct: bool) -> None:
+    """The cold-file feed with one or more reads in flight and a ring of two chunks or more, with
+    O_DIRECT and through the page cache, steps inside a chunk and across two, one and three scan
+    threads: the statistics of the bytes given in memory, and no thread left behind."""
+    import fcntl
     import os
     import threading
 
     import kvscope.core.analysis.stats as stats_mod
 
     x = np.random.default_rng(5).standard_normal((400, 256)).astype("<f2")
-    res = synthetic(tmp_path, [(1, x.tobytes(), 400, False), (1, x.tobytes(), 400, True)])
-    monkeypatch.setattr(stats_mod, "_AHEAD", 4096)  # 400 KiB of payload: the thread runs
+    q = np.asarray(quantize(x[:, :128].astype(np.float32), GGMLQuantizationType.Q4_0)).view(np.uint8)
+    res = synthetic(tmp_path, [(1, x.tobytes(), 400, False), (1, x.tobytes(), 400, True),
+                               (int(GGMLQuantizationType.Q4_0), q.tobytes(), 400, False),
+                               (0, x[:, :64].astype(np.float32).tobytes(), 400, False)])  # f32 at odd offsets
+    monkeypatch.setattr(stats_mod, "_FEED_MIN", 0)
     monkeypatch.setattr(stats_mod, "_CHUNK", 8192)  # a hundred chunks
-    monkeypatch.setattr(stats_mod, "_STREAMS", streams)
-    started = []
-    monkeypatch.setattr(stats_mod._Prefetch, "start", lambda self: started.append(threading.Thread.start(self)))
-    assert not stats_mod._Prefetch(res.path, 0, Path(res.path).stat().st_size).cold()  # just written: cached
-    monkeypatch.setattr(stats_mod._Prefetch, "cold", lambda self: True)
+    monkeypatch.setattr(stats_mod, "_READERS", readers)
+    monkeypatch.setattr(stats_mod, "_RING", ring)
+    o_direct = os.O_DIRECT
+    if not direct:
+        monkeypatch.delattr(os, "O_DIRECT")
+    feeds: list[bool] = []  # per feed: opened with O_DIRECT
+    real_open = stats_mod._Feed.open.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: type, *args: object) -> object:
+        feed = real_open(cls, *args)
+        assert feed is not None
+        feeds.append(bool(fcntl.fcntl(feed.fd, fcntl.F_GETFL) & o_direct))
+        return feed
+
+    monkeypatch.setattr(stats_mod._Feed, "open", classmethod(spy))
+    assert not stats_mod._cold(res.path, 0, Path(res.path).stat().st_size)  # just written: cached
+    monkeypatch.setattr(stats_mod, "_cold", lambda *a: True)
     before = threading.active_count()
-    for chunk in (64 << 20, 3000):
-        plain = scan_stats(res, chunk, data=np.fromfile(res.path, np.uint8)).layers  # bytes given: no read-ahead
-        fd = os.open(res.path, os.O_RDONLY)
-        try:  # out of the page cache where the kernel lets it go: the read-ahead reads for real
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-        assert scan_stats(res, chunk_bytes=chunk).layers == plain
-    assert len(started) == 2 and threading.active_count() == before
+    for chunk, threads in ((64 << 20, 1), (3000, 1), (3000, 3), (64 << 20, 3)):
+        plain = scan_stats(res, chunk, data=np.fromfile(res.path, np.uint8), threads=threads).layers  # no feed
+        _drop_cache(res.path)
+        assert scan_stats(res, chunk_bytes=chunk, threads=threads).layers == plain
+    assert feeds == [direct] * 4 and threading.active_count() == before
+
+
+def test_cold_file_feed_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read of the feed that fails leaves its steps to read their own bytes (the same
+    statistics); a step that raises stops the scan with the error, whatever the feed was waiting
+    for, and leaves no thread behind."""
+    import threading
+
+    import kvscope.core.analysis.stats as stats_mod
+
+    x = np.random.default_rng(6).standard_normal((300, 256)).astype("<f2")
+    res = synthetic(tmp_path, [(1, x.tobytes(), 300, False), (1, x.tobytes(), 300, True)])
+    monkeypatch.setattr(stats_mod, "_FEED_MIN", 0)
+    monkeypatch.setattr(stats_mod, "_CHUNK", 8192)
+    monkeypatch.setattr(stats_mod, "_cold", lambda *a: True)
+    plain = scan_stats(res, 3000, data=np.fromfile(res.path, np.uint8)).layers
+    calls = [0]
+    real_pread = stats_mod.pread_into
+
+    def flaky(fd: int, buf: memoryview, off: int) -> int:
+        calls[0] += 1
+        if calls[0] % 3 == 0:
+            raise OSError(5, "Input/output error")
+        return real_pread(fd, buf, off)
+
+    before = threading.active_count()
+    monkeypatch.setattr(stats_mod, "pread_into", flaky)
+    for threads in (1, 3):
+        assert scan_stats(res, 3000, threads=threads).layers == plain
+    assert calls[0] > 10
+    monkeypatch.setattr(stats_mod, "pread_into", real_pread)
+    steps = [0]
+    real_reduce = stats_mod._reduce_step
+
+    def failing(*args: object) -> object:
+        steps[0] += 1
+        if steps[0] == 40:
+            raise ValueError("a step failed")
+        return real_reduce(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stats_mod, "_reduce_step", failing)
+    for threads in (1, 3):
+        steps[0] = 0
+        with pytest.raises(ValueError, match="a step failed"):
+            scan_stats(res, 3000, threads=threads)
+    assert threading.active_count() == before
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
