@@ -116,16 +116,19 @@ def run_cli(args: list[str]) -> tuple[int, list[dict[str, Any]], str]:
 def stray_processes() -> list[str]:
     """Descendants of this process other than multiprocessing's fork server and resource tracker
     (and llama-servers the family started itself), given a few seconds to go."""
+    import multiprocessing.forkserver as fs
+
     import psutil
 
     end = time.monotonic() + 15
     while True:
         left = []
+        server = getattr(fs._forkserver, "_forkserver_pid", None)  # the server, not the workers it forked
         for c in psutil.Process().children(recursive=True):
             try:
                 cmd = " ".join(c.cmdline())
-                if c.status() == psutil.STATUS_ZOMBIE or "forkserver" in cmd or "resource_tracker" in cmd \
-                        or "llama-server" in cmd or c.pid in KEEP:
+                if c.status() == psutil.STATUS_ZOMBIE or c.pid == server or "resource_tracker" in cmd \
+                        or c.pid in KEEP:
                     continue
                 left.append(f"{c.pid} {c.status()} {cmd[:80]}")
             except psutil.Error:
@@ -603,8 +606,10 @@ def main(argv: list[str] | None = None) -> int:
                         stats.update(f"link {x.split(' -> ')[0].split('/')[0]} -> {x.split(' -> ')[1].split('/')[0]}"
                                      for x in info["links"])
                     else:
+                        hit = {True: "signalled", False: "missed (the file was done first)"}.get(info.get("hit"))
                         stats[" ".join(str(info.get(k)) for k in ("command", "executor", "signal", "outcome",
-                                                                   "victim_charged") if k in info) or "ok"] += 1
+                                                                   "victim_charged") if k in info)
+                              + (f" {hit}" if hit else "") or "ok"] += 1
                 except Exception as e:  # anything at all is a finding
                     path = save_failure(args.out, args.seed, family, index, e)
                     fails.append(f"{index}: {type(e).__name__}: {str(e)[:200]} ({path.name})")

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import psutil
@@ -40,11 +41,28 @@ def _files(root: Path) -> set[str]:
     return {str(p) for p in root.rglob("*") if p.is_file()}
 
 
-def _no_workers_left() -> None:
-    left = [c for c in psutil.Process().children(recursive=True)
-            if c.status() != psutil.STATUS_ZOMBIE and "forkserver" not in " ".join(c.cmdline())
-            and "resource_tracker" not in " ".join(c.cmdline())]
-    assert not left, [c.cmdline() for c in left]
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _no_workers_left(killer: ServerKiller) -> None:
+    """No worker of the run still runs: neither the killed servers' (orphans now) nor the new server's."""
+    import multiprocessing.forkserver as fs
+
+    assert killer.orphans, "no worker was seen under the killed fork server"
+    server = fs._forkserver._forkserver_pid
+    end = time.monotonic() + 15
+    while True:
+        left = [p for p in killer.orphans if _running(p)]
+        if server is not None and _running(server):
+            left += [c.pid for c in psutil.Process(server).children() if _running(c.pid)]
+        if not left or time.monotonic() > end:
+            break
+        time.sleep(0.1)
+    assert not left, left
 
 
 def _scan(root: Path, killer: ServerKiller, capsys: pytest.CaptureFixture[str], *extra: str
@@ -77,7 +95,7 @@ def test_killed_fork_server_restarts_the_pool_and_blames_no_file(tmp_path: Path,
     assert summary["executor_events"] == [notes[0].removeprefix("kvscope: note: ")]
     assert "not_scanned" not in summary
     assert rc == 0
-    _no_workers_left()
+    _no_workers_left(killer)
 
 
 def test_fork_server_killed_twice_stops_with_one_line_and_names_the_rest(tmp_path: Path,
@@ -98,7 +116,7 @@ def test_fork_server_killed_twice_stops_with_one_line_and_names_the_rest(tmp_pat
     assert set(scanned).isdisjoint(missing) and len(set(scanned)) == len(scanned)
     assert set(scanned) | set(missing) == _files(root)  # every file scanned once or named
     assert summary["files"] == len(scanned) and summary["executor_restarts"] == 2
-    _no_workers_left()
+    _no_workers_left(killer)
 
 
 def test_text_summary_says_it_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -136,4 +154,4 @@ def test_migrate_after_a_killed_fork_server_writes_every_file(tmp_path: Path,
     assert summary["executor_restarts"] == 1 and summary["workers_lost"] == 0
     assert not [p for p in dest.rglob("*") if p.name.startswith(".kvscope-tmp")]
     assert rc in (0, 1)
-    _no_workers_left()
+    _no_workers_left(killer)

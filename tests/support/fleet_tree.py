@@ -173,6 +173,7 @@ class ServerKiller(threading.Thread):
         self.times = times
         self.timeout = timeout
         self.victims: list[int] = []
+        self.orphans: list[int] = []  # the workers each killed server had forked (no longer anyone's children)
         self._stop_event = threading.Event()
 
     def stop(self) -> None:
@@ -188,9 +189,10 @@ class ServerKiller(threading.Thread):
             if pid is None or pid in self.victims:
                 continue
             try:
-                busy = any(f.path in self.paths for c in psutil.Process(pid).children() for f in c.open_files())
-                if busy:
+                kids = psutil.Process(pid).children()
+                if any(f.path in self.paths for c in kids for f in c.open_files()):
                     os.kill(pid, self.sig)
                     self.victims.append(pid)
+                    self.orphans += [c.pid for c in kids]
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, ProcessLookupError):
                 continue
