@@ -3,11 +3,12 @@
 What the app shows about the file is the core's one inspection pipeline
 (:mod:`kvscope.core.analysis.inspection`), the same :class:`~kvscope.core.analysis.inspection.Inspection`
 ``kvscope inspect --json --stats`` prints: the load task parses and judges the file
-(``inspect_source``), then the statistics (``Inspection.add_stats``) and, after them as the
-pipeline orders it, which llama.cpp generations load it (``Inspection.add_compat``) are added to that
-same object. Every piece of work (model loading, the inspection's steps, the diff against a second
-file) runs as a background task; the document publishes the outcome with signals that the views
-listen to. The file is only ever opened read-only and read with bounded ``pread``
+(``inspect_source``), then the statistics (``Inspection.add_stats``) and which llama.cpp generations
+load it (``Inspection.compat_table``) are added to that same object. The two run side by side; the
+table reads only the error findings, so when the statistics add errors (non-finite values) it is
+worked out again after them, and what the app ends up showing is what ``inspect_source`` gives.
+Every piece of work (model loading, the inspection's steps, the diff against a second file) runs as
+a background task; the document publishes the outcome with signals that the views listen to. The file is only ever opened read-only and read with bounded ``pread``
 (:class:`~kvscope.app.document.source.ViewSource`), never mapped.
 
 A file that changes while it is read (llama-server rewrites slot files in place) or afterwards
@@ -18,7 +19,6 @@ inode as opened) raises ``fileChanged(reason)``; the page then offers Reload, wh
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -146,6 +146,7 @@ class Document(QObject):
         self.model_path = model_path
         self.bus = SelectionBus(self)
         self.inspection: Inspection | None = None  # the pipeline's: parse, verdict, then stats and compat
+        self._errors_read = 0  # the inspection's error findings when its compatibility was last asked for
         self.model_error: str | None = None
         self.index: DocumentIndex | None = None
         self.data: ViewSource = empty_source()
@@ -283,17 +284,13 @@ class Document(QObject):
         self.verify_step = None
         self.verifyChanged.emit()
 
-    def _start(self, kind: str, label: str, job: Any, on_success: Any, on_failure: Any = None,
-               then: Callable[[Task], None] | None = None) -> Task:
-        """Run ``job`` as the document's ``kind`` task (one that was running is stopped); ``then(task)`` is
-        called when it has finished, before the busy state is told (a task it starts keeps it busy)."""
+    def _start(self, kind: str, label: str, job: Any, on_success: Any, on_failure: Any = None) -> Task:
+        """Run ``job`` as the document's ``kind`` task (one that was running is stopped)."""
         old = self._tasks.pop(kind, None)
         if old is not None and not old.done:
             old.cancel()
         task = self.runner.submit(label, job, on_success, on_failure)
         self._tasks[kind] = task
-        if then is not None:
-            task.finished.connect(lambda t=task: then(t))
         task.finished.connect(lambda: self.busyChanged.emit(self.busy))
         self.busyChanged.emit(True)
         return task
@@ -366,6 +363,7 @@ class Document(QObject):
             return
         old = self.data
         self.inspection, self.model_error = out.inspection, out.model_error
+        self._errors_read = out.inspection.result.n_errors  # before the statistics add theirs
         self.data, self.index = out.data, out.index
         self.data.on_changed = self._on_read_changed
         self.stats_error, self.compat_error = None, None
@@ -385,9 +383,10 @@ class Document(QObject):
         if not found.is_state:  # no llama.cpp generation reads it: nothing to work out
             found.compatibility = []
             self.compatReady.emit()
-        else:  # the pipeline's order: the statistics' findings (non-finite values) are damage compat names
+        else:
+            self._start_compat(found)
             self._start("stats", f"statistics of {self.name}", self._stats_job(found, out.data), self._on_stats,
-                        self._on_stats_failed, then=self._after_stats)
+                        self._on_stats_failed)
         QTimer.singleShot(0, self.check_disk)  # a change between the parse and now
 
     def _on_read_changed(self, detail: str) -> None:
@@ -413,18 +412,6 @@ class Document(QObject):
 
         return job
 
-    def _after_stats(self, task: Task) -> None:
-        """The statistics are in, failed or were stopped: the compatibility follows (the pipeline's order).
-        A stats task a new parse replaced starts nothing; one stopped otherwise stops the compatibility too."""
-        found = self.inspection
-        if self._tasks.get("stats") is not task or found is None:
-            return
-        if task.token.cancelled:
-            self._on_compat_failed("cancelled; reload the file to work it out")
-            return
-        compat = self._start("compat", f"compatibility of {self.name}", self._compat_job(found, self.data),
-                             self._on_compat, self._on_compat_failed)
-        compat.cancelled.connect(lambda t=compat: self._on_compat_cancelled(t))
 
     def _on_stats(self, report: StatsReport | Changed) -> None:
         if isinstance(report, Changed):
@@ -433,6 +420,12 @@ class Document(QObject):
                 self._set_changed(f"{CHANGED_MESSAGE} ({report.detail})")
             return
         self.statsReady.emit()
+        found = self.inspection
+        if found is not None and found.result.n_errors != self._errors_read:
+            # errors the statistics found (non-finite values) are damage every generation's answer names: the
+            # table worked out beside the scan is worked out again, after it, as inspect_source orders the steps
+            self._errors_read = found.result.n_errors
+            self._start_compat(found)
         n = sum(1 for ls in report.layers if ls.n_nonfinite or ls.zero_rows)
         self.message.emit(f"{self.name}: statistics of {plural(len(report.layers), 'record')}"
                           + (f", {n} with non-finite values or zero rows" if n else ""))
@@ -443,22 +436,29 @@ class Document(QObject):
         self.statsReady.emit()
 
     # -- compatibility --------------------------------------------------------------------------------
-    @staticmethod
-    def _compat_job(found: Inspection, data: ViewSource) -> Any:
+    def _start_compat(self, found: Inspection) -> None:
+        """Work out the inspection's compatibility (``Inspection.compat_table``) in the background; it is set on
+        the GUI thread, so a run a newer one replaced cannot overwrite that one's answer."""
+        data = self.data
+
         def job(token: CancelToken, report: Report) -> list[GenCompat] | Changed:
             report(None, "which llama.cpp builds load it")
             try:
-                return found.add_compat(data)
+                return found.compat_table(data)
             except FileChangedError as e:
                 return Changed(e.detail or str(e))
 
-        return job
+        task = self._start("compat", f"compatibility of {self.name}", job,
+                           lambda out: self._on_compat(found, out), self._on_compat_failed)
+        task.cancelled.connect(lambda t=task: self._on_compat_cancelled(t))
 
-    def _on_compat(self, compat: list[GenCompat] | Changed) -> None:
+    def _on_compat(self, found: Inspection, compat: list[GenCompat] | Changed) -> None:
+        if found is not self.inspection:  # a parse since replaced it
+            return
         if isinstance(compat, Changed):
             self._on_compat_failed(CHANGED_MESSAGE)
             return
-        self.compat_error = None
+        found.compatibility, self.compat_error = compat, None
         self.compatReady.emit()
 
     def _on_compat_cancelled(self, task: Task) -> None:

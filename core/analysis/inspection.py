@@ -87,13 +87,18 @@ class Inspection:
         self.verdict = verdict(self.result, self.profile)
         return self.stats
 
-    def add_compat(self, data: Any = None) -> list[GenCompat]:
-        """Work out which layout generations load the file (``data`` as for :meth:`add_stats`); after
-        :meth:`add_stats` when both are wanted, as :func:`inspect_source` does: an error the statistics
-        found (non-finite values) is damage every generation's answer names."""
+    def compat_table(self, data: Any = None) -> list[GenCompat]:
+        """Which layout generations load the file (``data`` as for :meth:`add_stats`), not stored: for a
+        caller that sets :attr:`compatibility` itself (the app's document, on its GUI thread). It reads the
+        file's error findings: after :meth:`add_stats` when both are wanted, as :func:`inspect_source`
+        does, since an error the statistics found (non-finite values) is damage every generation names."""
         from kvscope.core.analysis.compat import compatibility
 
-        self.compatibility = compatibility(self.result, self.profile, data=data) if self.is_state else []
+        return compatibility(self.result, self.profile, data=data) if self.is_state else []
+
+    def add_compat(self, data: Any = None) -> list[GenCompat]:
+        """:meth:`compat_table`, stored as :attr:`compatibility`."""
+        self.compatibility = self.compat_table(data)
         return self.compatibility
 
     def consumers(self) -> list[ConsumerAnswer]:

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from kvscope.app.base.tasks import TaskRunner
 from kvscope.app.document.document import Document
 from kvscope.core.cli import main as core_cli
 from tests.support.gui_helpers import DATA, STATE, model
@@ -46,6 +45,15 @@ def _model(key: str | None) -> str | None:
     return model(key)
 
 
+def _open(qtbot, window, path: str, model_path: str | None) -> Document:  # type: ignore[no-untyped-def]
+    """Open ``path`` in the window and wait until its inspection is complete (statistics and compatibility in)."""
+    w = window.open_file(path, model=model_path)
+    assert w is not None
+    qtbot.waitUntil(lambda: w.doc.compat is not None and w.doc.stats is not None and not w.doc.busy, timeout=30000)
+    assert window.wait_idle(30000)
+    return w.doc  # type: ignore[no-any-return]
+
+
 def _cli(path: str, model_path: str | None, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     """``kvscope inspect PATH --json --stats [--model M]``'s object."""
     capsys.readouterr()
@@ -72,50 +80,34 @@ def _shown(doc: Document) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("path", "model_key"), PARAMS)
-def test_document_shows_what_inspect_json_says(qtbot, tmp_path, capsys, path, model_key):  # type: ignore[no-untyped-def]
+def test_document_shows_what_inspect_json_says(qtbot, window, tmp_path, capsys, path, model_key):  # type: ignore[no-untyped-def]
     if path == "truncated":
         src = STATE / "llama-f16-fa0-unified0-seq0.seqstate"
         path = tmp_path / "cut.seqstate"
         data = src.read_bytes()
         path.write_bytes(data[: len(data) * 2 // 3])
     path = str(Path(path).resolve())
-    model_path = _model(model_key)
-    runner = TaskRunner()
-    doc = Document(path, runner, model_path)
-    try:
-        with qtbot.waitSignal(doc.compatReady, timeout=30000):
-            doc.load()
-        qtbot.waitUntil(lambda: not doc.busy, timeout=30000)
-        assert doc.stats_error is None and doc.compat_error is None and doc.model_error is None
-        assert (doc.profile is not None) == (model_path is not None)
-        shown = _shown(doc)
-        full = _cli(path, model_path, capsys)
-        assert set(SHOWN) <= set(full)
-        for key in SHOWN:
-            assert shown[key] == full[key], key
-        # and the whole object (a report's or an export's inspect key) is the command's
-        assert doc.inspection is not None
-        assert json.loads(json.dumps(doc.inspection.to_json())) == full
-    finally:
-        doc.close()
-        runner.shutdown(5000)
+    doc = _open(qtbot, window, path, _model(model_key))
+    assert doc.stats_error is None and doc.compat_error is None and doc.model_error is None
+    assert (doc.profile is not None) == (model_key is not None)
+    shown = _shown(doc)
+    full = _cli(path, _model(model_key), capsys)
+    assert set(SHOWN) <= set(full)
+    for key in SHOWN:
+        assert shown[key] == full[key], key
+    # and the whole object (a report's or an export's inspect key) is the command's
+    assert doc.inspection is not None
+    assert json.loads(json.dumps(doc.inspection.to_json())) == full
 
 
-def test_nan_rows_make_every_generation_answer_damaged(qtbot) -> None:  # type: ignore[no-untyped-def]
-    """The document adds the statistics before the compatibility, as the pipeline does: the NaN rows the
-    statistics find are an error, so the file's own generation does not 'load' it."""
-    runner = TaskRunner()
-    doc = Document(str(NAN_FILE), runner, model("llama"))
-    try:
-        with qtbot.waitSignal(doc.compatReady, timeout=30000):
-            doc.load()
-        assert doc.stats is not None and doc.compat is not None and doc.result is not None
-        assert any(f.code == "nonfinite_values" for f in doc.result.findings)
-        own = next(c for c in doc.compat if c.generation == doc.result.layout.name)
-        assert own.loads is False and "damaged" in own.answer
-        v = doc.verdict()
-        assert v is not None and v.level == "damaged"
-    finally:
-        doc.close()
-        runner.shutdown(5000)
-
+def test_nan_rows_make_every_generation_answer_damaged(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    """The compatibility the document ends with follows the statistics, as in the pipeline: the NaN rows the
+    statistics find are errors, so the file's own generation does not 'load' it (a table worked out beside
+    the scan, before those errors were found, is worked out again)."""
+    doc = _open(qtbot, window, str(NAN_FILE), model("llama"))
+    assert doc.stats is not None and doc.compat is not None and doc.result is not None
+    assert any(f.code == "nonfinite_values" for f in doc.result.findings)
+    own = next(c for c in doc.compat if c.generation == doc.result.layout.name)
+    assert own.loads is False and "damaged" in own.answer
+    v = doc.verdict()
+    assert v is not None and v.level == "damaged"
