@@ -149,6 +149,13 @@ class BookmarksPanel(QWidget):
         if ok:
             self.doc.bookmarks.update(i, note=text)
 
+    def note_on(self, b: Bookmark) -> None:
+        """Select bookmark ``b`` and edit its note."""
+        items = self.doc.bookmarks.items
+        if b in items:
+            self.table.selectRow(items.index(b))
+            self.ask_note()
+
     def remove_current(self) -> None:
         i = self.current_row()
         if i is not None:

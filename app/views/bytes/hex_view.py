@@ -6,28 +6,21 @@ context menu copies them as a C array, Python bytes or values (decoded as the re
 the offset or node path, goes to an offset, selects the node, exports the bytes or the view, bookmarks the
 range (Ctrl+B; the Bookmarks tab beside lists them, a click jumps back). The inspector shows the cursor
 byte as every common type and the selection as its record's values.
+
+This module paints, pages and selects; what is done with the selection lives beside it: copying,
+exporting, finding and the context menu in :mod:`~kvscope.app.views.bytes.hex_actions`, corrupting into
+a copy in :mod:`~kvscope.app.views.bytes.corrupt_action`, the bookmarks list in
+:mod:`~kvscope.app.views.bytes.bookmarks_panel`.
 """
 
 from __future__ import annotations
 
-import os
-
 from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QPoint, Qt, Signal
-from PySide6.QtGui import (
-    QContextMenuEvent,
-    QGuiApplication,
-    QKeyEvent,
-    QKeySequence,
-    QMouseEvent,
-    QResizeEvent,
-    QWheelEvent,
-)
+from PySide6.QtGui import QContextMenuEvent, QKeyEvent, QKeySequence, QMouseEvent, QResizeEvent, QWheelEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QFileDialog,
     QHBoxLayout,
     QHeaderView,
-    QInputDialog,
     QMenu,
     QPlainTextEdit,
     QScrollBar,
@@ -40,28 +33,24 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvscope.app.base.tasks import CancelToken, Report, Task
+from kvscope.app.base.tasks import Task
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.bookmark import Bookmark
-from kvscope.app.document.corrupt_copy import corrupt_range, write_copy
 from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
 from kvscope.app.views.bytes.bookmarks_panel import BookmarksPanel
-from kvscope.app.views.bytes.byte_text import TooLarge, format_bytes, read_bytes
+from kvscope.app.views.bytes.corrupt_action import CorruptAction
 from kvscope.app.views.bytes.corrupt_dialog import CorruptDialog
 from kvscope.app.views.bytes.find_bar import FindBar
+from kvscope.app.views.bytes.hex_actions import HexActions
 from kvscope.app.views.bytes.hex_inspect import INSPECT_TYPES, inspect_values
 from kvscope.app.views.bytes.hex_model import ASCII_COL, BYTES_PER_ROW, HexDelegate, HexModel
 from kvscope.app.views.bytes.selection_values import Decoded, decode_selection
 from kvscope.app.views.export import CsvTable, doc_export_button
-from kvscope.core.fsutil import write_atomic
 from kvscope.core.reader.tree import Node
 
-CORRUPT_LIMIT = 1 << 30  # the largest file "Corrupt into a copy" reads whole
-EXPORT_LIMIT = 256 << 20  # bytes "Export selected bytes" writes at most
 SHOWN_VALUES = 256  # values the inspector lists (the copy takes them all)
 DUMP_FLOOR = 300  # the dump's minimum width (px)
-FORMAT_NAMES = {"hex": "hex", "c": "a C array", "python": "Python bytes"}
 
 
 class _HexTable(QTableView):
@@ -138,7 +127,6 @@ class HexView(QWidget):
         self.anchor = 0  # where a shift-selection starts
         self.dragging = False
         self._dragged = False
-        self._task: Task | None = None
         self.decoded: Decoded | None = None
         self.model = HexModel(self)
         self.table = _HexTable(self)
@@ -232,6 +220,8 @@ class HexView(QWidget):
         doc.loaded.connect(self._reload)
         doc.bus.changed.connect(self._on_selection)
         self._syncing = False
+        self.byte_actions = HexActions(self, self)
+        self.corrupter = CorruptAction(doc, lambda: self.selection, self, self.copyWritten.emit)
         self._reload()
 
     def wanted_width(self) -> int:
@@ -267,7 +257,7 @@ class HexView(QWidget):
         self.cursor_offset = self.anchor = 0
         self.fit_page()
         self._update_inspector()
-        self._update_values()
+        self.update_values()
 
     def visible_rows(self) -> int:
         h = self.table.viewport().height()
@@ -378,7 +368,7 @@ class HexView(QWidget):
             sel = self.doc.index.for_offset(start)
             self.doc.bus.select(Selection(start, end - start, sel.node, cursor=cur, record=sel.record,
                                           table=sel.table, cell=sel.cell, token=sel.token), origin=self)
-        self._update_values()
+        self.update_values()
 
     def extend_to(self, offset: int, publish: bool = True) -> None:
         """Grow or shrink the selection from the anchor to ``offset`` (shift+click, shift+arrows)."""
@@ -472,7 +462,7 @@ class HexView(QWidget):
         self.goto(sel.at)
         if sel.length > 1:
             self.anchor = sel.offset
-        self._update_values()
+        self.update_values()
 
     def _on_found(self, offset: int, length: int) -> None:
         self.select_range(offset, offset + length, cursor=offset)
@@ -498,156 +488,59 @@ class HexView(QWidget):
             if item is not None:
                 item.setText(text)
 
-    def _update_values(self) -> None:
+    def update_values(self) -> Decoded | None:
+        """Decode the selection as its record's values into the Values tab; the decoded values (None: untyped)."""
         a, b = self.selection
         idx = self.doc.index
         self.decoded = decode_selection(idx, self.doc.data, a, b - a) if idx is not None and b > a else None
         d = self.decoded
         self.values.setPlainText("" if d is None else f"{d.summary()}\n{d.text(SHOWN_VALUES)}")
+        return d
 
-    # -- copying --------------------------------------------------------------------------------------
-    def _clip(self, text: str, what: str) -> None:
-        QGuiApplication.clipboard().setText(text)
-        self.doc.message.emit(f"copied {what}")
-
+    # -- actions (hex_actions, corrupt_action, bookmarks_panel) ---------------------------------------
     def copy(self, fmt: str = "hex") -> str | None:
-        """Copy the selected bytes as ``hex``, ``c`` or ``python``; the text, or None when they are too many."""
-        a, b = self.selection
-        try:
-            text = format_bytes(read_bytes(self.doc.data, a, b - a), fmt)
-        except TooLarge as e:
-            self.doc.message.emit(str(e))
-            return None
-        self._clip(text, f"{b - a:,} bytes as {FORMAT_NAMES.get(fmt, fmt)}")
-        return text
+        """Copy the selected bytes as ``hex``, ``c`` or ``python`` (:meth:`HexActions.copy`)."""
+        return self.byte_actions.copy(fmt)
 
     def copy_values(self) -> str | None:
-        """Copy the selection's values (as the record's type); None when the bytes have no type of their own."""
-        self._update_values()
-        d = self.decoded
-        if d is None:
-            self.doc.message.emit("these bytes hold no typed values (select K/V/r/s rows or token ids)")
-            return None
-        text = d.text()
-        self._clip(text, f"{d.values.size:,} {d.type} values")
-        return text
+        return self.byte_actions.copy_values()
 
     def copy_offset(self) -> str:
-        text = str(self.cursor_offset)
-        self._clip(text, f"offset {self.cursor_offset:,}")
-        return text
+        return self.byte_actions.copy_offset()
 
     def copy_path(self) -> str | None:
-        leaf = self.doc.index.leaf_at(self.cursor_offset) if self.doc.index is not None else None
-        if leaf is None:
-            return None
-        self._clip(leaf.path, leaf.path)
-        return leaf.path
+        return self.byte_actions.copy_path()
 
-    # -- menu ------------------------------------------------------------------------------------------
     def context_menu(self, at: QPoint) -> QMenu:
         """The context menu of the bytes (shown at global point ``at``; returned for tests)."""
-        menu = self.build_menu()
-        menu.popup(at)
-        return menu
+        return self.byte_actions.context_menu(at)
 
     def build_menu(self) -> QMenu:
-        a, b = self.selection
-        n = b - a
-        menu = QMenu(self)
-        what = f"{n:,} byte" + ("" if n == 1 else "s")
-        copy = menu.addAction(f"Copy {what} as hex", lambda: self.copy("hex"))
-        copy.setShortcut(QKeySequence(QKeySequence.StandardKey.Copy))
-        menu.addAction("Copy as C array", lambda: self.copy("c"))
-        menu.addAction("Copy as Python bytes", lambda: self.copy("python"))
-        idx = self.doc.index
-        d = decode_selection(idx, self.doc.data, a, n) if idx is not None and n else None
-        values = menu.addAction(f"Copy {d.values.size:,} {d.type} values" if d is not None else "Copy values",
-                                self.copy_values)
-        values.setEnabled(d is not None)
-        menu.addSeparator()
-        menu.addAction(f"Copy offset {self.cursor_offset:,} (0x{self.cursor_offset:x})", self.copy_offset)
-        leaf = idx.leaf_at(self.cursor_offset) if idx is not None else None
-        path = menu.addAction("Copy node path" + (f" {leaf.path}" if leaf is not None else ""), self.copy_path)
-        path.setEnabled(leaf is not None)
-        menu.addSeparator()
-        menu.addAction("Go to offset…", self.ask_goto)
-        node = menu.addAction("Select node" + (f" {leaf.name} ({leaf.size:,} bytes)" if leaf is not None else ""),
-                              lambda: self.select_node_at(self.cursor_offset))
-        node.setEnabled(leaf is not None)
-        menu.addAction("Select all", self.select_all)
-        find = menu.addAction("Find these bytes", self.find_selection)
-        find.setEnabled(0 < n <= 64)
-        menu.addSeparator()
-        bad = menu.addAction(f"Corrupt {what} into a copy… (zero / NaN / random / drop)", self.corrupt_selection)
-        bad.setEnabled(n > 0 and self.doc.result is not None and self.doc.result.kind != "unknown")
-        mark = menu.addAction(f"Bookmark {what}…", self.bookmark_selection)
-        mark.setShortcut(QKeySequence("Ctrl+B"))
-        here = self.doc.bookmarks.at(self.cursor_offset)
-        if here:
-            menu.addAction(f"Note on bookmark {here[0].name}…", lambda: self._note_on(here[0]))
-        menu.addSeparator()
-        menu.addAction(f"Export {what}…", self.ask_export_bytes)
-        menu.addAction("Export view as PNG…", self.export_button.ask_png)
-        return menu
+        return self.byte_actions.build_menu()
 
-    def _note_on(self, b: Bookmark) -> None:
-        items = self.doc.bookmarks.items
-        if b in items:
-            self.side_tabs.setCurrentWidget(self.bookmarks)
-            self.bookmarks.table.selectRow(items.index(b))
-            self.bookmarks.ask_note()
+    def ask_goto(self) -> None:
+        self.byte_actions.ask_goto()
 
-    # -- corrupting into a copy -------------------------------------------------------------------------
+    def find_selection(self) -> None:
+        self.byte_actions.find_selection()
+
+    def export_bytes(self, path: str) -> Task | None:
+        """Write the selected bytes to ``path`` (:meth:`HexActions.export_bytes`)."""
+        return self.byte_actions.export_bytes(path)
+
     def corrupt_selection(self) -> CorruptDialog | None:
         """Ask how to corrupt the selection and the copy's name (window-modal); the copy is written on OK."""
-        a, b = self.selection
-        res = self.doc.result
-        if res is None or b <= a:
-            return None
-        dlg = CorruptDialog(self.doc.path, res, a, b, self)
-        dlg.accepted.connect(lambda: self.write_corrupted(dlg.mode(), dlg.dest()))
-        dlg.open()
-        return dlg
+        return self.corrupter.ask()
 
     def write_corrupted(self, mode: str, dest: str, seed: int = 0) -> Task | None:
         """Write the selection corrupted by ``mode`` to ``dest`` (a new file, atomically, in the background);
         ``copyWritten(path, what was done)`` when it is there."""
-        a, b = self.selection
-        res, profile, data, src, size = self.doc.result, self.doc.profile, self.doc.data, self.doc.path, self.n_bytes
-        if res is None:
-            return None
-        if size > CORRUPT_LIMIT:
-            self.doc.message.emit(f"{size:,} bytes is more than a corrupted copy takes ({CORRUPT_LIMIT:,})")
-            return None
+        return self.corrupter.write(mode, dest, seed)
 
-        def job(token: CancelToken, report: Report) -> tuple[str, str]:
-            report(None, f"corrupting {os.path.basename(dest)}")
-            copy = corrupt_range(read_bytes(data, 0, size, CORRUPT_LIMIT), res, profile, a, b, mode, seed)
-            return write_copy(src, dest, copy), copy.description
-
-        def done(out: tuple[str, str]) -> None:
-            self.doc.message.emit(f"wrote {os.path.basename(out[0])}: {out[1]}")
-            self.copyWritten.emit(*out)
-
-        self._task = self.doc.runner.submit(f"corrupt into {os.path.basename(dest)}", job, done,
-                                            lambda m: self.doc.message.emit(f"Cannot write the copy: {m}"))
-        return self._task
-
-    def ask_goto(self) -> None:
-        text, ok = QInputDialog.getText(self, "Go to offset", "Offset (decimal or 0x hex):")
-        if ok and text.strip():
-            try:
-                off = int(text.strip().replace("_", "").replace(",", ""), 0)
-            except ValueError:
-                self.doc.message.emit(f"not an offset: {text!r}")
-                return
-            self.goto(off, publish=True)
-
-    def find_selection(self) -> None:
-        a, b = self.selection
-        self.find_bar.set_query("hex", format_bytes(read_bytes(self.doc.data, a, b - a), "hex"))
-        self.find_bar.find_next()
+    def note_on_bookmark(self, b: Bookmark) -> None:
+        """Edit the note of bookmark ``b`` (in the Bookmarks tab)."""
+        self.side_tabs.setCurrentWidget(self.bookmarks)
+        self.bookmarks.note_on(b)
 
     # -- export ---------------------------------------------------------------------------------------
     def export_widget(self) -> QWidget:
@@ -655,29 +548,3 @@ class HexView(QWidget):
 
     def csv_table(self) -> CsvTable | None:
         return None
-
-    def ask_export_bytes(self) -> None:
-        a, b = self.selection
-        start = os.path.join(os.path.dirname(self.doc.path), f"{self.doc.name}.{a:x}-{b:x}.bin")
-        path, _ = QFileDialog.getSaveFileName(self, "Export the selected bytes", start, "All files (*)")
-        if path:
-            self.export_bytes(path)
-
-    def export_bytes(self, path: str) -> Task | None:
-        """Write the selected bytes to ``path`` (atomically, in the background); None when there are too many."""
-        a, b = self.selection
-        if b - a > EXPORT_LIMIT:
-            self.doc.message.emit(f"{b - a:,} bytes is more than an export takes ({EXPORT_LIMIT:,})")
-            return None
-        data = self.doc.data
-
-        def job(token: CancelToken, report: Report) -> str:
-            report(None, f"writing {os.path.basename(path)}")
-            write_atomic(path, read_bytes(data, a, b - a, EXPORT_LIMIT), prefix=".kvscope-bytes-")
-            return path
-
-        self._task = self.doc.runner.submit(f"export {b - a:,} bytes", job,
-                                            lambda p: self.doc.message.emit(f"saved {b - a:,} bytes to "
-                                                                            f"{os.path.basename(p)}"),
-                                            lambda m: self.doc.message.emit(f"Cannot write {path}: {m}"))
-        return self._task
