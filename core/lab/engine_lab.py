@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvscope.core.analysis.verdict import plural
 from kvscope.core.engine.choices import LAB_ENGINES, LAB_LLAMA_ENGINES
 from kvscope.core.engine.llamacpp import EngineError, EngineSetupError, Outcome
 from kvscope.core.engine.server import ServerDied, ServerError, ServerHTTPError
@@ -387,7 +388,7 @@ class EngineLabRunner:
         for s, other in res.others.items():
             other.pos_min, other.pos_max = p.seq_pos_min(s), p.seq_pos_max(s)
         if not ok:
-            cell.fault = self._refusal_fault(inp)
+            cell.fault = self._refusal_fault(inp, res)
         if case.then_seq_rm:
             p.seq_rm(sc.target)
         if self.probes:
@@ -419,26 +420,41 @@ class EngineLabRunner:
                 said = back.summary() if back.aborted else engine_message(back.log, "returned 0")
                 cell.notes.append(f"llama.cpp refuses {what} too: {said}")
 
-    def _refusal_fault(self, inp: RestoreInput) -> str | None:
-        """After a refused load: the sequences it left holding cells that are neither removed nor as they were
-        (llama.cpp's own positions and per-sequence state against the live ones)."""
+    def _refusal_fault(self, inp: RestoreInput, res: CellResult) -> str | None:
+        """After a refused load: a target left neither removed nor as it was in every component of the memory,
+        or another sequence changed. The evidence is llama.cpp's own: its ``seq_pos_min``/``seq_pos_max`` and
+        its state afterwards, read back per component (or, when that state cannot be read back, its
+        per-sequence state against the live one)."""
         live = self.live
         assert isinstance(live, LlamaLive)
         p, t, per_seq = live.proc, self.spec.target, inp.kind in PER_SEQ_KINDS
         held: dict[int, tuple[int, int]] = {}
         extra: list[str] = []
-        for s in self._seqs():
-            lo, hi = p.seq_pos_min(s), p.seq_pos_max(s)
-            if hi < 0:
-                if per_seq and s != t and s in live.seq_blobs:
-                    extra.append(f"sequence {s}, which the load does not write, lost its cells")
-                continue
-            if p.state_seq_get_data(s) == live.seq_blobs.get(s):
-                continue  # as it was
-            if s == t or not per_seq:
-                held[s] = (lo, hi)
+        tgt = res.target
+        lo, hi = tgt.pos_min if tgt.pos_min is not None else -1, tgt.pos_max if tgt.pos_max is not None else -1
+        comps = {role: c for role, c in tgt.components.items() if not (c.state == "unchanged" and c.n_cells == 0)}
+        if comps:
+            states = {c.state for c in comps.values()}
+            clean = states <= {"removed"} or states <= {"unchanged"}
+        else:
+            clean = hi < 0 or p.state_seq_get_data(t) == live.seq_blobs.get(t)
+        if not clean:
+            if hi >= 0:
+                held[t] = (lo, hi)
             else:
-                extra.append(f"sequence {s}, which the load does not write, changed (positions {lo}..{hi})")
+                extra.append(f"llama.cpp's seq_pos_max reports sequence {t} empty")
+            if comps:
+                extra.append(f"sequence {t} per memory component: " + ", ".join(
+                    f"{role} {c.state}" + (f" ({plural(c.n_cells, 'cell')}, positions {c.pos_min}..{c.pos_max})"
+                                           if c.n_cells else "") for role, c in comps.items()))
+        for s, o in sorted(res.others.items()):
+            if o.intact:
+                continue
+            if per_seq:
+                extra.append(f"sequence {s}, which the load does not write, changed (llama.cpp's positions "
+                             f"{o.pos_min}..{o.pos_max})")
+            elif o.pos_max >= 0:
+                held[s] = (o.pos_min, o.pos_max)
         return half_restored_fault(held, "the input", CONTAINED, extra)
 
     def _judge(self, cell: EngineCell, logits: dict[int, Any], clean: bool) -> None:

@@ -57,6 +57,7 @@ class LiveSpec:
     name: str = ""
     n_token_capacity: int | None = None
     flags: int = 0  # the state flags of a per-sequence blob input (PARTIAL_ONLY)
+    target_tokens: list[int] | None = None  # an empty target's tokens: its baseline is a prefill of them
 
     @property
     def all_tokens(self) -> list[int]:
@@ -77,7 +78,10 @@ def spec_from_scenario(sc: Scenario, model: str | None = None) -> LiveSpec:
         raise EngineLabError("the engine builds the live context from a scenario's context.json (its prompt "
                              "tokens): give a lab scenario folder")
     cj = json.loads((sc.folder / "context.json").read_text())
-    seqs = {int(s): [int(t) for t in v["tokens"]] for s, v in (cj.get("sequences") or {}).items()}
+    entries = cj.get("sequences") or {}
+    seqs = {int(s): [int(t) for t in v["tokens"]] for s, v in entries.items() if v.get("live", True)}
+    empty = entries.get(str(sc.target)) if str(sc.target) not in {str(s) for s in seqs} else None
+    target_tokens = [int(t) for t in empty["tokens"]] if isinstance(empty, dict) and empty.get("tokens") else None
     if not seqs:
         raise EngineLabError(f"{sc.folder / 'context.json'} lists no sequence tokens")
     nt = (cj.get("next_token") or {}).get("token")
@@ -85,7 +89,7 @@ def spec_from_scenario(sc: Scenario, model: str | None = None) -> LiveSpec:
     path = model or sc.profile.path
     return LiveSpec(str(path), ctx_params_from(sc.params, threads), seqs, sc.target, sc.restore.kind,
                     int(nt) if nt is not None else seqs[min(seqs)][-1], sc.name, sc.n_token_capacity,
-                    sc.restore.flags)
+                    sc.restore.flags, target_tokens)
 
 
 def logits_diff(a: F32A | None, b: F32A | None) -> float:
@@ -160,13 +164,22 @@ class LlamaLive:
             for s in sorted(self.spec.seqs):
                 self.baseline[s] = _decode_next(p, s, self.spec.next_token)
                 self.reset()
-                self.variation[s] = self._tail_logits(p, s)
+                self.variation[s] = self._tail_logits(p, s, self.spec.seqs[s])
+                self.reset()
+            t, toks = self.spec.target, self.spec.target_tokens
+            if toks and t not in self.spec.seqs:  # an empty target: a prefill of its tokens beside the live ones
+                o = p.decode(t, toks, pos0=0)
+                if o.ok and o.rc == 0:
+                    self.baseline[t] = _decode_next(p, t, self.spec.next_token)
+                    self.reset()
+                    o = p.decode(t, toks, pos0=0)
+                    self.variation[t] = self._tail_logits(p, t, toks) if o.ok and o.rc == 0 else None
                 self.reset()
 
-    def _tail_logits(self, p: LlamaProcess, seq: int) -> F32A | None:
-        """The engine's own variation: ``seq``'s next-token logits after its last tokens are decoded again one
-        at a time (verify's ``tail`` calibration schedule; a memory that cannot drop a suffix re-decodes all)."""
-        toks = self.spec.seqs[seq]
+    def _tail_logits(self, p: LlamaProcess, seq: int, toks: list[int]) -> F32A | None:
+        """The engine's own variation: ``seq``'s next-token logits after its last tokens (it holds ``toks``) are
+        decoded again one at a time (verify's ``tail`` calibration schedule; a memory that cannot drop a suffix
+        re-decodes all)."""
         pieces = TAIL_SCHEDULE.chunks(len(toks))
         if pieces[0][0] and not p.seq_rm(seq, pieces[0][0], -1):
             p.seq_rm(seq, -1, -1)

@@ -53,12 +53,15 @@ class _process:
 def write_scenario(folder: str | Path, model: str | Path, params: ContextParams,
                    seqs: Mapping[int, Sequence[int]] | None = None, *, prompts: Mapping[int, str] | None = None,
                    build: str | None = None, lib_path: str | None = None, target: int = 0,
-                   next_token: int | None = None, n_threads: int = 2) -> Path:
+                   next_token: int | None = None, n_threads: int = 2, empty_target: bool = False) -> Path:
     """Decode each sequence's tokens in llama.cpp and write the scenario folder ``folder`` (which must not exist).
 
     ``seqs``: sequence -> tokens; or ``prompts``: sequence -> text, tokenized by the model (BOS as it adds it).
     ``target``: the sequence whose clean per-sequence file is written (the lab restores into it);
-    ``next_token``: the token the probes decode after each sequence (default: the target's last token)."""
+    ``next_token``: the token the probes decode after each sequence (default: the target's last token);
+    ``empty_target``: the live context holds the other sequences only, and the target's tokens are decoded
+    after it is saved, for its clean inputs (``sequences[T].live`` false: the lab restores into an empty
+    sequence, as a fresh context does, and compares with a prefill of its tokens)."""
     dest = Path(folder)
     if dest.exists() or dest.is_symlink():
         raise EngineLabError(f"{dest}: already exists (a new scenario is written into a new folder)")
@@ -88,8 +91,10 @@ def write_scenario(folder: str | Path, model: str | Path, params: ContextParams,
             if empty:
                 raise EngineLabError(f"sequence {empty[0]} has no tokens")
             rel = os.path.relpath(model_path, parent / dest.name)
+            if empty_target and len(toks) < 2:
+                raise EngineLabError("an empty target needs another sequence to be the live context")
             doc = _write(p, tmp, rel, model_path, size, sha, dict(sorted(toks.items())), params, target, next_token,
-                         dict(prompts or {}), n_threads)
+                         dict(prompts or {}), n_threads, empty_target)
         (tmp / "context.json").write_text(json.dumps(doc, indent=1) + "\n")
         os.rename(tmp, dest)
     except BaseException:
@@ -100,30 +105,38 @@ def write_scenario(folder: str | Path, model: str | Path, params: ContextParams,
 
 def _write(p: LlamaProcess, tmp: Path, rel: str, model: Path, size: int, sha: str, seqs: dict[int, list[int]],
            params: ContextParams, target: int, next_token: int | None, prompts: dict[int, str],
-           n_threads: int) -> dict[str, Any]:
+           n_threads: int, empty_target: bool) -> dict[str, Any]:
     info = p.info()
-    for s, toks in seqs.items():
-        o = p.decode(s, toks, pos0=0)
+    live_seqs = [s for s in seqs if not (empty_target and s == target)]
+
+    def decode(s: int) -> None:
+        o = p.decode(s, seqs[s], pos0=0)
         if not o.ok or o.rc != 0:
-            raise EngineLabError(f"llama.cpp could not decode sequence {s}'s {len(toks)} tokens: {o.summary()} "
+            raise EngineLabError(f"llama.cpp could not decode sequence {s}'s {len(seqs[s])} tokens: {o.summary()} "
                                  f"rc={o.rc}")
+
+    for s in live_seqs:
+        decode(s)
     live = p.state_get_data()
     (tmp / LIVE_STATE).write_bytes(live)
+    all_tokens = [t for s in live_seqs for t in seqs[s]]
+    if not p.state_save_file(str(tmp / "context.session"), all_tokens).value:
+        raise EngineLabError("llama.cpp did not write the session file")
+    if target not in live_seqs:
+        decode(target)
     for s in seqs:
         (tmp / f"seq{s}.clean.seqdata.bin").write_bytes(p.state_seq_get_data(s))
     if not p.state_seq_save_file(str(tmp / f"seq{target}.clean.seqstate"), target, seqs[target]).value:
         raise EngineLabError(f"llama.cpp did not write sequence {target}'s state file")
-    all_tokens = [t for s in sorted(seqs) for t in seqs[s]]
-    if not p.state_save_file(str(tmp / "context.session"), all_tokens).value:
-        raise EngineLabError("llama.cpp did not write the session file")
+    full = p.state_get_data()
     nt = int(next_token) if next_token is not None else seqs[target][-1]
     for s in seqs:
         o = p.decode(s, [nt])
         if o.ok and o.rc == 0 and o.value is not None:
             np.save(tmp / f"baseline.seq{s}.next_logits.npy", np.asarray(o.value, dtype=np.float32))
-        back = p.state_set_data(live)
-        if not back.ok or back.value != len(live):
-            raise EngineLabError(f"llama.cpp does not restore its own live context: {back.summary()}")
+        back = p.state_set_data(full)
+        if not back.ok or back.value != len(full):
+            raise EngineLabError(f"llama.cpp does not restore its own state: {back.summary()}")
     build = info.get("build")
     writes, date = info.get("writes"), None
     if build:
@@ -145,7 +158,8 @@ def _write(p: LlamaProcess, tmp: Path, rel: str, model: Path, size: int, sha: st
                            "swa_full": params.swa_full, "n_threads": n_threads,
                            "n_ctx_actual": info.get("n_ctx"), "n_ctx_seq_actual": info.get("n_ctx_seq")},
         "kv_caches": info.get("kv_caches"),
-        "sequences": {str(s): {"tokens": toks, "prompt_text": prompts.get(s), "pos_min_max": [0, len(toks) - 1]}
+        "sequences": {str(s): {"tokens": toks, "prompt_text": prompts.get(s), "pos_min_max": [0, len(toks) - 1],
+                               "live": s in live_seqs}
                       for s, toks in seqs.items()},
         "target": target,
         "next_token": {"token": nt},
