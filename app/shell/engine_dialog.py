@@ -9,22 +9,9 @@ listed from :mod:`kvscope.core.engine.builds` (stdlib only), with whether each i
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (
-    QButtonGroup,
-    QComboBox,
-    QDialog,
-    QDialogButtonBox,
-    QFileDialog,
-    QFormLayout,
-    QHBoxLayout,
-    QLineEdit,
-    QRadioButton,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QButtonGroup, QComboBox, QFileDialog, QFormLayout, QLineEdit, QRadioButton, QWidget
 
-from kvscope.app.base.theme import WARNING_COLOR
+from kvscope.app.base.form_dialog import FormDialog, browse_button, path_row
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.verify_job import ENGINE_TITLES, EngineChoice
 from kvscope.core.engine.choices import VERIFY_ENGINES
@@ -43,21 +30,11 @@ def pinned_builds() -> list[tuple[str, str]]:
     return out
 
 
-def _path_row(edit: QLineEdit, pick: QToolButton) -> QWidget:
-    w = QWidget()
-    row = QHBoxLayout(w)
-    row.setContentsMargins(0, 0, 0, 0)
-    row.addWidget(edit, 1)
-    row.addWidget(pick)
-    return w
-
-
-class EngineDialog(QDialog):
+class EngineDialog(FormDialog):
     """Edits an :class:`EngineChoice`; :meth:`choice` reads it back."""
 
     def __init__(self, choice: EngineChoice, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setWindowTitle("Engine settings")
+        super().__init__("Engine settings", parent)
         self.engine_combo = QComboBox()
         for name in VERIFY_ENGINES:
             self.engine_combo.addItem(ENGINE_TITLES[name], name)
@@ -69,20 +46,17 @@ class EngineDialog(QDialog):
         self.pinned = QRadioButton("a pinned build")
         self.lib_edit = QLineEdit()
         self.lib_edit.setPlaceholderText("folder holding libllama.so (its ABI is checked)")
-        self.lib_pick = QToolButton()
-        self.lib_pick.setText("…")
+        self.lib_pick = browse_button()
         self.start_server = QRadioButton("kvscope starts one (127.0.0.1, a temporary slot folder)")
         self.running_server = QRadioButton("a running llama-server")
         self.bin_edit = QLineEdit()
         self.bin_edit.setPlaceholderText("llama-server binary (empty: the build's)")
-        self.bin_pick = QToolButton()
-        self.bin_pick.setText("…")
+        self.bin_pick = browse_button()
         self.url_edit = QLineEdit()
         self.url_edit.setPlaceholderText("http://127.0.0.1:8080")
         self.slot_edit = QLineEdit()
         self.slot_edit.setPlaceholderText("the server's --slot-save-path folder")
-        self.slot_pick = QToolButton()
-        self.slot_pick.setText("…")
+        self.slot_pick = browse_button()
         # two groups: radio buttons of one parent are otherwise one exclusive set, and checking the server's
         # option unchecked the pinned build's
         self.lib_group, self.server_group = QButtonGroup(self), QButtonGroup(self)
@@ -91,9 +65,6 @@ class EngineDialog(QDialog):
             for b in buttons:
                 group.addButton(b)
         self.note = plain_label(" ", wrap=True)
-        self.problem = plain_label("", wrap=True)
-        self.problem.setStyleSheet(f"color: {WARNING_COLOR};")
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self._layout()
         self.set_choice(choice)
         for sig in (self.engine_combo.currentIndexChanged, self.own_lib.toggled, self.running_server.toggled,
@@ -102,8 +73,6 @@ class EngineDialog(QDialog):
         self.lib_pick.clicked.connect(lambda: self._pick_dir(self.lib_edit, "libllama folder"))
         self.slot_pick.clicked.connect(lambda: self._pick_dir(self.slot_edit, "slot folder of the server"))
         self.bin_pick.clicked.connect(self._pick_bin)
-        self.buttons.accepted.connect(self.accept)
-        self.buttons.rejected.connect(self.reject)
         self._update()
 
     def _layout(self) -> None:
@@ -112,18 +81,13 @@ class EngineDialog(QDialog):
         form.addRow("llama.cpp", self.pinned)
         form.addRow("", self.build_combo)
         form.addRow("", self.own_lib)
-        form.addRow("", _path_row(self.lib_edit, self.lib_pick))
+        form.addRow("", path_row(self.lib_edit, self.lib_pick))
         form.addRow("llama-server", self.start_server)
-        form.addRow("", _path_row(self.bin_edit, self.bin_pick))
+        form.addRow("", path_row(self.bin_edit, self.bin_pick))
         form.addRow("", self.running_server)
         form.addRow("URL", self.url_edit)
-        form.addRow("Slot folder", _path_row(self.slot_edit, self.slot_pick))
-        lay = QVBoxLayout(self)
-        lay.addLayout(form)
-        lay.addWidget(self.note)
-        lay.addWidget(self.problem)
-        lay.addWidget(self.buttons)
-        self.setMinimumWidth(560)
+        form.addRow("Slot folder", path_row(self.slot_edit, self.slot_pick))
+        self.finish_layout(form, self.note)
 
     def set_choice(self, c: EngineChoice) -> None:
         self.engine_combo.setCurrentIndex(max(0, self.engine_combo.findData(c.engine)))
@@ -171,12 +135,7 @@ class EngineDialog(QDialog):
                            "server": "llama-server restores slot files (sequence state files) only.",
                            "torch": "The memory core restores with llama.cpp's checks but has no forward pass: "
                                     "nothing is re-prefilled or compared."}.get(str(engine), ""))
-        why = self.choice().problem()
-        self.problem.setText(why or "")
-        self.problem.setVisible(bool(why))
-        ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
-        if ok is not None:
-            ok.setEnabled(why is None)
+        self.set_problem(self.choice().problem())
 
     def _pick_dir(self, edit: QLineEdit, title: str) -> None:
         folder = QFileDialog.getExistingDirectory(self, title, edit.text())

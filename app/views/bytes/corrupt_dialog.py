@@ -10,33 +10,20 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtWidgets import (
-    QButtonGroup,
-    QDialog,
-    QDialogButtonBox,
-    QFileDialog,
-    QFormLayout,
-    QHBoxLayout,
-    QLineEdit,
-    QRadioButton,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QButtonGroup, QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, QRadioButton, QWidget
 
-from kvscope.app.base.theme import WARNING_COLOR
+from kvscope.app.base.form_dialog import FormDialog, browse_button, path_row
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.corrupt_copy import MODE_TITLES, MODES, copy_problem, default_copy_name, plan_text
 from kvscope.core.reader.records import ParseResult
 
 
-class CorruptDialog(QDialog):
+class CorruptDialog(FormDialog):
     """Chooses ``mode()`` and ``dest()`` for corrupting ``[start, end)`` of ``path`` into a copy."""
 
     def __init__(self, path: str, res: ParseResult, start: int, end: int, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
+        super().__init__("Corrupt into a copy", parent, ok_text="Write the copy")
         self.path, self.res, self.start, self.end = path, res, start, end
-        self.setWindowTitle("Corrupt into a copy")
         self.group = QButtonGroup(self)
         self.radios: dict[str, QRadioButton] = {}
         modes = QHBoxLayout()
@@ -50,32 +37,15 @@ class CorruptDialog(QDialog):
         self.plan = plain_label("", wrap=True)
         self.name_edit = QLineEdit()
         self.name_edit.textChanged.connect(self._update)
-        self.pick = QToolButton()
-        self.pick.setText("…")
+        self.pick = browse_button()
         self.pick.clicked.connect(self._browse)
-        self.problem = plain_label("", wrap=True)
-        self.problem.setStyleSheet(f"color: {WARNING_COLOR};")
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
-        if ok is not None:
-            ok.setText("Write the copy")
-        self.buttons.accepted.connect(self.accept)
-        self.buttons.rejected.connect(self.reject)
-        name_row = QHBoxLayout()
-        name_row.addWidget(self.name_edit, 1)
-        name_row.addWidget(self.pick)
         form = QFormLayout()
         form.addRow("Bytes", plain_label(f"[{start:,}, {end:,}) of {os.path.basename(path)}, {end - start:,} bytes"))
         form.addRow("Corrupt with", modes)
         form.addRow("", self.plan)
-        form.addRow("Copy", name_row)
-        lay = QVBoxLayout(self)
-        lay.addLayout(form)
-        lay.addWidget(plain_label("The file itself is never changed: the copy opens in a new tab, to verify or "
-                                  "send to the Lab.", wrap=True))
-        lay.addWidget(self.problem)
-        lay.addWidget(self.buttons)
-        self.setMinimumWidth(560)
+        form.addRow("Copy", path_row(self.name_edit, self.pick))
+        self.finish_layout(form, plain_label("The file itself is never changed: the copy opens in a new tab, to "
+                                             "verify or send to the Lab.", wrap=True))
         self._default = ""  # the name last given by the mode; any other name is the user's and stays
         self.radios["nan" if plan_text(res, start, end, "nan")[1] is None else "zero"].setChecked(True)
 
@@ -104,9 +74,4 @@ class CorruptDialog(QDialog):
     def _update(self) -> None:
         text, why = plan_text(self.res, self.start, self.end, self.mode())
         self.plan.setText(text[:1].upper() + text[1:] + ".")
-        why = why or copy_problem(self.path, self.dest())
-        self.problem.setText(why or "")
-        self.problem.setVisible(bool(why))
-        ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
-        if ok is not None:
-            ok.setEnabled(why is None)
+        self.set_problem(why or copy_problem(self.path, self.dest()))
