@@ -8,7 +8,8 @@ load it (``Inspection.compat_table``) are added to that same object. The two run
 table reads only the error findings, so when the statistics add errors (non-finite values) it is
 worked out again after them, and what the app ends up showing is what ``inspect_source`` gives.
 Every piece of work (model loading, the inspection's steps, the diff against a second file) runs as
-a background task; the document publishes the outcome with signals that the views listen to. The file is only ever opened read-only and read with bounded ``pread``
+a background task; the document publishes the outcome with signals that the views listen to. The
+file is only ever opened read-only and read with bounded ``pread``
 (:class:`~kvscope.app.document.source.ViewSource`), never mapped.
 
 A file that changes while it is read (llama-server rewrites slot files in place) or afterwards
