@@ -421,8 +421,12 @@ def test_cold_file_feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, readers
 
 def test_cold_file_feed_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A read of the feed that fails leaves its steps to read their own bytes (the same
-    statistics); a step that raises stops the scan with the error, whatever the feed was waiting
-    for, and leaves no thread behind."""
+    statistics); O_DIRECT refused at the first read, the feed reads through the page cache; a step
+    that raises stops the scan with the error, whatever the feed was waiting for, and leaves no
+    thread behind."""
+    import errno
+    import fcntl
+    import os
     import threading
 
     import kvscope.core.analysis.stats as stats_mod
@@ -447,6 +451,16 @@ def test_cold_file_feed_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     for threads in (1, 3):
         assert scan_stats(res, 3000, threads=threads).layers == plain
     assert calls[0] > 10
+
+    def no_direct(fd: int, buf: memoryview, off: int) -> int:  # a file system that refuses O_DIRECT's reads
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        calls[0] += 1
+        return real_pread(fd, buf, off)
+
+    calls[0] = 0
+    monkeypatch.setattr(stats_mod, "pread_into", no_direct)
+    assert scan_stats(res, 3000).layers == plain and calls[0] > 10  # read through the page cache instead
     monkeypatch.setattr(stats_mod, "pread_into", real_pread)
     steps = [0]
     real_reduce = stats_mod._reduce_step
