@@ -11,7 +11,9 @@ Writes, in one run, synthetic ``llama_state_seq_save_file`` files of about ``--s
 and measures, each against a baseline taken in the same run:
 
 * per type, ``--stats`` (``scan_stats(read_state(path))``) cold and warm against one cold read of
-  the file (8 MiB chunks): goal at least 100 % of the read cold, and 2,000 MiB/s warm for f16;
+  the file (8 MiB chunks): goal at least 100 % of the read cold, and 2,000 MiB/s warm for f16; beside
+  them one cold ``O_DIRECT`` read of the file (four 8 MiB reads in flight, what the scan's feed
+  reads it with: how close the scan comes to the disk itself);
 * index time of the rotated q8_0 file against one read of it, cold and warm (goal at most 5 %);
 * the warm ``--stats`` throughput of the de-rotated q8_0 file against the f16 file's (goal >= 50 %);
 * kvscope's q8_0 decode against gguf-py's.
@@ -31,10 +33,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import mmap
 import os
 import struct
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +53,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
 
 from kvscope.core import derotate_kernel  # noqa: E402
+from kvscope.core.analysis import stats as stats_mod  # noqa: E402
 from kvscope.core.analysis.record_values import dequantize_rows  # noqa: E402
 from kvscope.core.analysis.stats import scan_stats  # noqa: E402
 from kvscope.core.derotate_kernel import kernel  # noqa: E402
@@ -146,15 +152,54 @@ class Case:
     what: str
 
 
+def read_direct(path: Path, streams: int = 4, chunk: int = 8 << 20) -> float:
+    """Seconds to read ``path`` once with ``O_DIRECT`` (past the page cache), ``streams`` reads of
+    ``chunk`` bytes in flight: what the disk gives the scan's feed, to compare it with (not the goal's
+    baseline, which is :func:`bench_reader.read_file`'s plain read); ``math.nan`` where refused."""
+    if not hasattr(os, "O_DIRECT"):
+        return math.nan
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    except OSError:
+        return math.nan
+    size, lock, nxt = path.stat().st_size, threading.Lock(), [0]
+
+    def worker() -> None:
+        buf = mmap.mmap(-1, chunk)  # page-aligned
+        try:
+            while True:
+                with lock:
+                    off = nxt[0] * chunk
+                    nxt[0] += 1
+                if off >= size or os.preadv(fd, [buf], off) <= 0:
+                    return
+        finally:
+            buf.close()
+
+    t0 = time.perf_counter()
+    try:
+        threads = [threading.Thread(target=worker) for _ in range(streams)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        os.close(fd)
+    return time.perf_counter() - t0
+
+
 @dataclass
 class TypeRow:
-    """Seconds of one case: ``--stats`` cold and warm, one cold read (bytes: the file's size)."""
+    """Seconds of one case: ``--stats`` cold and warm, one cold read, one cold O_DIRECT read (bytes:
+    the file's size)."""
 
     case: Case
     size: int
     stats_cold: float
     read_cold: float
     stats_warm: float
+    direct_cold: float = math.nan
+    cached: bool = True  # the file stayed in the page cache for the warm runs (memory may be short)
 
     @property
     def ratio(self) -> float:
@@ -192,26 +237,34 @@ def cases(args: argparse.Namespace, folder: Path) -> list[Case]:
 
 
 def measure(case: Case, reps: int, cold_reps: int) -> TypeRow:
-    """One cold read and a cold ``--stats`` (best of ``cold_reps``, alternating), then warm ``--stats``."""
-    t_read = t_cold = math.inf
+    """One cold read, one cold O_DIRECT read and a cold ``--stats`` (best of ``cold_reps``,
+    alternating), then warm ``--stats``."""
+    t_read = t_cold = t_direct = math.inf
     rep = None
     for _ in range(cold_reps):
         br.drop_cache(case.path)
         t_read = min(t_read, br.read_file(case.path))
+        br.drop_cache(case.path)
+        t_direct = min(t_direct, read_direct(case.path))
         br.drop_cache(case.path)
         t, rep = br.timed(lambda: scan_stats(read_state(case.path)))
         t_cold = min(t_cold, t)
     assert rep is not None and rep.layers
     assert all(ls.derotated == case.rotated and ls.n_values and not ls.n_nonfinite for ls in rep.layers), case.name
     parsed = read_state(case.path)
-    t_warm = min(br.timed(lambda: scan_stats(parsed))[0] for _ in range(reps))
-    return TypeRow(case, case.path.stat().st_size, t_cold, t_read, t_warm)
+    br.read_file(case.path)  # warm: a cold --stats reads past the page cache and leaves nothing in it
+    t_warm, cached = math.inf, True
+    for _ in range(reps):
+        cached = cached and not stats_mod._cold(str(case.path), 0, case.path.stat().st_size)
+        t_warm = min(t_warm, br.timed(lambda: scan_stats(parsed))[0])
+    return TypeRow(case, case.path.stat().st_size, t_cold, t_read, t_warm, t_direct, cached)
 
 
 def print_types(rows: list[TypeRow]) -> None:
-    head = ("type", "--stats cold", "one cold read", "ratio", "--stats warm", "goal", "result")
+    head = ("type", "--stats cold", "one cold read", "ratio", "--stats warm", "O_DIRECT read", "goal", "result")
     cells = [(r.case.name, br.fmt_rate(r.size, r.stats_cold), br.fmt_rate(r.size, r.read_cold),
-              f"{100 * r.ratio:.0f}%", br.fmt_rate(r.size, r.stats_warm),
+              f"{100 * r.ratio:.0f}%", br.fmt_rate(r.size, r.stats_warm) + ("" if r.cached else " (not cached)"),
+              br.fmt_rate(r.size, r.direct_cold) if math.isfinite(r.direct_cold) else "-",
               ">= 100% of read" + (f", warm >= {F16_GOAL:,.0f} MiB/s" if r.case.name == "f16" else ""),
               "PASS" if r.ok else "MISS") for r in rows]
     w = [max(len(head[i]), *(len(c[i]) for c in cells)) for i in range(len(head))]
@@ -279,6 +332,14 @@ def decode_row(path: Path, rec: LayerRecord, reps: int) -> br.Row:
                   f"{theirs / ours:.1f}x", "faster", ours < theirs)
 
 
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages (the machine may be shared: the cold ratios move with it)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-gib", type=float, default=2.0)
@@ -297,8 +358,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.numpy:
         derotate_kernel.disable()
     print(f"statistics: {'compiled kernel (' + str(kernel()) + ')' if kernel() and not args.numpy else 'numpy'}")
+    print(f"load average at the start: {loadavg()}; {os.cpu_count()} CPUs", flush=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         types, rows = run(args, Path(tmp))
+    print(f"load average at the end: {loadavg()}")
     print_types(types)
     if rows:
         br.print_table(rows)
