@@ -64,16 +64,17 @@ class ModelFit:
 def model_fit(state_path: str, model_path: str) -> ModelFit:
     """Read ``state_path`` with ``model_path`` and say whether it fits (a model that cannot be read does
     not; a damaged file fits every model its damage does not rule out)."""
+    from kvscope.core.analysis.inspection import inspect_file
     from kvscope.core.analysis.verdict import model_mismatch_reason, vocabulary_mismatch
     from kvscope.core.model.profile import ModelProfileError, load_model_profile
-    from kvscope.core.reader.parse import read_state
 
     try:
         profile = load_model_profile(model_path)
     except (ModelProfileError, OSError) as e:
         return ModelFit(model_path, False, f"not a usable model: {e}")
-    res = read_state(state_path, profile=profile)
-    if res.kind == "unknown":
+    found = inspect_file(state_path, profile, compat=False)  # the pipeline's parse with this model
+    res = found.result
+    if not found.is_state:
         return ModelFit(model_path, False, "the file is not a llama.cpp state file")
     # a larger vocabulary says "another model" even where the model's plan also finds the file cut short
     why = model_mismatch_reason(res, profile) or vocabulary_mismatch(res, profile)
