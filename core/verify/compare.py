@@ -113,6 +113,7 @@ class RecordCheck:
     spread_rms_rel: float | None = None  # ... RMS over the cells a schedule changes / the record's RMS
     limit_max_abs: float | None = None  # the limits applied: a cell's largest |difference|
     limit_rms_rel: float | None = None  # ... and the record's rms_rel
+    n_zero_cells: int = 0  # bad cells whose row the file holds as zeros where the engine computes values
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items()}
@@ -316,6 +317,7 @@ def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerReco
     row_max = np.zeros(fi_o.size, np.float64)
     row_nf = np.zeros(fi_o.size, bool)
     row_d2 = np.zeros(fi_o.size, np.float64)
+    row_zero = np.zeros(fi_o.size, bool)  # the file's row is all zeros, the engine's is not
     width = 0
     sum_d2 = sum_b2 = 0.0
     ref_max = 0.0
@@ -339,6 +341,8 @@ def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerReco
             width = width or _width_of(a)
             if not width:
                 continue
+            if a.shape == b.shape:
+                row_zero[at] = ~a.any(axis=1) & b.any(axis=1)
             if np.isfinite(a).all() and np.isfinite(b).all():  # the common case: float32 throughout
                 d = np.abs(a - b)
                 row_max[at] = d.max(axis=1)
@@ -380,6 +384,7 @@ def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerReco
                             else 0.0)
     out.exact = exact
     out.n_bad_cells = int(bad.sum())
+    out.n_zero_cells = int((bad & row_zero).sum())
     if bad.any():
         j = int(np.flatnonzero(bad)[0])
         out.first_cell = _describe_key(keys[int(order[j])], mode, int(fi_o[j]))
@@ -389,6 +394,9 @@ def _compare_pair(fs: ByteSource, fr: LayerRecord, gs: ByteSource, gr: LayerReco
         out.note = (out.note + "; " if out.note else "") + f"{nonfinite} cell(s) hold NaN/Inf"
     elif bad.any() or (out.rms_rel is not None and out.rms_rel > limit_rms):
         out.status = "differs"
+        if out.n_zero_cells:
+            out.note = (out.note + "; " if out.note else "") + (
+                f"{out.n_zero_cells} of its {out.n_bad_cells} bad cell(s) hold zeros where the engine computes values")
     else:
         out.status = "match"
 

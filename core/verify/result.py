@@ -8,7 +8,8 @@ Verdicts:
   information names the builds that load it);
 * ``stale``: the file restores, but its K/V are not what the model computes for its own tokens
   (every record differs, or the file holds none of the cells the tokens give): written by
-  another model or build, for another prefix, or after a botched restore;
+  another model or build, for another prefix, or after a botched restore (records whose bad cells
+  are all zeroed rows are wiped, not stale: ``damaged``);
 * ``diverges``: the file restores and its records are within the engine's own variation (or
   only some differ), but the model computes differently after the restore than after the fresh
   prefill: a continuation step beyond the calibration's limits (``behaviour``), named with its
@@ -213,7 +214,9 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
     bad = cmp_.bad_records()
     file_cells = sum(c.n_file for c in cmp_.cells)
     common = sum(c.n_common for c in cmp_.cells)
-    structural = [b for b in bad if b.status in ("missing", "extra", "nonfinite")]
+    # a record whose bad cells are all zeroed rows was wiped, not written for another prefix: damage, never stale
+    structural = [b for b in bad if b.status in ("missing", "extra", "nonfinite")
+                  or (b.n_zero_cells and b.n_zero_cells == b.n_bad_cells)]
     every_differs = bool(cmp_.records) and len(bad) == len(cmp_.records) and not structural
     beh = res.behaviour
     diverging = restored and beh is not None and beh.diverges
