@@ -50,6 +50,7 @@ from typing import Any, TypeVar
 
 from kvscope.core.fleet.executors import ExecutorError, Result, default_jobs, run_batch
 from kvscope.core.fleet.localpool import death_reason, timeout_reason
+from kvscope.core.fleet.stopsignals import deferred
 
 T = TypeVar("T")
 DEFAULT_BATCH = 16
@@ -185,8 +186,11 @@ class DaskPool:
                 marks, scratch = os.path.join(self._tmp, "marks"), os.path.join(self._tmp, "scratch")
                 os.mkdir(marks, 0o700)
                 os.mkdir(scratch, 0o700)
+                # a stop while the cluster starts waits for it to exist (deferred): cut short inside
+                # LocalCluster() it is never returned, so nothing could close it (its workers and their
+                # scratch space outlived the run, and dask's own exit hook printed a traceback)
                 with dask.config.set({"distributed.scheduler.worker-saturation": 1.0,
-                                      "temporary-directory": scratch}):  # the scheduler's scratch too
+                                      "temporary-directory": scratch}), deferred():  # the scheduler's scratch too
                     self._cluster = distributed.LocalCluster(
                         n_workers=self.jobs or default_jobs(), threads_per_worker=1, processes=True,
                         dashboard_address=None, silence_logs=logging.CRITICAL, host="127.0.0.1",

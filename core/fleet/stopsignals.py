@@ -8,6 +8,11 @@ managers then close the executor and remove their temporary folders, and the com
 ``128 + signal`` (:func:`exit_status`), as a shell reports a process the signal killed. A second
 signal while that cleanup runs is ignored. Off the main thread (where signals cannot be caught)
 nothing changes.
+
+:func:`deferred` holds SIGINT, SIGTERM and SIGHUP over a block that must not be cut in two (a Dask
+``LocalCluster`` interrupted inside its constructor cannot be closed: it is never returned, and
+its worker processes and scratch space outlive the run): a signal that comes meanwhile is noted
+and raised again as the block ends, where what it built can be cleaned up.
 """
 
 from __future__ import annotations
@@ -44,6 +49,31 @@ def _raise(signum: int, frame: FrameType | None) -> None:
         with contextlib.suppress(ValueError, OSError):
             signal.signal(sig, signal.SIG_IGN)
     raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Within the block, SIGINT, SIGTERM and SIGHUP are noted, not acted on; as it ends, the first one
+    noted is raised again (its own handler then runs: KeyboardInterrupt, :class:`Stopped`, or the default)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    previous: dict[int, Any] = {}
+    for sig in (signal.SIGINT, *SIGNALS):
+        handler = signal.getsignal(sig)
+        if handler in (signal.SIG_IGN, None):
+            continue
+        with contextlib.suppress(ValueError, OSError):
+            previous[sig] = signal.signal(sig, lambda signum, frame: noted.append(signum))
+    try:
+        yield
+    finally:
+        for sig, prev in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, prev)
+        if noted:
+            signal.raise_signal(noted[0])
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -35,9 +36,11 @@ def session_processes(sid: int) -> list[int]:
 
 
 def run_until(args: list[str], tmpdir: Path, lines: int | None = None, delay: float | None = None,
-              sig: int | None = None, wait: float = WAIT_S) -> tuple[int, str, str, int]:
-    """Run the kvscope child with ``args``; send ``sig`` after ``lines`` lines of its stdout or ``delay``
-    seconds (whichever is given; at its end if it ends first). (status, stdout, stderr, session id)."""
+              sig: int | None = None, wait: float = WAIT_S, when: Callable[[], bool] | None = None
+              ) -> tuple[int, str, str, int]:
+    """Run the kvscope child with ``args``; send ``sig`` after ``lines`` lines of its stdout, ``delay``
+    seconds, or as soon as ``when()`` holds (polled every 5 ms; whichever is given; at its end if it
+    ends first). (status, stdout, stderr, session id)."""
     tmpdir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, TMPDIR=str(tmpdir))
     p = subprocess.Popen([sys.executable, "-c", CHILD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -55,8 +58,15 @@ def run_until(args: list[str], tmpdir: Path, lines: int | None = None, delay: fl
             out.append(line)
         if p.poll() is None:
             p.send_signal(sig)
-    elif sig is not None and delay is not None:
-        timer = threading.Timer(delay, lambda: p.poll() is None and p.send_signal(sig))
+    elif sig is not None and (delay is not None or when is not None):
+        def fire() -> None:
+            end = time.monotonic() + wait
+            while when is not None and not when() and p.poll() is None and time.monotonic() < end:
+                time.sleep(0.005)
+            if p.poll() is None:
+                p.send_signal(sig)
+
+        timer = threading.Timer(delay or 0.0, fire)
         timer.start()
         out.append(p.stdout.read())
         timer.cancel()
