@@ -607,6 +607,8 @@ def main(argv: list[str] | None = None) -> int:
                                      for x in info["links"])
                     else:
                         hit = {True: "signalled", False: "missed (the file was done first)"}.get(info.get("hit"))
+                        if "hits" in info:  # server: did any drawn fault meet its request
+                            hit = f"{len(info['hits'])} fault(s) served" if info["hits"] else "no fault reached"
                         stats[" ".join(str(info.get(k)) for k in ("command", "executor", "signal", "outcome",
                                                                    "victim_charged") if k in info)
                               + (f" {hit}" if hit else "") or "ok"] += 1
