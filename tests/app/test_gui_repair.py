@@ -121,7 +121,7 @@ def test_repair_writes_a_file_that_verifies_ok_and_its_verify_replaces_the_predi
 
 def test_a_server_verify_measures_the_refusal_it_predicted(qtbot, window, tmp_path: Path, pinned: None) -> None:  # type: ignore[no-untyped-def]
     w = _open(window, qtbot, oov_slot(tmp_path / "oov.bin"))
-    window._set_engine(EngineChoice("server"))
+    window.settings.set_engine(EngineChoice("server"))  # Tools → Engine Settings: llama-server, started by kvscope
     window.verify(w)
     qtbot.waitUntil(lambda: w.doc.verifying, timeout=5000)
     qtbot.waitUntil(lambda: not w.doc.verifying, timeout=TIMEOUT)
