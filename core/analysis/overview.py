@@ -246,11 +246,22 @@ class Overview:
         that is no pinned build (a running server, the user's libllama) comes first."""
         measured = self.measured_consumer()
         by_build = {c.build: c for c in self.compat or [] if c.build}
+        predicted = {(a.build, a.consumer): a for a in self.consumers}
         out = []
         for a in self.consumers:
             c = by_build.get(a.build)
             if measured is not None and (measured.build, measured.consumer) == (a.build, a.consumer):
                 out.append(dataclasses.replace(measured, layout=c.generation if c is not None else None))
+                continue
+            lib = predicted.get((a.build, "libllama"))
+            if measured is not None and a.consumer == "llama-server" and measured.consumer == "libllama" \
+                    and measured.build == a.build and lib is not None and lib.answer != measured.answer \
+                    and not a.message.startswith("llama-server restores"):
+                # llama-server restores through the same llama_state_seq_load_file: its prediction followed
+                # libllama's, which the measurement contradicts
+                out.append(ConsumerEntry(a.build, c.generation if c is not None else None, a.consumer, "unknown",
+                                         f"predicted from libllama's answer ({lib.answer}), which Verify measured as "
+                                         f"{measured.answer}: Verify in llama-server to know", False))
                 continue
             hint = ""
             if c is not None and a.consumer == "libllama":
