@@ -124,6 +124,10 @@ def test_corrupt_drop_a_record_and_zero_a_header(qtbot, open_doc, window, tmp_pa
     task = w.hex.write_corrupted("zero", str(tmp_path / "zero-magic.seqstate"))
     qtbot.waitUntil(lambda: task.done, timeout=20000)
     assert (tmp_path / "zero-magic.seqstate").read_bytes()[:4] == bytes(4)
+    # the copy's tab reads it in the background: let it finish, or its progress lines race the refusal's
+    qtbot.waitUntil(lambda: window.current().doc.path.endswith("zero-magic.seqstate")
+                    and window.current().doc.compat is not None and not window.current().doc.busy, timeout=20000)
+    assert window.wait_idle(20000)
     w.hex.select_range(0, 4)
     assert w.hex.write_corrupted("zero", str(SOURCE)) is not None  # refused in the job: the input stays
     qtbot.waitUntil(lambda: "Cannot write the copy" in window.statusBar().currentMessage(), timeout=20000)
