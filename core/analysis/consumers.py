@@ -218,18 +218,18 @@ def cut_file_answer(res: ParseResult, profile: ModelProfile | None) -> CutAnswer
     if res.kind != "seq_file" or profile is None:
         return None
     errors = [f for f in res.findings if f.severity == "error"]
-    boundary = None
-    if not errors:
-        # cut exactly where a record would start: the reader's missing_layer (the bytes cannot tell a
-        # record dropped at the end from a cut file; llama.cpp reads both alike)
-        boundary = next((w for w in res.findings if w.code == "missing_layer" and w.offset == res.size
-                         and w.extra.get("role") in ("k", "v", "r", "s")), None)
+    # cut exactly where a record would start: the reader's missing_layer at the end (the bytes cannot tell a
+    # record dropped at the end from a cut file; llama.cpp reads both alike, past the end)
+    boundary = next((w for w in res.findings if w.code == "missing_layer" and w.offset == res.size), None)
+    if len(errors) > 1 or (errors and errors[0].code != "truncated" and errors[0] is not boundary):
+        return None
+    if not errors or errors[0] is boundary:
         if boundary is None:
             return None
         f = boundary
+        if boundary.extra.get("role") not in _WORD:
+            return _unknown("the file ends where a record would start")
         where = f"the file ends where a {_WORD[str(f.extra['role'])]} record would start"
-    elif len(errors) != 1 or errors[0].code != "truncated":
-        return None
     else:
         f = errors[0]
         m_what = _WHAT.search(f.message)
