@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -57,11 +58,9 @@ def _until(cond: Callable[[], bool], what: str) -> None:
         time.sleep(0.05)
 
 
-def _start(args: list[str], tmp: Path) -> subprocess.Popen[bytes]:
-    tmp.mkdir(exist_ok=True)
-    env = {**os.environ, "TMPDIR": str(tmp)}
-    return subprocess.Popen([sys.executable, "-m", "kvscope.core.cli.main", "verify", *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _scratch(tmp: Path) -> list[str]:
+    """The run's temporary folders and files in ``tmp`` (its TMPDIR)."""
+    return [n for n in os.listdir(tmp) if n.startswith("kvscope-")]
 
 
 def _kill(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
@@ -71,31 +70,50 @@ def _kill(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     proc.wait(WAIT_S)
 
 
+@contextmanager
+def _verify(args: list[str], tmp: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``kvscope verify ARGS`` with TMPDIR=tmp, killed and reaped on the way out if still running."""
+    tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    proc = subprocess.Popen([sys.executable, "-m", "kvscope.core.cli.main", "verify", *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(WAIT_S)
+
+
+def _killed_run(args: list[str], tmp: Path, sig: signal.Signals, child: str, what: str,
+                ready: Callable[[], bool] = lambda: True, pause_s: float = 0.0) -> None:
+    """Start verify, wait for its child process named ``child*`` (and ``ready``), pause, signal it; then
+    the child must stop and ``tmp`` empty."""
+    kids: dict[int, str] = {}
+    with _verify(args, tmp) as proc:
+
+        def started() -> bool:
+            kids.update({p: c for p, c in _children(proc.pid).items() if c.startswith(child)})
+            return bool(kids) and ready()
+
+        _until(started, f"{what} started")
+        time.sleep(pause_s)
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        proc.wait(WAIT_S)
+    for pid in kids:
+        _until(lambda pid=pid: not _running(pid), f"{what} {pid} stopped")  # type: ignore[misc]
+    _until(lambda: not _scratch(tmp), f"{tmp} emptied")
+
+
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_killed_run_stops_its_llama_server_and_removes_its_folders(sig: signal.Signals, seed: int,
                                                                     builds: dict[str, InstalledBuild],
                                                                     tmp_path: Path) -> None:
-    tmp = tmp_path / "tmp"
-    proc = _start([str(SEQ), "--model", str(model_path("llama")), "--engine", "server"], tmp)
-    servers: dict[int, str] = {}
-
-    def started() -> bool:
-        servers.update({p: c for p, c in _children(proc.pid).items() if c.startswith("llama-server")})
-        return bool(servers)
-
-    try:
-        _until(started, "llama-server started")
-        time.sleep(random.Random(seed).uniform(0.0, 0.5))  # some point of the run (it may have finished)
-        if proc.poll() is None:
-            proc.send_signal(sig)
-        proc.wait(WAIT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    for pid in servers:
-        _until(lambda pid=pid: not _running(pid), f"llama-server {pid} stopped")  # type: ignore[misc]
-    _until(lambda: not [n for n in os.listdir(tmp) if n.startswith("kvscope-")], f"{tmp} emptied")
+    pause_s = random.Random(seed).uniform(0.0, 0.5)  # some point of the run (it may have finished)
+    _killed_run([str(SEQ), "--model", str(model_path("llama")), "--engine", "server"], tmp_path / "tmp", sig,
+                "llama-server", "llama-server", pause_s=pause_s)
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
@@ -103,24 +121,9 @@ def test_a_killed_run_stops_its_libllama_child_and_removes_its_folders(sig: sign
                                                                       builds: dict[str, InstalledBuild],
                                                                       tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
-    proc = _start([str(SEQ), "--model", str(model_path("llama"))], tmp)
-    kids: dict[int, str] = {}
-
-    def started() -> bool:  # the child is up once its scratch folder and the input's copy are there
-        kids.update({p: c for p, c in _children(proc.pid).items() if c.startswith("python")})
-        return bool(kids) and len([n for n in os.listdir(tmp) if n.startswith("kvscope-")]) >= 2
-
-    try:
-        _until(started, "the engine child started")
-        if proc.poll() is None:
-            proc.send_signal(sig)
-        proc.wait(WAIT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    for pid in kids:
-        _until(lambda pid=pid: not _running(pid), f"engine child {pid} stopped")  # type: ignore[misc]
-    _until(lambda: not [n for n in os.listdir(tmp) if n.startswith("kvscope-")], f"{tmp} emptied")
+    # the child is up once its scratch folder and the input's copy are there
+    _killed_run([str(SEQ), "--model", str(model_path("llama"))], tmp, sig, "python", "the engine child",
+                ready=lambda: len(_scratch(tmp)) >= 2)
 
 
 @pytest.fixture(scope="module")
@@ -138,17 +141,13 @@ def test_a_killed_run_deletes_its_copies_in_a_users_slot_folder(sig: signal.Sign
     slot = Path(real.slot_dir) / "mine.bin"
     with FakeServer(real.url, real.slot_dir) as fake:
         fake.fault("restore", "silent")  # the run waits there, its copy in the user's folder
-        proc = _start([str(slot), "--model", str(model_path("llama")), "--engine", "server", "--server", fake.url,
-                       "--slot-dir", real.slot_dir], tmp_path / "tmp")
 
         def copies() -> list[str]:
             return [n for n in os.listdir(real.slot_dir) if n.startswith("kvscope-verify-")]
 
-        try:
+        with _verify([str(slot), "--model", str(model_path("llama")), "--engine", "server", "--server", fake.url,
+                      "--slot-dir", real.slot_dir], tmp_path / "tmp") as proc:
             _until(lambda: bool(copies()) and fake.hits == ["restore#1 silent"], "the copy in the slot folder")
             _kill(proc, sig)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
         _until(lambda: not copies(), f"the copies in {real.slot_dir} deleted")
         assert slot.is_file()  # the user's own files stay
