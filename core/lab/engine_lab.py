@@ -60,6 +60,7 @@ from kvscope.core.lab.runner import LabCase, LabRunner, one_thread
 from kvscope.core.lab.scenario import PER_SEQ_KINDS, READER_BY_KIND, RestoreInput, Scenario, blank_like
 from kvscope.core.memory import ContextParams, MemoryContext
 from kvscope.core.model.profile import ModelProfile
+from kvscope.core.pinned_builds import build_writing
 from kvscope.core.verify.behaviour import Behaviour, judge
 from kvscope.core.verify.engines import Logits, engine_message
 from kvscope.core.verify.faults import abort_fault, behaviour_fault, half_restored_fault
@@ -175,6 +176,8 @@ class EngineLabRunner:
         if engine not in LAB_LLAMA_ENGINES:
             raise EngineLabError(f"unknown engine {engine!r} ({', '.join(LAB_LLAMA_ENGINES)})")
         notes: list[str] = []
+        if build is None and lib_path is None and server_bin is None and server_url is None:
+            build = build_writing(scenario.layout.name)  # the pinned build that writes the scenario's files
         spec = spec_from_scenario(scenario, model)
         kind = scenario.restore.kind
         if engine == "server" and kind != "seq_file":
@@ -433,16 +436,18 @@ class EngineLabRunner:
         tgt = res.target
         lo, hi = tgt.pos_min if tgt.pos_min is not None else -1, tgt.pos_max if tgt.pos_max is not None else -1
         comps = {role: c for role, c in tgt.components.items() if not (c.state == "unchanged" and c.n_cells == 0)}
-        if comps:
-            states = {c.state for c in comps.values()}
-            clean = states <= {"removed"} or states <= {"unchanged"}
-        else:
-            clean = hi < 0 or p.state_seq_get_data(t) == live.seq_blobs.get(t)
+        states = {c.state for c in comps.values()}
+        same = p.state_seq_get_data(t) == live.seq_blobs.get(t)  # all of it, the parts without cells included
+        by_cells = states <= {"removed"} or (states <= {"unchanged"} and same)
+        clean = by_cells if comps else (hi < 0 or same)
         if not clean:
             if hi >= 0:
                 held[t] = (lo, hi)
             else:
                 extra.append(f"llama.cpp's seq_pos_max reports sequence {t} empty")
+            if comps and states <= {"unchanged"}:
+                extra.append(f"its cells are as before the load, but llama.cpp's state of sequence {t} "
+                             "(llama_state_seq_get_data) is not: a part of the memory that holds no cells changed")
             if comps:
                 extra.append(f"sequence {t} per memory component: " + ", ".join(
                     f"{role} {c.state}" + (f" ({plural(c.n_cells, 'cell')}, positions {c.pos_min}..{c.pos_max})"

@@ -1,4 +1,5 @@
-"""The lab tests that run real llama.cpp (``test_lab_engine*.py``, ``test_fuzz_engine.py``): the pinned
+"""The lab tests that run real llama.cpp (``test_lab_engine*.py``, ``test_fuzz_engine.py``, ``test_lab_trained.py``,
+which also needs the trained model): the pinned
 builds are built first when missing, and without llama-cpp-python (the engine extra) those files are
 not collected (tests/engine does the same); the other lab tests need no engine."""
 
@@ -11,7 +12,8 @@ import pytest
 from kvscope.core.engine.builds import InstalledBuild
 from tests.support.llama_builds import BUILD_NAMES, HAVE_BINDING, ensure_builds, need_build
 
-ENGINE_TESTS = ("test_lab_engine.py", "test_lab_engine_cli.py", "test_fuzz_engine.py")
+ENGINE_TESTS = ("test_lab_engine.py", "test_lab_engine_cli.py", "test_fuzz_engine.py", "test_lab_engine_faults.py",
+                "test_lab_trained.py")
 
 if not HAVE_BINDING:
     collect_ignore = list(ENGINE_TESTS)
