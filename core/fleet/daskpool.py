@@ -194,7 +194,12 @@ class DaskPool:
                     self._cluster = distributed.LocalCluster(
                         n_workers=self.jobs or default_jobs(), threads_per_worker=1, processes=True,
                         dashboard_address=None, silence_logs=logging.CRITICAL, host="127.0.0.1",
-                        scheduler_kwargs={"allowed_failures": 0}, local_directory=scratch,
+                        # the scheduler's HTTP routes (/health, /metrics) listen even without a dashboard,
+                        # on 8787 unless told: a free port on loopback, so a second cluster does not warn
+                        # "Port 8787 is already in use" (and distributed leak the refused socket)
+                        scheduler_kwargs={"allowed_failures": 0, "dashboard": False,
+                                          "dashboard_address": "127.0.0.1:0"},
+                        local_directory=scratch,
                     )
                 self.client = distributed.Client(self._cluster, set_as_default=False)
                 self._marks = marks

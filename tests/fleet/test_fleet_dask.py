@@ -80,7 +80,8 @@ def test_external_scheduler_retries_a_killed_worker(tmp_path: Path, capsys: pyte
     root = _tree(tmp_path, slow=True)
     _, local, _ = _scan(capsys, str(root), "--jobs", "2")
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.CRITICAL, host="127.0.0.1") as cluster, \
+                      silence_logs=logging.CRITICAL, host="127.0.0.1",
+                      scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"}) as cluster, \
             Client(cluster, set_as_default=False) as client:
         killer = Killer(root / "slots" / "a" / "big-slow.bin", signal.SIGKILL)
         killer.start()
