@@ -21,15 +21,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kvscope.core.analysis.compat import compatibility
+from kvscope.core.analysis.inspection import Inspection, inspect_source, open_state
 from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.choose import build_for_layout
 from kvscope.core.engine.llamacpp import EngineError, EngineSetupError
+from kvscope.core.errors import InputError as UnreadableInput
 from kvscope.core.errors import KvscopeError
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
-from kvscope.core.reader.parse import ReadError, read_state
+from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
-from kvscope.core.reader.source import ByteSource
+from kvscope.core.reader.source import ByteSource, FileChangedError
 from kvscope.core.verify.behaviour import STEPS, Behaviour, forced, greedy, judge
 from kvscope.core.verify.calibrate import measure, schedules_for
 from kvscope.core.verify.compare import Cancelled, Tolerance, compare_states
@@ -90,6 +91,7 @@ class Verifier:
         self._cancel = threading.Event()
         self._engine: VerifyEngine | None = None
         self._snapshot: Snapshot | None = None  # the private copy every step reads
+        self._inspection: Inspection | None = None  # the pipeline's inspection of that copy
         self._done = 0
 
     # -- control ----------------------------------------------------------------------------------
@@ -130,6 +132,8 @@ class Verifier:
         return self._snapshot.path
 
     def _parse(self) -> tuple[ModelProfile, ParseResult]:
+        """The model's profile and the parse of the private copy: the inspection pipeline's
+        (:func:`~kvscope.core.analysis.inspection.inspect_source`; its compatibility comes in :meth:`_run`)."""
         prof = self.profile
         if prof is None:
             if not os.path.isfile(self.model):
@@ -143,10 +147,15 @@ class Verifier:
         except InputError as e:
             raise VerifyError(str(e)) from None
         try:
-            res = read_state(self._snapshot.path, profile=prof)
-        except ReadError as e:
+            src = open_state(self._snapshot.path)
+            try:
+                found = self._inspection = inspect_source(src, prof, compat=False)
+            finally:
+                src.close()
+        except (UnreadableInput, FileChangedError) as e:
             raise VerifyError(str(e).replace(self._snapshot.path, self.path)) from None
-        if res.kind == "unknown":
+        res = found.result
+        if not found.is_state:
             why = next((f.message for f in res.findings), "unknown format")
             raise VerifyError(f"{self.path}: not a llama.cpp state file ({why})")
         return prof, res
@@ -187,6 +196,7 @@ class Verifier:
             if self._snapshot is not None:
                 self._snapshot.close()
                 self._snapshot = None
+            self._inspection = None
 
     def _run(self) -> VerifyResult:
         t_all = time.perf_counter()
@@ -212,7 +222,8 @@ class Verifier:
         if self.engine_kind == "server" and res.kind != "seq_file":
             raise VerifyError(f"llama-server restores slot files (sequence files); {self.path} is a {res.kind}: "
                               "use --engine llama.cpp")
-        compat = compatibility(res, prof)
+        assert self._inspection is not None
+        compat = self._inspection.add_compat()  # the pipeline's step, on the private copy
         out.compatibility = [c.to_json() for c in compat]
         self._step("start", f"starting {self.engine_kind}")
         t0 = time.perf_counter()
