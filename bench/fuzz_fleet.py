@@ -283,7 +283,9 @@ def case_workers(rng: random.Random, work: Path) -> dict[str, Any]:
     info["hit"] = killer.victim is not None
     lines = {d["path"]: d for d in docs[:-1]}
     files = {str(p) for p in root.rglob("*") if p.is_file()}
-    check(len(lines) == len(docs) - 1 and set(lines) == files, "not one line per file")
+    check(len(lines) == len(docs) - 1 and set(lines) == files,
+          f"not one line per file: {len(docs) - 1} lines, {len(lines)} paths, {len(files)} files; without a line "
+          f"{sorted(files - set(lines))[:4]}, not files {sorted(set(lines) - files)[:4]}; summary {docs[-1]}"[:1500])
     for path, r in lines.items():
         if path == str(victim) and r["status"] == "error":
             check(r["reason"].startswith(("worker died", "timed out")), f"victim's reason: {r['reason']}")
