@@ -62,6 +62,8 @@ def _run_until(args: list[str], tmpdir: Path, lines: int, sig: int) -> tuple[int
         p.send_signal(sig)
     p.stdout.read()
     err = p.stderr.read()
+    p.stdout.close()
+    p.stderr.close()
     return p.wait(WAIT), err, p.pid
 
 

@@ -77,6 +77,8 @@ def run_until(args: list[str], tmpdir: Path, lines: int | None = None, delay: fl
         p.kill()
         rc = p.wait()
     reader.join(wait)
+    p.stdout.close()
+    p.stderr.close()
     return rc, "".join(out), "".join(err), p.pid
 
 
