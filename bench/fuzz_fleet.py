@@ -34,7 +34,8 @@ Four families, each input a pure function of ``(--seed, family, index)``:
     DEST or beside the report. After SIGKILL the session is killed whole and a rerun must end
     normally with no temporary in DEST (migrate: the same outputs as a run never interrupted).
 
-A failure prints the replay command (``--replay FAMILY:INDEX`` with the same ``--seed``) and is
+A case that runs past 10 minutes is a failure too (``Hang``: a command that never ends). A failure
+prints the replay command (``--replay FAMILY:INDEX`` with the same ``--seed``) and is
 written to ``--out`` (default ``bench/out/fuzz-failures/fleet/``) as ``FAMILY-sSEED-INDEX.json``:
 the drawn case, the error and the traceback; keep it in ``tests/data/fuzz-regressions/fleet/`` once
 fixed. The exit status is 1 when anything failed.
@@ -553,12 +554,27 @@ CASES: dict[str, Callable[[random.Random, Path], dict[str, Any]]] = {
 
 
 # -- driver --------------------------------------------------------------------------------------
+class Hang(Exception):
+    """A case ran past HANG_S (the run goes on with the next one)."""
+
+
+HANG_S = 600  # a case that takes longer is a finding (a scan that never ends), not a reason to stop the run
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise Hang(f"no end after {HANG_S} s")
+
+
 def run_case(seed: int, family: str, index: int) -> dict[str, Any]:
     rng = case_rng(seed, family, index)
     work = Path(tempfile.mkdtemp(prefix=f"kvscope-fuzz-{family}-"))
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(HANG_S)
     try:
         return CASES[family](rng, work)
     finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
         shutil.rmtree(work, ignore_errors=True)
 
 
