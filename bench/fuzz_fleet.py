@@ -554,8 +554,9 @@ CASES: dict[str, Callable[[random.Random, Path], dict[str, Any]]] = {
 
 
 # -- driver --------------------------------------------------------------------------------------
-class Hang(Exception):
-    """A case ran past HANG_S (the run goes on with the next one)."""
+class Hang(BaseException):
+    """A case ran past HANG_S (the run goes on with the next one). A BaseException: the command's own
+    ``except Exception`` (its internal-error line) must not turn it into an exit status."""
 
 
 HANG_S = 600  # a case that takes longer is a finding (a scan that never ends), not a reason to stop the run
@@ -630,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
                         stats[" ".join(str(info.get(k)) for k in ("command", "executor", "signal", "outcome",
                                                                    "victim_charged") if k in info)
                               + (f" {hit}" if hit else "") or "ok"] += 1
-                except Exception as e:  # anything at all is a finding
+                except (Exception, Hang) as e:  # anything at all is a finding
                     path = save_failure(args.out, args.seed, family, index, e)
                     fails.append(f"{index}: {type(e).__name__}: {str(e)[:200]} ({path.name})")
                     print(f"  FAIL {family}:{index}: {type(e).__name__}: {str(e)[:300]}\n"
