@@ -21,6 +21,7 @@ from typing import Any
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.analysis.verdict import model_mismatch_reason
+from kvscope.core.findings import Finding
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.pinned_builds import build_writing
 from kvscope.core.reader.layouts import (
@@ -34,6 +35,15 @@ from kvscope.core.reader.records import KvStream, ParseResult
 
 # a migration note for a file read with a model it does not fit (the verdict's model_mismatch)
 MODEL_MISFIT = "the file does not fit the model given (give the model that wrote it)"
+
+# errors in the values a record holds, which no llama.cpp read path checks (it copies the rows into
+# the cache as they are): a file whose only errors are these loads, and computes with the bad values
+VALUE_ONLY_ERRORS = frozenset({"nonfinite_values"})
+
+
+def _structural_errors(res: ParseResult) -> list[Finding]:
+    """The error findings llama.cpp's read path can trip over (all but :data:`VALUE_ONLY_ERRORS`)."""
+    return [f for f in res.findings if f.severity == "error" and f.code not in VALUE_ONLY_ERRORS]
 
 
 @dataclass
@@ -220,11 +230,16 @@ def _one(res: ParseResult, own: Generation, gen: Generation, profile: ModelProfi
             out.answer = (f"not with the model given, which does not fit the file ({mismatch}); "
                           "give the model that wrote it")
             return out
-        if res.n_errors:
-            bad = next(f for f in res.findings if f.severity == "error")
+        structural = _structural_errors(res)
+        if structural:
+            bad = structural[0]
             out.loads, out.stage, out.exact_message = False, "memory", False
             out.answer = f"the file is damaged: {bad.message} (offset {bad.offset})"
             return out
+        if res.n_errors:  # only bad values: llama.cpp loads them as they are
+            bad = next(f for f in res.findings if f.severity == "error")
+            out.notes.append(f"loads the damaged values as they are (llama.cpp does not check values): "
+                             f"{bad.message} (offset {bad.offset})")
         ok, note = _rotation_note(res, gen, profile) if gen.name != own.name else (True, None)
         out.loads, out.answer, out.stage = ok, "loads" if ok else (note or "loads"), "ok" if ok else "silent"
         if ok is None:

@@ -311,3 +311,32 @@ def test_the_issues_truncated_hybrid(builds: dict[str, InstalledBuild],
             assert "read past the end" in answers["libllama"].message
         else:
             _check(eng.server(path), answers["llama-server"], f"{model} cut at {cut}: llama-server")
+
+
+@pytest.mark.parametrize("build", ["b11434", "0c1e5709"])
+def test_nan_values_found_by_the_statistics_load_in_both_consumers(
+        build: str, tmp_path: Path, builds: dict[str, InstalledBuild]) -> None:
+    """llama.cpp copies the rows into its cache without looking at them: a slot whose only error is
+    NaN values (``nonfinite_values``, found by ``--stats``) loads in libllama and llama-server, and the
+    answers say so (they said "refuses: the file is damaged" once the statistics had run)."""
+    from kvscope.core.analysis.stats import scan_stats
+    from kvscope.core.lab.corruptions import parse_spec
+
+    gguf = DATA / "gen-models" / "llama.gguf"
+    profile = load_model_profile(gguf)
+    base = (DATA / f"gen-{build}" / "llama-f16-fa0-unified0-slot.seqstate").read_bytes()
+    data = parse_spec("fill:value=nan,role=v,il=1,cells=1-2").apply(base, profile).data
+    path = tmp_path / "nan.bin"
+    path.write_bytes(data)
+    res = read_state(data=data, profile=profile)
+    scan_stats(res, data=data)
+    assert any(f.code == "nonfinite_values" and f.severity == "error" for f in res.findings)
+    answers = {a.consumer: a for a in consumer_answers(res, profile, compatibility(res, profile, data=data),
+                                                       n_ctx=256, flash_attn=False) if a.build == build}
+    assert (answers["libllama"].answer, answers["llama-server"].answer) == ("loads", "loads"), answers
+    eng = Consumers(build, gguf, tmp_path)
+    try:
+        _check(eng.libllama(path), answers["libllama"], "libllama")
+        _check(eng.server(path), answers["llama-server"], "llama-server")
+    finally:
+        eng.close()
