@@ -13,7 +13,7 @@ from kvscope.core.engine.builds import InstalledBuild
 from tests.support.llama_builds import BUILD_NAMES, HAVE_BINDING, ensure_builds, need_build
 
 ENGINE_TESTS = ("test_lab_engine.py", "test_lab_engine_cli.py", "test_fuzz_engine.py", "test_lab_engine_faults.py",
-                "test_lab_trained.py")
+                "test_lab_trained.py", "test_lab_new_scenario.py")
 
 if not HAVE_BINDING:
     collect_ignore = list(ENGINE_TESTS)
