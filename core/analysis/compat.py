@@ -182,7 +182,7 @@ def _rotation_note(res: ParseResult, gen: Generation, profile: ModelProfile | No
 def compatibility(res: ParseResult, profile: ModelProfile | None = None, data: Any = None) -> list[GenCompat]:
     """One :class:`GenCompat` per known generation, in generation order (empty for unknown files).
 
-    ``data`` is the file's :class:`~kvscope.core.reader.source.ByteSource` (opened from
+    ``data`` is the file's :class:`~kvscope.core.reader.source.ByteSource` or its bytes (opened from
     ``res.path`` when not given).
     """
     if res.kind == "unknown":
@@ -190,10 +190,12 @@ def compatibility(res: ParseResult, profile: ModelProfile | None = None, data: A
     own = GENERATION_BY_NAME.get(res.layout.name)
     if own is None:
         return []
-    close = False
-    if data is None:
-        from kvscope.core.reader.source import ByteSource
+    from kvscope.core.reader.source import ByteSource
 
+    close = False
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = ByteSource(bytes(data))  # the v3 <-> v4 answer reads fields of it
+    elif data is None:
         data = ByteSource.open(res.path)
         close = True
     try:

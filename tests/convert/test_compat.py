@@ -63,3 +63,21 @@ def test_2026_08_blob_loads_in_0c1e5709_but_not_b11434() -> None:
     assert c["2026-10-v4"].loads is False and "incompatible key rotation" in c["2026-10-v4"].answer
     lines = compat_text(list(c.values()))
     assert any(line.strip().startswith("2026-10-v4 (b11434): refuses") for line in lines)
+
+
+def test_the_file_bytes_serve_as_data_as_well_as_a_byte_source() -> None:
+    """``compatibility(data=...)`` takes the file's bytes as well as a ByteSource: a v4 blob's answer
+    for a v3 build reads its fields (it raised AttributeError on bytes)."""
+    from kvscope.core.analysis.compat import compatibility
+    from kvscope.core.model.profile import load_model_profile
+    from kvscope.core.reader.parse import read_state
+    from kvscope.core.reader.source import ByteSource
+    from tests.support.fixtures import DATA
+
+    prof = load_model_profile(DATA / "gen-models" / "llama.gguf")
+    data = (DATA / "gen-b11434" / "llama-f16-fa0-unified0-seq0.seqdata.bin").read_bytes()
+    res = read_state(data=data, profile=prof)
+    by_bytes = [c.to_json() for c in compatibility(res, prof, data=data)]
+    by_source = [c.to_json() for c in compatibility(res, prof, data=ByteSource(data))]
+    assert by_bytes == by_source
+    assert any(c["generation"] == "2026-10" and "key" in c["answer"] for c in by_bytes), by_bytes
