@@ -56,6 +56,9 @@ def register(subparsers: Any) -> None:
                    "must not exist) with llama.cpp first: sequence N decodes the Nth prompt (repeatable; needs "
                    "--model; the context: n_seq_max = the number of prompts and --ctx-param; the build: --build), "
                    "then run on it")
+    p.add_argument("--empty-target", action="store_true", help="with --prompt: the live context holds the other "
+                   "prompts' sequences, the target's (--into) is decoded only for its clean inputs, so the restore "
+                   "goes into an empty sequence (as in a fresh context) and its logits are judged against a prefill")
     p.add_argument("--live-seq", action="append", metavar="SEQ=FILE", help="build the live context from "
                    "per-sequence files instead of CTX's whole state (repeatable)")
     p.add_argument("--layout", metavar="GEN", help="layout generation of the context (default: from the files)")
@@ -115,6 +118,8 @@ def _run(args: argparse.Namespace) -> tuple[str, int]:
         raise UsageError("--live-seq: the sequence id must be an integer") from None
     if args.prompt:
         _new_scenario(args)
+    elif args.empty_target:
+        raise UsageError("--empty-target goes with --prompt (it says how the new scenario is written)")
     try:
         scenario = load_scenario(args.context, model=args.model, restore=args.restore, into=args.into,
                                  live_seqs=live_seqs or None, layout=args.layout,
@@ -141,6 +146,8 @@ def _new_scenario(args: argparse.Namespace) -> None:
     from kvscope.core.lab.new_scenario import write_scenario
     from kvscope.core.memory import ContextParams, ParamsError
 
+    if args.empty_target and len(args.prompt) < 2:
+        raise UsageError("--empty-target needs a second --prompt for the live context")
     if not args.model:
         raise UsageError("--prompt needs --model (the GGUF llama.cpp decodes the prompts with)")
     if args.live_seq or args.layout:
@@ -152,7 +159,7 @@ def _new_scenario(args: argparse.Namespace) -> None:
     args.ctx_param = None  # the scenario's context.json records them now
     try:
         out = write_scenario(args.context, args.model, params, prompts=dict(enumerate(args.prompt)), build=args.build,
-                             lib_path=args.lib, target=args.into)
+                             lib_path=args.lib, target=args.into, empty_target=args.empty_target)
     except EngineLabError as e:
         raise UsageError(str(e)) from None
     print(f"kvscope lab: wrote the scenario {out} ({len(args.prompt)} sequences, context {params.n_ctx} cells)",

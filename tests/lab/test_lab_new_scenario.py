@@ -57,3 +57,28 @@ def test_a_failed_write_leaves_nothing_behind(builds: dict[str, InstalledBuild],
     with pytest.raises(EngineLabError, match="target sequence 1"):
         write_scenario(tmp_path / "bad", MODEL, ContextParams(n_seq_max=2), {0: [1, 2]}, target=1)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_target_scenario(builds: dict[str, InstalledBuild], tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "empty"
+    code = main(["lab", "--context", str(folder), "--model", str(MODEL), "--build", "0c1e5709", "--prompt",
+                 "the quick brown fox", "--prompt", "hello world", "--empty-target", "--as-is", "--engine", "llama.cpp",
+                 "--json", "--ctx-param", "n_ctx=256"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    cj = json.loads((folder / "context.json").read_text())
+    assert cj["sequences"]["0"]["live"] is False and cj["sequences"]["1"]["live"] is True
+    doc = json.loads(out.out)
+    assert doc["scenario"]["live_sequences"] == [1]  # the restore goes into an empty sequence 0
+    r = doc["results"][0]
+    assert r["restore"]["ok"] and r["target"]["state"] == "restored" and r["engine"]["fault"] is None
+    assert set(r["engine"]["behaviour"]) == {"0", "1"}  # the target judged against a prefill of its tokens
+    assert not r["engine"]["behaviour"]["0"]["diverges"]
+
+
+def test_empty_target_goes_with_prompt(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvscope.core.cli.main import main as kvscope
+
+    assert kvscope(["lab", "--context", str(RECORDED), "--empty-target"]) == 2
+    assert "--empty-target goes with --prompt" in capsys.readouterr().err
