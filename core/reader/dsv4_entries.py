@@ -105,6 +105,10 @@ def _rest_parses(
     return probe.n_errors == 0 and tail_ok(cur, 0)
 
 
+# what llama.cpp does with such a block (core/analysis/consumers.py answers which, per build)
+NOT_RESTORED = "llama.cpp does not restore this block (it refuses it, or aborts where the file ends here)"
+
+
 def _missing_entries(
     ctx: ParseCtx, node: Node, off: int, sec: Section, layers: list[int] | None, n_layer: int, present: int,
     what: str,
@@ -121,7 +125,7 @@ def _missing_entries(
     else:
         msg += (f"which layer{'s' if count > 1 else ''} only the model can tell (present: "
                 + (f"layers {', '.join(map(str, seen))}" if seen else "no entry") + ")")
-    msg += "; llama.cpp's read of this block fails"
+    msg += "; " + NOT_RESTORED
     ctx.find("error", "missing_layer", off, 0, msg, node, layers[0] if layers else None, missing=count,
              role="entry", candidates=list(layers or []))
     sec.trusted = False
@@ -133,7 +137,7 @@ def _missing_of_pair(ctx: ParseCtx, node: Node, off: int, sec: Section, first: L
     ctx.find("error", "missing_layer", off, 0,
              f"{sec.role}: layer {il}'s entry holds one record where llama.cpp writes a {PAIR_LABELS[0]} and a "
              f"{PAIR_LABELS[1]} record; the two are alike (f32 rows of the same shape), so the bytes cannot tell "
-             "which is missing (the record present is shown as the first); llama.cpp's read of this block fails",
+             "which is missing (the record present is shown as the first); " + NOT_RESTORED,
              node, il, missing=1, role="ckv or csc", candidates=[il] if il is not None else [])
     first.trusted = False
     sec.trusted = False
