@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 
 import numpy as np
 import pytest
@@ -115,7 +116,7 @@ def test_cell_map_exports_png_and_csv(qtbot, open_doc, tmp_path) -> None:  # typ
     task = w.cells.export_button.export_csv(str(out))
     assert task is not None
     qtbot.waitUntil(lambda: task.done, timeout=10000)
-    rows = list(csv.reader(out.open()))
+    rows = list(csv.reader(io.StringIO(out.read_text())))
     t = w.cells.ref.table
     assert rows[0][:4] == ["cell", "pos", "n_seq", "seq_ids"] and len(rows) == t.count + 1
     for i in (0, t.count - 1):

@@ -220,6 +220,7 @@ def test_tree_copy_and_context_menu(qtbot, open_doc) -> None:  # type: ignore[no
 @pytest.mark.xserver
 def test_list_views_copy_and_export(qtbot, open_doc, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import csv
+    import io
 
     from tests.support.gui_helpers import LAB
 
@@ -234,7 +235,7 @@ def test_list_views_copy_and_export(qtbot, open_doc, tmp_path) -> None:  # type:
     out = tmp_path / "findings.csv"
     task = fv.export_button.export_csv(str(out))
     qtbot.waitUntil(lambda: task.done, timeout=10000)
-    rows = list(csv.DictReader(out.open()))
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
     assert [(r["code"], int(r["offset"])) for r in rows] == [(f.code, f.offset) for f in w.doc.result.findings]
     png = tmp_path / "findings.png"
     assert fv.export_button.export_png(str(png)) and png.stat().st_size > 1000
@@ -249,7 +250,7 @@ def test_list_views_copy_and_export(qtbot, open_doc, tmp_path) -> None:  # type:
     out = tmp_path / "tokens.csv"
     task = tv.export_button.export_csv(str(out))
     qtbot.waitUntil(lambda: task.done, timeout=10000)
-    rows = list(csv.reader(out.open()))
+    rows = list(csv.reader(io.StringIO(out.read_text())))
     assert rows[0] == ["index", "id", "text", "cell"] and [int(r[1]) for r in rows[1:]] == w2.doc.result.tokens
 
 

@@ -4,6 +4,7 @@ whole-number and readable stats ticks, a legend beside the data, following the s
 from __future__ import annotations
 
 import csv
+import io
 import struct
 from pathlib import Path
 
@@ -182,9 +183,9 @@ def test_layers_export(qtbot, open_doc, tmp_path) -> None:  # type: ignore[no-un
     for path, method in ((heat, "csv_table"), (stats, "stats_csv_table")):
         task = lv.export_button.export_csv(str(path), method)
         qtbot.waitUntil(lambda t=task: t.done, timeout=10000)
-    rows = list(csv.reader(heat.open()))
+    rows = list(csv.reader(io.StringIO(heat.read_text())))
     m = lv.matrix
     assert rows[0][:4] == ["row", "cell", "pos", "seq_ids"] and len(rows) == m.shape[0] + 1
     assert [float(x) for x in rows[4][4:]] == pytest.approx(m[3].tolist())
-    srows = list(csv.DictReader(stats.open()))
+    srows = list(csv.DictReader(io.StringIO(stats.read_text())))
     assert len(srows) == len(w.doc.stats.layers) and {"role", "il", "rms", "n_nonfinite"} <= set(srows[0])

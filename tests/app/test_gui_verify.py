@@ -230,4 +230,7 @@ sys.exit(app.exec())
     finally:
         if p.poll() is None:
             p.kill()
+            p.wait()
+        if p.stdout is not None:
+            p.stdout.close()
     assert list(tmp_path.iterdir()) == []
