@@ -1,7 +1,7 @@
 """The app's document shows the one inspection pipeline's answer (#22 item 2): its verdict, findings,
 compatibility, consumers, reuse prediction and statistics are ``kvscope inspect --json --stats``'s, for real
-files of every kind (slot file, sequence blob, session, context blob, a damaged file, a file with NaN rows
-whose statistics make it damaged, a truncated copy), with and without the model, and in both pinned
+files of every kind (slot file, sequence blob, session, context blob, a damaged file, files with NaN rows
+the statistics find, a truncated copy), with and without the model, and in both pinned
 builds' layouts."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from tests.support.gui_helpers import DATA, STATE, model
 from tests.support.report_paths import EXAMPLES, NAN_FILE
 
 GEN_V4 = DATA / "gen-b11434"
+NAN_ONLY = NAN_FILE.parent.parent / "nan_rows_valid.seqdata.bin"  # NaN rows, nothing else wrong
 
 CASES = [
     (STATE / "llama-f16-fa0-unified0-seq0.seqstate", "llama"),  # slot / sequence file
@@ -27,7 +28,8 @@ CASES = [
     (STATE / "gemma2-f16-fa0-unified1-swafull0-seq0.seqstate", "gemma2"),  # iSWA
     (STATE / "lfm2-f16-fa0-unified0-seq0-partial.seqdata.bin", "lfm2"),  # hybrid, a partial sequence
     (EXAMPLES / "llama-dropped-layer.seqdata.bin", "llama"),  # damaged: a dropped layer record
-    (NAN_FILE, "llama"),  # the statistics' NaN findings are damage the compatibility names
+    (NAN_FILE, "llama"),  # NaN rows and a V record cut short
+    (NAN_ONLY, "llama"),  # NaN rows only: the statistics' findings change the compatibility
     (GEN_V4 / "llama-f16-fa0-unified0-slot.seqstate", "gen-llama"),  # b11434's v4 layout
     ("truncated", "llama"),  # a real slot file cut short
 ]
@@ -100,14 +102,17 @@ def test_document_shows_what_inspect_json_says(qtbot, window, tmp_path, capsys, 
     assert json.loads(json.dumps(doc.inspection.to_json())) == full
 
 
-def test_nan_rows_make_every_generation_answer_damaged(qtbot, window) -> None:  # type: ignore[no-untyped-def]
-    """The compatibility the document ends with follows the statistics, as in the pipeline: the NaN rows the
-    statistics find are errors, so the file's own generation does not 'load' it (a table worked out beside
-    the scan, before those errors were found, is worked out again)."""
-    doc = _open(qtbot, window, str(NAN_FILE), model("llama"))
-    assert doc.stats is not None and doc.compat is not None and doc.result is not None
-    assert any(f.code == "nonfinite_values" for f in doc.result.findings)
+def test_the_compatibility_follows_the_statistics(qtbot, window, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The compatibility the document ends with is worked out after the statistics, as in the pipeline: the
+    NaN rows they find change every generation's answer (a migration is no longer exact, the file's own
+    generation loads the bad values with a note), so the table worked out beside the scan is replaced."""
+    path, model_path = str(NAN_ONLY.resolve()), model("llama")
+    doc = _open(qtbot, window, path, model_path)
+    assert doc.compat is not None and doc.result is not None
+    shown = [c.to_json() for c in doc.compat]
+    capsys.readouterr()
+    core_cli.main(["inspect", path, "--json", "--model", model_path])  # no --stats: the table before the scan
+    before = json.loads(capsys.readouterr().out)["compatibility"]
+    assert shown == _cli(path, model_path, capsys)["compatibility"] and shown != before
     own = next(c for c in doc.compat if c.generation == doc.result.layout.name)
-    assert own.loads is False and "damaged" in own.answer
-    v = doc.verdict()
-    assert v is not None and v.level == "damaged"
+    assert own.loads is True and any("non-finite" in n for n in own.notes)
