@@ -423,8 +423,8 @@ class Document(QObject):
         self.statsReady.emit()
         found = self.inspection
         if found is not None and found.result.n_errors != self._errors_read:
-            # errors the statistics found (non-finite values) are damage every generation's answer names: the
-            # table worked out beside the scan is worked out again, after it, as inspect_source orders the steps
+            # errors the statistics found (non-finite values) change the generations' answers: the table
+            # worked out beside the scan is worked out again, after it, as inspect_source orders the steps
             self._errors_read = found.result.n_errors
             self._start_compat(found)
         n = sum(1 for ls in report.layers if ls.n_nonfinite or ls.zero_rows)

@@ -91,7 +91,8 @@ class Inspection:
         """Which layout generations load the file (``data`` as for :meth:`add_stats`), not stored: for a
         caller that sets :attr:`compatibility` itself (the app's document, on its GUI thread). It reads the
         file's error findings: after :meth:`add_stats` when both are wanted, as :func:`inspect_source`
-        does, since an error the statistics found (non-finite values) is damage every generation names."""
+        does, since an error the statistics find (non-finite values) changes the answers (a migration is
+        no longer exact; a build loads the bad values, with a note)."""
         from kvscope.core.analysis.compat import compatibility
 
         return compatibility(self.result, self.profile, data=data) if self.is_state else []
