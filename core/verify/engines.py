@@ -174,8 +174,10 @@ class LlamaCppEngine(VerifyEngine):
     def restore(self, path: str, res: ParseResult, plan: ContextPlan) -> RestoreReport:
         p = self._live()
         p.memory_clear()  # a restore after a prefill (the behaviour's continuation) starts from empty too
-        t0 = time.perf_counter()
         dest = max(plan.dest_seq, 0)
+        per_seq = res.kind in ("seq_file", "seq_blob")
+        empty = p.state_seq_get_data(dest) if per_seq else None  # what an empty sequence's state is
+        t0 = time.perf_counter()
         if res.kind == "seq_file":
             o = p.state_seq_load_file(path, dest, plan.n_token_capacity)
             ok = o.ok and bool(o.rc)
@@ -189,10 +191,10 @@ class LlamaCppEngine(VerifyEngine):
             ok = o.ok and bool(o.value)
             del data
         report = _report(o, ok, time.perf_counter() - t0)
-        report.engine_fault = self._fault(report, res, dest)
+        report.engine_fault = self._fault(report, res, dest, empty)
         return report
 
-    def _fault(self, report: RestoreReport, res: ParseResult, dest: int) -> str | None:
+    def _fault(self, report: RestoreReport, res: ParseResult, dest: int, empty: bytes | None = None) -> str | None:
         """llama.cpp's own failure on this file: an assert where a refusal belongs, or a refused file that left
         cells behind (a failed load must leave the sequence as it was: empty here, a fresh context)."""
         if report.aborted is not None:
@@ -207,7 +209,18 @@ class LlamaCppEngine(VerifyEngine):
                 held[s] = (p.seq_pos_min(s), p.seq_pos_max(s))
             except EngineError:
                 return None
-        return half_restored_fault(held)
+        fault = half_restored_fault(held)
+        if fault is None and empty is not None:  # seq_pos_* of an iSWA memory look at kv_swa alone
+            try:
+                now = p.state_seq_get_data(dest)
+            except EngineError:
+                return None
+            if now != empty:
+                fault = half_restored_fault({}, extra=[
+                    f"llama.cpp's seq_pos_max reports sequence {dest} empty, yet its state (llama_state_seq_get_data, "
+                    f"{len(now)} bytes, against {len(empty)} for an empty sequence) holds what the load wrote in a "
+                    "part of the memory seq_pos_max does not look at (an iSWA memory's kv_base)"])
+        return fault
 
     def next_logits(self, seq: int, tokens_before: list[int], token: int) -> tuple[Logits | None, str]:
         p = self._proc

@@ -137,3 +137,26 @@ def test_a_contained_refusal_is_not_blamed_on_llama_cpp(builds: dict[str, Instal
     assert er.faults == [], er.faults
     assert all(not b.diverges for c in er.cells for b in c.behaviour.values())
     assert set(er.cells[2].behaviour) == {0, 1}  # the target after the clean input, and the other sequence
+
+
+def test_an_iswa_load_that_fails_in_kv_swa_is_named_by_the_lab_and_verify(builds: dict[str, InstalledBuild],
+                                                                          tmp_path: Path) -> None:
+    """llama_kv_cache_iswa::state_read reads kv_base then kv_swa with no cleanup across them, and its
+    seq_pos_min/max look at kv_swa alone: a blob cut in its kv_swa section leaves kv_base holding the
+    sequence while llama.cpp reports it empty. The lab (a live context) and verify (a fresh one) both name it."""
+    from kvscope.core.verify.run import verify
+
+    with EngineLabRunner(load_scenario(LAB / "gemma2"), "llama.cpp", [parse_case("swa_truncated_in_data")]) as r:
+        er = r.run()
+    c = er.cells[0]
+    assert not c.result.restore.ok and c.fault is not None, c.fault
+    assert "per memory component: kv_base unchanged" in c.fault and "kv_swa removed" in c.fault, c.fault
+    assert "seq_pos_max reports sequence 0 empty" in c.fault
+    src = DATA / "gen-0c1e5709/gemma2-f16-fa0-unified0-seq0.seqdata.bin"
+    res = verify(_cut(src, tmp_path / "cut.seqdata.bin", 0.9), MODELS / "gemma2.gguf")
+    assert res.restore is not None and not res.restore.ok
+    fault = res.restore.engine_fault
+    assert fault is not None and "seq_pos_max reports sequence 0 empty" in fault and "kv_base" in fault, fault
+    assert any(x.startswith("llama.cpp's own failure: ") for x in res.reasons), res.reasons
+    early = verify(_cut(src, tmp_path / "early.seqdata.bin", 0.3), MODELS / "gemma2.gguf")  # fails in kv_base:
+    assert early.restore is not None and not early.restore.ok and early.restore.engine_fault is None  # nothing left
