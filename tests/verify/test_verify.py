@@ -325,3 +325,23 @@ def test_a_server_binary_given_by_path(builds: dict[str, InstalledBuild], tmp_pa
     _ok(r)
     assert r.engine["binary"] == str(builds["b11434"].server.resolve()) and r.engine["started_by_kvscope"] is True
     assert "--server-bin" in r.engine["reason"]
+
+
+def test_a_few_damaged_records_of_an_unrecorded_rotation_are_not_verified_twice(
+        builds: dict[str, InstalledBuild], tmp_path: Path) -> None:
+    """A 2026-10 file does not record its rotation: verify tries the other setting only where every record
+    of a rotated role differs (a file saved with LLAMA_ATTN_ROT_DISABLE=1), not for a file with one damaged
+    record, whose second verification cost as much as the first and found nothing."""
+    from kvscope.core.lab.corruptions import parse_spec
+    from kvscope.core.model.profile import load_model_profile
+
+    folder = DATA / "gen-0c1e5709"
+    model = DATA / "gen-models" / "llama.gguf"
+    src = folder / "llama-q8_0-fa1-unified0-seq0.seqstate"
+    data = parse_spec("fill:value=0,role=k,il=1,cells=0-3").apply(src.read_bytes(), load_model_profile(model)).data
+    bad = tmp_path / "one-k-record-zeroed.seqstate"
+    bad.write_bytes(data)
+    r = verify(bad, model)
+    assert r.verdict == "damaged", r.reasons
+    assert not any("does not record the rotation" in n for n in r.notes), r.notes
+    assert "LLAMA_ATTN_ROT_DISABLE" not in r.context["ctx"]["env"]
