@@ -62,6 +62,17 @@ def current_umask() -> int:
     return mask
 
 
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """``a`` and ``b`` name the same file: the same path once links are resolved, or the same inode (a hard
+    link); False where either cannot be looked at (a path that does not exist yet is no other file)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def output_mode(path: str | os.PathLike[str]) -> int:
     """Permission bits a plain ``open(path, "w")`` would leave: the existing file's, else 0o666 & ~umask."""
     try:

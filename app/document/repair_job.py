@@ -36,7 +36,7 @@ from PySide6.QtCore import QObject, Signal
 
 from kvscope.app.base.tasks import Cancelled, CancelToken, Job, Report, Task, TaskRunner
 from kvscope.app.document.verify_job import EngineChoice
-from kvscope.core.fsutil import TEMP_PREFIX
+from kvscope.core.fsutil import TEMP_PREFIX, same_file
 from kvscope.core.pinned_builds import BUILDS, build_writing
 from kvscope.core.textsafe import safe_text
 
@@ -52,16 +52,6 @@ EXIT_BAD_INPUT = 2  # kvscope repair: the file cannot be rebuilt (one line on st
 
 class RepairRefused(Exception):
     """``kvscope repair`` refused the file or could not rebuild it: its one line."""
-
-
-def same_file(a: str, b: str) -> bool:
-    """``a`` and ``b`` name the same file (by path, a link or a hard link)."""
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 def repair_problem(res: ParseResult | None, profile: ModelProfile | None, model_path: str | None) -> str | None:

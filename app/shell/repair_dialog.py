@@ -14,9 +14,10 @@ from typing import Protocol
 
 from PySide6.QtWidgets import QFileDialog, QStatusBar, QWidget
 
-from kvscope.app.document.repair_job import default_output, repair_build, repair_plan_text, same_file
+from kvscope.app.document.repair_job import default_output, repair_build, repair_plan_text
 from kvscope.app.shell.document_widget import DocumentWidget
 from kvscope.app.shell.settings import AppSettings
+from kvscope.core.fsutil import same_file
 from kvscope.core.pinned_builds import build_writing
 from kvscope.core.textsafe import safe_text
 

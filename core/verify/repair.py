@@ -31,7 +31,7 @@ from typing import Any
 from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.choose import build_for_layout
 from kvscope.core.engine.llamacpp import EngineError, LlamaProcess
-from kvscope.core.fsutil import write_atomic
+from kvscope.core.fsutil import same_file, write_atomic
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import ReadError, read_state
 from kvscope.core.reader.records import ParseResult
@@ -79,15 +79,6 @@ class RepairResult:
                  + (f" ({v.reasons[0]})" if v is not None and v.reasons else ""),
                  f"written: {self.output} ({self.size:,} bytes)"]
         return "\n".join(lines + [f"note: {n}" for n in self.notes]) + "\n"
-
-
-def _same_file(a: str, b: str) -> bool:
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 def _profile(model: str) -> ModelProfile:
@@ -176,7 +167,7 @@ def repair(path: str | os.PathLike[str], model: str | os.PathLike[str], out: str
            timeout_s: float = 600.0) -> RepairResult:
     """Rebuild FILE's state from its tokens into OUT (verified first); raises :class:`RepairError`."""
     path, model, out = os.fspath(path), os.fspath(model), os.fspath(out)
-    if _same_file(path, out):
+    if same_file(path, out):
         raise RepairError(f"{out} is the input file: repair never overwrites it (give another -o)")
     if os.path.isdir(out):
         raise RepairError(f"{out} is a folder: give the output file's name")
