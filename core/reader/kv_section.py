@@ -460,6 +460,23 @@ def _missing(
     stream.trusted = False
 
 
+def _next_by_own_row(ctx: ParseCtx, off: int, limit: int, stream: KvStream, role: str) -> int:
+    """The first record of its kind has a bad header and no record before it gives a pattern: where its own
+    row size puts the next header, when a header of a known type and that same row size stands there (one
+    field of the header is damaged, its row size is not); -1 otherwise. Not for transposed V records."""
+    if role != "k" and stream.v_trans:
+        return -1
+    row, rows = ctx.src.u64(off + 4), stream.cell_count
+    if not row or not rows or row * rows > limit - off - 24:
+        return -1
+    nxt = off + 12 + row * rows
+    t = ctx.src.i32(nxt)
+    if t is None or not gt.is_known_type(t) or ctx.src.u64(nxt + 4) != row:
+        return -1
+    ts = gt.type_size(t)
+    return nxt if ts and row % ts == 0 else -1
+
+
 def _resync(ctx: ParseCtx, node: Node, off: int, limit: int, stream: KvStream, role: str, j: int) -> tuple[int, int]:
     """After a bad record header at ``off``: resume at the next header shaped like its neighbours."""
     done = stream.k_layers if role == "k" else stream.v_layers
@@ -469,6 +486,8 @@ def _resync(ctx: ParseCtx, node: Node, off: int, limit: int, stream: KvStream, r
     # the next header sits one record further; look a few records ahead, never the whole file
     rec_size = max((r.size for r in done), default=12)
     hit = find_resync(ctx, off + 1, min(limit, off + 4 * rec_size + 64), patterns) if patterns else -1
+    if hit < 0 and not done:
+        hit = _next_by_own_row(ctx, off, limit, stream, role)
     if hit < 0:
         raise Stop(off + 12)
     node.children.pop()  # the layer node holding only the bad header becomes part of the gap
