@@ -191,6 +191,12 @@ def context_for(res: ParseResult, profile: ModelProfile | None = None, n_tokens:
         if st.v_trans is not None:
             flash = not bool(st.v_trans)
             sources["flash_attn"] = "file"
+            if not flash and gt.is_quantized(gt.type_id_from_name(type_v)):
+                # llama.cpp holds a quantized V cache only with flash attention, which does not transpose V:
+                # the flag contradicts the cache type (the file is damaged there), and that context refuses it
+                flash = True
+                notes.append(f"the file says V is transposed, which llama.cpp never writes for a {type_v} V cache "
+                             "(only a flash-attention context holds one, untransposed): flash attention on")
         sources["type_k"] = sources["type_v"] = "file"
     elif kv:
         notes.append("no KV record in the file: cache types f16 and flash attention auto assumed")

@@ -221,9 +221,13 @@ FAMILIES: tuple[Family, ...] = (
     Family("n_stream_plus1", _spec("n_stream_plus1"), lambda s: Want("damaged", False), settings=ONE),
     Family(
         "v_trans_flipped",
-        _spec("v_trans_flipped"),  # a quantized V cache cannot be transposed (no context)
+        _spec("v_trans_flipped"),
         lambda s: (
-            Want("damaged", False) if s.spec.cache_type == "f16" else Want("damaged", refused=True, reason="flash_attn")
+            # a quantized V cache is never transposed: the flag contradicts the cache type, and the only context
+            # that holds the cache (flash attention) refuses the file
+            Want("damaged", False)
+            if s.spec.cache_type == "f16"
+            else Want("damaged", False, reason="the restore failed")
         ),
     ),
     Family("n_layer_minus1", _spec("n_layer_minus1"), _header_field, settings=ONE),
