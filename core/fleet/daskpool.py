@@ -59,6 +59,11 @@ CONNECT_TIMEOUT = 30.0
 PROBE_TIMEOUT = 120.0
 SIGNAL_WAIT = 1.0  # seconds to wait for a nanny's word on how its worker died
 DEADLINE_CHECK = 1.0  # seconds between looks at the workers' marks for one past its deadline
+NO_WORKER_GRACE = 60.0  # seconds kvscope's own cluster may be without a worker before the run stops
+
+
+class _NoWorkers(Exception):
+    """kvscope's own cluster has had no worker for :data:`NO_WORKER_GRACE` seconds."""
 POLL = 0.02  # seconds between looks for a finished task while a deadline is kept
 _DEATH = re.compile(r"Worker process (\d+) (?:was killed by signal (\d+)|exited with status (\d+))")
 
@@ -161,6 +166,7 @@ class DaskPool:
         self._seq = itertools.count()
         self._tmp: str | None = None  # our LocalCluster's private folder (0700): marks/ and the workers' scratch/
         self._marks: str | None = None  # its workers' running tasks (pid -> task key)
+        self.no_worker_grace = NO_WORKER_GRACE
 
     @property
     def workers_lost(self) -> int:
@@ -294,7 +300,13 @@ class DaskPool:
         while len(tasks) < window and submit():
             pass
         while tasks:
-            fut = self._next(done, tasks)
+            try:
+                fut = self._next(done, tasks)
+            except _NoWorkers as e:  # nothing would ever run the tasks in flight: stop with what was done
+                from kvscope.core.fleet.localpool import ExecutorDied
+
+                pending = [it for t in tasks.values() for it in t.items] + [it for t in retry for it in t.items]
+                raise ExecutorDied(str(e), pending, source) from None
             task = tasks.pop(fut.key)
             yield from self._finished(fut, task, on_error, retry, distributed)
             fut.release()
@@ -304,17 +316,35 @@ class DaskPool:
 
     def _next(self, done: Any, tasks: dict[str, _Task]) -> Any:
         """The next finished future; meanwhile, on kvscope's own cluster, a worker process whose
-        current file began more than ``timeout`` seconds ago (by its mark) is killed."""
-        if self.timeout is None or self._marks is None:
+        current file began more than ``timeout`` seconds ago (by its mark) is killed, and a cluster left
+        without any worker for ``no_worker_grace`` seconds (its workers gone and none started again: a
+        stopped or killed nanny) raises :class:`_NoWorkers` instead of waiting for ever."""
+        if self._cluster is None:
             return next(done)
         checked = 0.0
+        without: float | None = None  # since when the cluster has had no worker
         while not done.has_ready():
             now = time.monotonic()
             if now - checked >= DEADLINE_CHECK:
                 checked = now
-                self._kill_overdue({t.key for t in tasks.values()})
+                if self.timeout is not None and self._marks is not None:
+                    self._kill_overdue({t.key for t in tasks.values()})
+                if self._n_workers() == 0:
+                    without = now if without is None else without
+                    if now - without > self.no_worker_grace:
+                        raise _NoWorkers(f"the dask cluster has had no worker for {self.no_worker_grace:.0f} s "
+                                         "(its workers are gone and none was started again)")
+                else:
+                    without = None
             time.sleep(POLL)
         return next(done)
+
+    def _n_workers(self) -> int:
+        """The workers the scheduler knows now (-1: it cannot be asked)."""
+        try:
+            return len(self.client.scheduler_info().get("workers", {}))
+        except Exception:  # a scheduler going away: the futures will say so
+            return -1
 
     def _kill_overdue(self, keys: set[str]) -> None:
         assert self._marks is not None and self.timeout is not None

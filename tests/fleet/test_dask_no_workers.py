@@ -1,0 +1,37 @@
+"""kvscope's own Dask cluster left without any worker (retired, or a nanny that no longer starts one):
+the run stops with the tasks in flight named (ExecutorDied, which scan and migrate turn into the summary
+and one line, exit 2) instead of polling for ever for a result nothing will compute (seen once in eight
+replays of the long fuzz's stopped-worker family, bench/fuzz_fleet.py --seed 1 --replay workers:34)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from kvscope.core.fleet.daskpool import DaskPool
+from kvscope.core.fleet.localpool import ExecutorDied
+
+
+def test_a_cluster_without_workers_stops_the_run_and_names_the_files_in_flight() -> None:
+    outcome: dict[str, Any] = {}
+    with DaskPool(jobs=1, batch=1) as pool:
+        pool.no_worker_grace = 3.0
+        items = [20.0, 20.0, 20.0]
+
+        def run() -> None:
+            try:
+                outcome["results"] = list(pool.map(time.sleep, items, lambda item, why: {"error": why}))
+            except ExecutorDied as e:
+                outcome["died"] = e
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        time.sleep(2.0)  # the first file is running on the one worker
+        pool._cluster.scale(0)  # every worker retired: nothing will ever run the files in flight
+        t.join(60.0)
+        assert not t.is_alive(), "the run still waits for a result no worker will compute"
+    died = outcome.get("died")
+    assert isinstance(died, ExecutorDied), outcome
+    assert "no worker for 3 s" in str(died)
+    assert died.pending and all(x == 20.0 for x in died.pending)
