@@ -206,6 +206,8 @@ class DaskPool:
                         scheduler_kwargs={"allowed_failures": 0, "dashboard": False,
                                           "dashboard_address": "127.0.0.1:0"},
                         local_directory=scratch,
+                        # kvscope's imports before a worker's first file, not inside its deadline
+                        preload=["kvscope.core.fleet.dask_preload"],
                     )
                 self.client = distributed.Client(self._cluster, set_as_default=False)
                 self._marks = marks

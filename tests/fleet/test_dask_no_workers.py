@@ -35,3 +35,22 @@ def test_a_cluster_without_workers_stops_the_run_and_names_the_files_in_flight()
     assert isinstance(died, ExecutorDied), outcome
     assert "no worker for 3 s" in str(died)
     assert died.pending and all(x == 20.0 for x in died.pending)
+
+
+# imported by the preload only: nothing the test's own module or the task's unpickling imports
+LAZY = ("kvscope.core.analysis.inspection", "kvscope.core.analysis.reuse", "kvscope.core.fleet.migrate")
+
+
+def _imported(_: Any) -> list[str]:
+    import sys
+
+    return [m for m in LAZY if m not in sys.modules]
+
+
+def test_a_fresh_worker_has_kvscope_imported_before_its_first_file() -> None:
+    """The per-file deadline's clock starts as a file begins: a fresh worker's first file must not pay
+    for kvscope's imports (dask's preload: kvscope.core.fleet.dask_preload). The check runs as the
+    worker's first task and looks at sys.modules without importing anything itself."""
+    with DaskPool(jobs=1, batch=1) as pool:
+        results = list(pool.map(_imported, [0], lambda item, why: {"error": why}))
+    assert results == [[]], results
