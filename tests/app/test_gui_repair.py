@@ -160,30 +160,24 @@ def test_cancel_stops_the_repair_with_nothing_written(qtbot, window, tmp_path: P
 
 def test_a_measurement_that_contradicts_the_prediction_leaves_no_stale_server_line(
         qtbot, window, tmp_path: Path, pinned: None) -> None:  # type: ignore[no-untyped-def]
-    """NaN in two cells of V layer 1: the statistics make the file damaged and the prediction says libllama
-    refuses it (and so llama-server, which loads it through the same call); libllama loads it. The server's
-    line followed the prediction the measurement replaced: it says so instead of a refusal."""
-    from kvscope.core.lab.corruptions import parse_spec
-    from kvscope.core.model.profile import load_model_profile
-
-    prof = load_model_profile(LLAMA)
+    """A sequence file cut inside K layer 1's payload: what libllama reads past the end is what the stack held,
+    so the prediction is unknown for libllama (and for llama-server, which loads it through the same call).
+    A Verify measures libllama's answer; the server's line, which followed the prediction the measurement
+    replaced, says so instead of repeating it."""
     data = (DATA / "gen-b11434" / "llama-f16-fa0-unified0-seq0.seqstate").read_bytes()
-    for spec in ("fill:value=nan,role=v,il=1,cells=1-2", "fill:value=0,role=k,il=0,cells=2-3"):
-        data = parse_spec(spec).apply(data, prof).data
-    path = tmp_path / "nan.seqstate"
-    path.write_bytes(data)
+    path = tmp_path / "cut.seqstate"
+    path.write_bytes(data[:len(data) // 2])
     w = _open(window, qtbot, path)
     qtbot.waitUntil(lambda: w.doc.stats is not None, timeout=30000)
     before = {(e.build, e.consumer): e.answer for e in w.overview.overview.consumer_entries()}
-    assert before[("b11434", "libllama")] == "refuses" and before[("b11434", "llama-server")] == "refuses"
+    assert before[("b11434", "libllama")] == "unknown" and before[("b11434", "llama-server")] == "unknown"
     window.verify(w)
     qtbot.waitUntil(lambda: w.doc.verifying, timeout=5000)
     qtbot.waitUntil(lambda: not w.doc.verifying, timeout=TIMEOUT)
-    assert w.doc.verify_error is None and w.doc.verify["restore"]["ok"]
+    assert w.doc.verify_error is None
     entries = {(e.build, e.consumer): e for e in w.overview.overview.consumer_entries()}
     lib, srv = entries[("b11434", "libllama")], entries[("b11434", "llama-server")]
-    assert lib.measured and lib.answer == "loads"
+    assert lib.measured and lib.answer in ("refuses", "crashes"), lib
     assert not srv.measured and srv.answer == "unknown"
-    assert srv.message == ("predicted from libllama's answer (refuses), which Verify measured as loads: Verify in "
-                           "llama-server to know")
-    assert "Unable to restore slot" not in " ".join(_rows(w)[_rows(w).index("b11434"):][:8])
+    assert srv.message == (f"predicted from libllama's answer (unknown), which Verify measured as {lib.answer}: "
+                           "Verify in llama-server to know")
