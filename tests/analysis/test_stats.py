@@ -385,22 +385,22 @@ def test_cold_file_feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, readers
     import os
     import threading
 
-    import kvscope.core.analysis.stats as stats_mod
+    import kvscope.core.analysis.cold_feed as cold_feed
 
     x = np.random.default_rng(5).standard_normal((400, 256)).astype("<f2")
     q = np.asarray(quantize(x[:, :128].astype(np.float32), GGMLQuantizationType.Q4_0)).view(np.uint8)
     res = synthetic(tmp_path, [(1, x.tobytes(), 400, False), (1, x.tobytes(), 400, True),
                                (int(GGMLQuantizationType.Q4_0), q.tobytes(), 400, False),
                                (0, x[:, :64].astype(np.float32).tobytes(), 400, False)])  # f32 at odd offsets
-    monkeypatch.setattr(stats_mod, "_FEED_MIN", 0)
-    monkeypatch.setattr(stats_mod, "_CHUNK", 8192)  # a hundred chunks
-    monkeypatch.setattr(stats_mod, "_READERS", readers)
-    monkeypatch.setattr(stats_mod, "_RING", ring)
+    monkeypatch.setattr(cold_feed, "FEED_MIN", 0)
+    monkeypatch.setattr(cold_feed, "CHUNK", 8192)  # a hundred chunks
+    monkeypatch.setattr(cold_feed, "READERS", readers)
+    monkeypatch.setattr(cold_feed, "RING", ring)
     o_direct = os.O_DIRECT
     if not direct:
         monkeypatch.delattr(os, "O_DIRECT")
     feeds: list[bool] = []  # per feed: opened with O_DIRECT
-    real_open = stats_mod._Feed.open.__func__  # type: ignore[attr-defined]
+    real_open = cold_feed.ColdFeed.open.__func__  # type: ignore[attr-defined]
 
     def spy(cls: type, *args: object) -> object:
         feed = real_open(cls, *args)
@@ -408,9 +408,9 @@ def test_cold_file_feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, readers
         feeds.append(bool(fcntl.fcntl(feed.fd, fcntl.F_GETFL) & o_direct))
         return feed
 
-    monkeypatch.setattr(stats_mod._Feed, "open", classmethod(spy))
-    assert not stats_mod._cold(res.path, 0, Path(res.path).stat().st_size)  # just written: cached
-    monkeypatch.setattr(stats_mod, "_cold", lambda *a: True)
+    monkeypatch.setattr(cold_feed.ColdFeed, "open", classmethod(spy))
+    assert not cold_feed.is_cold(res.path, 0, Path(res.path).stat().st_size)  # just written: cached
+    monkeypatch.setattr(cold_feed, "is_cold", lambda *a: True)
     before = threading.active_count()
     for chunk, threads in ((64 << 20, 1), (3000, 1), (3000, 3), (64 << 20, 3)):
         plain = scan_stats(res, chunk, data=np.fromfile(res.path, np.uint8), threads=threads).layers  # no feed
@@ -429,16 +429,17 @@ def test_cold_file_feed_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     import os
     import threading
 
+    import kvscope.core.analysis.cold_feed as cold_feed
     import kvscope.core.analysis.stats as stats_mod
 
     x = np.random.default_rng(6).standard_normal((300, 256)).astype("<f2")
     res = synthetic(tmp_path, [(1, x.tobytes(), 300, False), (1, x.tobytes(), 300, True)])
-    monkeypatch.setattr(stats_mod, "_FEED_MIN", 0)
-    monkeypatch.setattr(stats_mod, "_CHUNK", 8192)
-    monkeypatch.setattr(stats_mod, "_cold", lambda *a: True)
+    monkeypatch.setattr(cold_feed, "FEED_MIN", 0)
+    monkeypatch.setattr(cold_feed, "CHUNK", 8192)
+    monkeypatch.setattr(cold_feed, "is_cold", lambda *a: True)
     plain = scan_stats(res, 3000, data=np.fromfile(res.path, np.uint8)).layers
     calls = [0]
-    real_pread = stats_mod.pread_into
+    real_pread = cold_feed.pread_into
 
     def flaky(fd: int, buf: memoryview, off: int) -> int:
         calls[0] += 1
@@ -447,7 +448,7 @@ def test_cold_file_feed_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         return real_pread(fd, buf, off)
 
     before = threading.active_count()
-    monkeypatch.setattr(stats_mod, "pread_into", flaky)
+    monkeypatch.setattr(cold_feed, "pread_into", flaky)
     for threads in (1, 3):
         assert scan_stats(res, 3000, threads=threads).layers == plain
     assert calls[0] > 10
@@ -459,9 +460,9 @@ def test_cold_file_feed_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         return real_pread(fd, buf, off)
 
     calls[0] = 0
-    monkeypatch.setattr(stats_mod, "pread_into", no_direct)
+    monkeypatch.setattr(cold_feed, "pread_into", no_direct)
     assert scan_stats(res, 3000).layers == plain and calls[0] > 10  # read through the page cache instead
-    monkeypatch.setattr(stats_mod, "pread_into", real_pread)
+    monkeypatch.setattr(cold_feed, "pread_into", real_pread)
     steps = [0]
     real_reduce = stats_mod._reduce_step
 
