@@ -18,7 +18,7 @@ The limits (:meth:`Calibration.record_limits`, which the comparison calls per re
 the file's record is bad beyond ``margin x`` the record's largest difference, or ``margin x`` the
 largest relative difference of its cache's records (``Calibration.limits``: a few schedules sample
 one record's variation thinly) times the record's largest value; the record differs beyond
-``margin x`` the larger RMS likewise. The fixed tolerance (``compare.Tolerance``) is the floor of
+``margin x`` the larger RMS likewise. The fixed tolerance (``comparison.Tolerance``) is the floor of
 both. On a model whose schedules agree bit for bit (random weights) the spread is zero and the
 floor decides as before.
 """
@@ -32,7 +32,8 @@ from typing import Any
 
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.source import ByteSource
-from kvscope.core.verify.compare import Limits, RecordKey, Tolerance, compare_states
+from kvscope.core.verify.compare import compare_states
+from kvscope.core.verify.comparison import Limits, RecordKey, Tolerance
 from kvscope.core.verify.prefill import PrefillPlan, Schedule
 
 TAIL = 8  # tokens the tail schedule decodes one at a time (a server generates them so)

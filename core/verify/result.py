@@ -38,7 +38,7 @@ import numpy as np
 from kvscope.core.analysis.verdict import plural
 from kvscope.core.textsafe import safe_text
 from kvscope.core.verify.behaviour import Behaviour
-from kvscope.core.verify.compare import Comparison, RecordCheck
+from kvscope.core.verify.comparison import Comparison, RecordCheck
 from kvscope.core.verify.engines import Logits, RestoreReport
 
 VERDICTS = ("ok", "damaged", "stale", "incompatible", "diverges")

@@ -33,7 +33,8 @@ from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.source import ByteSource, FileChangedError
 from kvscope.core.verify.behaviour import STEPS, Behaviour, forced, greedy, judge
 from kvscope.core.verify.calibrate import measure, schedules_for
-from kvscope.core.verify.compare import Cancelled, Tolerance, compare_states
+from kvscope.core.verify.compare import compare_states
+from kvscope.core.verify.comparison import Cancelled, Tolerance
 from kvscope.core.verify.engines import (
     ENGINES,
     EngineUnavailable,

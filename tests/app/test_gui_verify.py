@@ -37,7 +37,7 @@ def test_the_app_names_the_verify_engines_and_statuses_of_the_core() -> None:
     from kvscope.core.lab.engine_lab import ENGINES as LAB_CORE_ENGINES
     from kvscope.core.lab.lab_cli import register as register_lab
     from kvscope.core.verify.cli import register as register_verify
-    from kvscope.core.verify.compare import STATUSES as CORE_STATUSES
+    from kvscope.core.verify.comparison import STATUSES as CORE_STATUSES
     from kvscope.core.verify.engines import ENGINES
 
     assert VERIFY_ENGINES == ENGINES and LAB_ENGINES == LAB_CORE_ENGINES
