@@ -20,7 +20,8 @@ from kvscope.app.base.tasks import CancelToken, Job, Report
 from kvscope.app.document.verify_job import EngineChoice
 
 if TYPE_CHECKING:
-    from kvscope.core.lab.engine_lab import Disagreement, EngineCell, EngineRun
+    from kvscope.core.lab.engine_cells import Disagreement, EngineCell
+    from kvscope.core.lab.engine_lab import EngineRun
     from kvscope.core.lab.report import CellResult
     from kvscope.core.lab.runner import LabCase
     from kvscope.core.lab.scenario import Scenario

@@ -27,7 +27,8 @@ from kvscope.core.fsutil import write_atomic
 from kvscope.core.lab.report import CellResult, LabRun, cell_text, diff_text, render_markdown, run_to_json
 
 if TYPE_CHECKING:
-    from kvscope.core.lab.engine_lab import Disagreement, EngineCell, EngineRun
+    from kvscope.core.lab.engine_cells import Disagreement, EngineCell
+    from kvscope.core.lab.engine_lab import EngineRun
 
 Index = QModelIndex | QPersistentModelIndex
 CELL_ROLE = Qt.ItemDataRole.UserRole + 1  # the CellResult (None: not run)

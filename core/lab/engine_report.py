@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvscope.core.lab.engine_lab import EngineCell, EngineRun
+from kvscope.core.lab.engine_cells import EngineCell
+from kvscope.core.lab.engine_lab import EngineRun
 from kvscope.core.lab.report import cell_to_json, render_markdown, run_to_json
 
 

@@ -71,7 +71,7 @@ def test_both_runs_the_core_and_llama_cpp_and_says_they_agree(qtbot, window, pin
 
 def test_view_only_injected_disagreement_is_highlighted(qtbot, window, pinned, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A view test: the run is real, the disagreement is injected into what the view is given."""
-    from kvscope.core.lab.engine_lab import Disagreement
+    from kvscope.core.lab.engine_cells import Disagreement
 
     lab = _lab(window, qtbot)
     er = _run(lab, qtbot, "both", CASES[:2])

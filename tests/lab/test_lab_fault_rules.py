@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvscope.core.lab.engine_lab import Disagreement, EngineCell, explain
+from kvscope.core.lab.engine_cells import Disagreement, EngineCell, explain
 from kvscope.core.lab.report import CellResult, RestoreOutcome, TargetOutcome
 from kvscope.core.verify.behaviour import judge
 from kvscope.core.verify.engines import Logits

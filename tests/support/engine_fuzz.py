@@ -36,7 +36,8 @@ from typing import Any
 
 from kvscope.core.engine.llamacpp import CtxParams, EngineError, EngineSetupError
 from kvscope.core.lab.corruptions import Corruption, CorruptionError, spec_of
-from kvscope.core.lab.engine_lab import Disagreement, EngineCell, EngineLabRunner, disagreements
+from kvscope.core.lab.engine_cells import Disagreement, EngineCell, disagreements
+from kvscope.core.lab.engine_lab import EngineLabRunner
 from kvscope.core.lab.engine_live import EngineLabError, LiveSpec, LlamaLive
 from kvscope.core.lab.report import CellResult
 from kvscope.core.lab.runner import LabCase
