@@ -50,12 +50,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import random
-import resource
 import shutil
 import signal
 import stat
@@ -64,103 +61,28 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import fuzz_fleet_server  # noqa: E402
+from fuzz_fleet_common import (  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+    DATA,
+    FAMILIES,
+    FIXTURES,
+    MODEL,
+    OUT,
+    case_rng,
+    check,
+    copy_fixtures,
+    outside_names,
+    run_cli,
+    stray_processes,
+)
+from fuzz_fleet_server import case_server  # noqa: E402
 
-from kvscope.core.cli.main import main as kvscope_main  # noqa: E402
-from tests.support.fixtures import DATA  # noqa: E402
-from tests.support.fleet_tree import TREE_FILES, Killer, tree_digest, write_slow_state  # noqa: E402
+from tests.support.fleet_tree import Killer, tree_digest, write_slow_state  # noqa: E402
 from tests.support.proc_runs import kill_session, leftovers, run_until, temporaries  # noqa: E402
-
-OUT = ROOT / "bench" / "out" / "fuzz-failures" / "fleet"
-FAMILIES = ("server", "trees", "workers", "signals")
-FIXTURES = [src for src, _ in TREE_FILES if not src.endswith(".gguf")]
-MODEL = DATA / "llamacpp-2026-10-01" / "tiny-llama.gguf"
-HOSTILE = ("\x1b[31mred\x1b[0m", "a\u202eb\u2066c", "<script>alert(1)</script>", "&amp;\r\nx", "\x00\x07\x7f\x9b",
-           "line\nbreak", "\ud7ff\ufffd", "%s%n{0}")
-
-
-class CheckFailed(Exception):
-    """An invariant of the family did not hold."""
-
-
-def check(cond: bool, what: str) -> None:
-    if not cond:
-        raise CheckFailed(what)
-
-
-def case_rng(seed: int, family: str, index: int) -> random.Random:
-    return random.Random(f"fuzz_fleet-{seed}-{family}-{index}")
-
-
-@contextlib.contextmanager
-def captured() -> Iterator[tuple[io.StringIO, io.StringIO]]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        yield out, err
-
-
-def run_cli(args: list[str]) -> tuple[int, list[dict[str, Any]], str]:
-    """``kvscope ARGS --json`` in this process: (status, JSON documents, stderr)."""
-    with captured() as (out, err):
-        rc = kvscope_main([*args, "--json"])
-    text = err.getvalue()
-    check("Traceback" not in text, f"traceback on stderr: {text[-1500:]}")
-    docs = [json.loads(line) for line in out.getvalue().splitlines() if line.strip()]
-    return rc, docs, text
-
-
-def stray_processes() -> list[str]:
-    """Descendants of this process other than multiprocessing's fork server and resource tracker
-    (and llama-servers the family started itself), given a few seconds to go."""
-    import multiprocessing.forkserver as fs
-
-    import psutil
-
-    end = time.monotonic() + 15
-    while True:
-        left = []
-        server = getattr(fs._forkserver, "_forkserver_pid", None)  # the server, not the workers it forked
-        for c in psutil.Process().children(recursive=True):
-            try:
-                cmd = " ".join(c.cmdline())
-                if c.status() == psutil.STATUS_ZOMBIE or c.pid == server or "resource_tracker" in cmd \
-                        or c.pid in KEEP:
-                    continue
-                left.append(f"{c.pid} {c.status()} {cmd[:80]}")
-            except psutil.Error:
-                continue
-        if not left or time.monotonic() > end:
-            return left
-        time.sleep(0.2)
-
-
-KEEP: set[int] = set()  # pids the run keeps on purpose (the server family's llama-server and its janitor)
-
-
-def copy_fixtures(rng: random.Random, root: Path, n: int, folders: list[str]) -> list[str]:
-    rels = []
-    for i in range(n):
-        rel = f"{rng.choice(folders)}/f{i}-{rng.randrange(1000)}.bin"
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(DATA / rng.choice(FIXTURES), root / rel)
-        rels.append(rel)
-    return rels
-
-
-def outside_names(work: Path, inside: tuple[Path, ...]) -> set[str]:
-    """Everything under ``work`` but the folders ``inside`` (not following links)."""
-    names = set()
-    for dirpath, dirnames, filenames in os.walk(work):
-        here = Path(dirpath)
-        dirnames[:] = [d for d in dirnames if here / d not in inside]
-        names |= {str((here / n).relative_to(work)) for n in dirnames + filenames}
-    return names
-
 
 # -- trees ---------------------------------------------------------------------------------------
 LINKS = ("dest_dir_to_source", "dest_dir_elsewhere", "dest_file_to_source", "dest_file_elsewhere",
@@ -381,174 +303,6 @@ def _outputs(dest: Path) -> dict[str, bytes]:
             if p.is_file() and not p.name.startswith(".kvscope-migrate")}
 
 
-# -- server --------------------------------------------------------------------------------------
-ENDPOINTS = ("health", "props", "restore", "erase", "save", "prefill", "next")
-KINDS = ("status", "message", "silent", "close", "invalid", "json", "trickle_head", "trickle_body", "huge", "after")
-SLOT_CHANGES = ("remove", "directory", "fifo", "link_zero", "link_passwd", "link_elsewhere", "sparse", "cut", "flip")
-VERIFY_TIMEOUT_S = 3.0
-BOUND_S = 90.0
-
-
-def _random_json(rng: random.Random, depth: int = 0) -> Any:
-    pick = rng.randrange(9 if depth < 3 else 6)
-    if pick == 0:
-        return None
-    if pick == 1:
-        return rng.choice([True, False])
-    if pick == 2:
-        return rng.choice([0, -1, 2**31, 2**63, -(2**64), 7])
-    if pick == 3:
-        return rng.choice([0.5, 1e308, -0.0])
-    if pick in (4, 5):
-        return rng.choice(HOSTILE + ("", "ok", "7"))
-    if pick in (6, 7):
-        keys = ["completion_probabilities", "top_logprobs", "id", "logprob", "tokens", "n_saved", "n_restored",
-                "total_slots", "default_generation_settings", "n_ctx", "build_info", "status", "error", "content"]
-        return {rng.choice(keys): _random_json(rng, depth + 1) for _ in range(rng.randint(0, 4))}
-    return [_random_json(rng, depth + 1) for _ in range(rng.randint(0, 3))]
-
-
-def _slot_change(kind: str, arg: int, elsewhere: str) -> Callable[[str, str | None], None]:
-    def change(slot_dir: str, name: str | None) -> None:
-        if not name:
-            return
-        p = os.path.join(slot_dir, name)
-        if not os.path.lexists(p):
-            return
-        if kind in ("cut", "flip", "sparse"):
-            with open(p, "r+b") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                if kind == "cut":
-                    fh.truncate(arg % max(size, 1))
-                elif kind == "sparse":
-                    fh.truncate(size + (arg << 30))
-                else:
-                    fh.seek(arg % max(size, 1))
-                    b = fh.read(1)
-                    fh.seek(arg % max(size, 1))
-                    fh.write(bytes([(b[0] if b else 0) ^ 0xFF]))
-            return
-        os.unlink(p)
-        if kind == "directory":
-            os.mkdir(p)
-        elif kind == "fifo":
-            os.mkfifo(p)
-        elif kind != "remove":
-            os.symlink({"link_zero": "/dev/zero", "link_passwd": "/etc/passwd", "link_elsewhere": elsewhere}[kind], p)
-    return change
-
-
-def draw_faults(rng: random.Random) -> list[tuple[str, str, Any, int, str]]:
-    """(endpoint, kind, arg, nth, description) for one to three faults."""
-    out = []
-    for _ in range(rng.choice([1, 1, 1, 2, 3])):
-        ep, kind, nth = rng.choice(ENDPOINTS), rng.choice(KINDS), rng.choice([1, 1, 1, 2])
-        arg: Any = None
-        desc = ""
-        if kind == "status":
-            arg = rng.choice([400, 401, 404, 500, 501, 503])
-        elif kind == "message":
-            arg = "".join(rng.choice(HOSTILE) for _ in range(rng.randint(1, 4)))
-        elif kind == "json":
-            arg = _random_json(rng)
-        elif kind == "huge":
-            arg = rng.choice([2 << 20, 64 << 20, 1536 << 20])
-        elif kind == "after":
-            ep = rng.choice(["save", "restore"])
-            change = rng.choice(SLOT_CHANGES)
-            n = rng.randrange(1 << 20) if change != "sparse" else rng.randint(1, 50)
-            desc = f"{change}({n})"
-            arg = (change, n)
-        out.append((ep, kind, arg, nth, desc or repr(arg)[:60]))
-    return out
-
-
-class ServerBench:
-    """One real llama-server and its slot for the family (started on first use)."""
-
-    def __init__(self) -> None:
-        self.srv: Any = None
-        self.slot: Path | None = None
-        self.elsewhere = tempfile.mkdtemp(prefix="kvscope-fuzz-elsewhere-")
-        Path(self.elsewhere, "secret.bin").write_bytes(b"x" * 4096)
-
-    def start(self) -> None:
-        if self.srv is not None:
-            return
-        import psutil
-
-        from kvscope.core.engine.server import ServerProcess
-        from tests.support.fixtures import model_path
-        from tests.support.states import PROMPT
-
-        self.srv = ServerProcess(model_path("llama"), build="0c1e5709", n_ctx=512)
-        self.srv.__enter__()
-        KEEP.update(c.pid for c in psutil.Process().children(recursive=True))
-        c = self.srv.client()
-        c.complete(PROMPT, n_predict=0)
-        c.slot_save(0, "fuzz-slot.bin")
-        self.slot = Path(tempfile.mkdtemp(prefix="kvscope-fuzz-slot-")) / "slot0.bin"
-        shutil.copyfile(Path(self.srv.slot_dir) / "fuzz-slot.bin", self.slot)
-
-    def close(self) -> None:
-        if self.srv is not None:
-            self.srv.__exit__(None, None, None)
-            shutil.rmtree(self.slot.parent if self.slot else "", ignore_errors=True)
-        shutil.rmtree(self.elsewhere, ignore_errors=True)
-
-
-BENCH: ServerBench | None = None
-
-
-def case_server(rng: random.Random, work: Path) -> dict[str, Any]:
-    from kvscope.core.verify.result import VERDICTS
-    from kvscope.core.verify.run import Verifier, VerifyError
-    from tests.support.fake_server import FakeServer
-    from tests.support.fixtures import model_path
-
-    global BENCH
-    if BENCH is None:
-        BENCH = ServerBench()
-    BENCH.start()
-    assert BENCH.slot is not None
-    faults = draw_faults(rng)
-    info: dict[str, Any] = {"faults": [f"{ep}#{nth} {kind} {desc}" for ep, kind, _, nth, desc in faults]}
-    with FakeServer(BENCH.srv.url, BENCH.srv.slot_dir) as fake:
-        for ep, kind, arg, nth, _ in faults:
-            if kind == "after":
-                arg = _slot_change(arg[0], arg[1], os.path.join(BENCH.elsewhere, "secret.bin"))
-            fake.fault(ep, kind, arg, nth=nth)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        t0 = time.monotonic()
-        try:
-            r = Verifier(BENCH.slot, model_path("llama"), engine="server", server_url=fake.url,
-                         slot_dir=fake.slot_dir, timeout_s=VERIFY_TIMEOUT_S).run()
-            check(r.verdict in VERDICTS, f"verdict {r.verdict!r}")
-            info["outcome"] = r.verdict
-        except VerifyError as e:
-            msg = str(e)
-            check(bool(msg) and "\n" not in msg and msg.isprintable(), f"not one printable line: {msg[:300]!r}")
-            info["outcome"] = "error: " + msg[:50]
-        dt = time.monotonic() - t0
-        info["seconds"] = round(dt, 1)
-        info["hits"] = list(fake.hits)
-        check(dt < BOUND_S, f"took {dt:.1f} s")
-        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak
-        check(grown < 512 * 1024, f"RSS grew {grown} KiB")
-        left = [n for n in os.listdir(fake.slot_dir) if n.startswith("kvscope-verify-")]
-        check(not left, f"left in the slot folder: {left}")
-        check(Path(BENCH.elsewhere, "secret.bin").read_bytes() == b"x" * 4096, "the file a link led to changed")
-    for n in os.listdir(BENCH.srv.slot_dir):  # what a change made of the server's own save, for the next case
-        p = os.path.join(BENCH.srv.slot_dir, n)
-        if n != "fuzz-slot.bin":
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(p)
-    return info
-
-
 CASES: dict[str, Callable[[random.Random, Path], dict[str, Any]]] = {
     "server": case_server, "trees": case_trees, "workers": case_workers, "signals": case_signals}
 
@@ -651,8 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"SUMMARY: {total_fail} failures")
         return 1 if total_fail else 0
     finally:
-        if BENCH is not None:
-            BENCH.close()
+        fuzz_fleet_server.close()
 
 
 def warnings_off() -> None:
