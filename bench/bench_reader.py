@@ -60,6 +60,9 @@ from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.source import ByteSource
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the tests.support helpers
+from tests.support.page_cache import drop_cache  # noqa: E402  (bench_rotation uses it as br.drop_cache)
+
 SMALL_FIXTURE = ROOT / "tests" / "data" / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
 SEQ_MAGIC = 0x67677371
 SEQ_VERSION = 3
@@ -139,19 +142,6 @@ def write_state(path: Path, lay: Layout, seed: int) -> None:
 
 
 # -- measuring -----------------------------------------------------------------------------
-
-
-def drop_cache(path: Path) -> bool:
-    """Ask the kernel to forget the file's cached pages (clean pages only; the file is fsynced)."""
-    if not hasattr(os, "posix_fadvise"):
-        return False
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    return True
 
 
 def read_file(path: Path) -> float:

@@ -23,6 +23,7 @@ from kvscope.core.analysis.stats import _fast_f16, scan_stats
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, LayerRecord, LayoutChoice, ParseResult, Section
 from kvscope.core.reader.tree import Node
+from tests.support.page_cache import drop_cache
 from tests.support.value_rows import ELEMENT_TYPES, KERNEL_TYPES, SPECIAL, plain_rows
 
 D = Path(__file__).parent.parent / "data" / "llamacpp-2026-10-01"
@@ -363,18 +364,6 @@ def test_f16_sign_and_bit_pattern_edge_cases(tmp_path: Path, scan_path: str) -> 
     assert n_bad and rep.layers[3].n_nonfinite == rep.layers[8].n_nonfinite == n_bad
 
 
-def _drop_cache(path: str) -> None:
-    """Out of the page cache where the kernel lets it go."""
-    import os
-
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 @pytest.mark.parametrize(("readers", "ring", "direct"), [(1, 2, True), (2, 3, True), (4, 6, True), (3, 2, False)])
 def test_cold_file_feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, readers: int, ring: int,
                         direct: bool) -> None:
@@ -414,7 +403,7 @@ def test_cold_file_feed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, readers
     before = threading.active_count()
     for chunk, threads in ((64 << 20, 1), (3000, 1), (3000, 3), (64 << 20, 3)):
         plain = scan_stats(res, chunk, data=np.fromfile(res.path, np.uint8), threads=threads).layers  # no feed
-        _drop_cache(res.path)
+        drop_cache(res.path)
         assert scan_stats(res, chunk_bytes=chunk, threads=threads).layers == plain
     assert feeds == [direct] * 4 and threading.active_count() == before
 
