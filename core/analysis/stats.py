@@ -506,8 +506,8 @@ def _scan(res: ParseResult, src: ByteSource, chunk_bytes: int, threads: int | No
     ranges = [(tasks[i][0].data_offset + tasks[i][1].lo, tasks[i][0].data_offset + tasks[i][1].hi) for i in order]
     start, end = (ranges[0][0], max(hi for _, hi in ranges)) if ranges else (0, 0)
     feed = None
-    in_order = all(a[1] <= b[1] for a, b in zip(ranges, ranges[1:], strict=False))
-    if src.is_file and end - start >= cold_feed.FEED_MIN and hasattr(os, "RWF_NOWAIT") and in_order \
+    ranges_in_order = all(a[1] <= b[1] for a, b in zip(ranges, ranges[1:], strict=False))
+    if src.is_file and end - start >= cold_feed.FEED_MIN and hasattr(os, "RWF_NOWAIT") and ranges_in_order \
             and cold_feed.is_cold(src.path, start, end):
         feed = cold_feed.ColdFeed.open(src, start, end, ranges)  # (steps of overlapping records: read by the steps)
     cpus = os.cpu_count() or 1
