@@ -142,9 +142,11 @@ def repair_plan_text(res: ParseResult, build: str) -> str:
 
 
 def repair_job(path: str, model: str, out: str, build: str | None = None, timeout_s: float = 600.0,
-               what: str = "") -> Job:
+               what: str = "", late: dict[str, Any] | None = None) -> Job:
     """The job that runs ``kvscope repair`` on ``path`` into ``out``; returns its ``--json`` object
-    (``what``: the progress line's text)."""
+    (``what``: the progress line's text). A Cancel that reaches the command after it has written and
+    verified ``out`` cannot unwrite it: its ``--json`` object is put in ``late["result"]`` (the task's
+    own result of a cancelled job is dropped), so the app says what was written."""
 
     def job(token: CancelToken, report: Report) -> dict[str, Any]:
         if same_file(path, out):
@@ -175,6 +177,9 @@ def repair_job(path: str, model: str, out: str, build: str | None = None, timeou
                 _leftovers(out, t0)
             shutil.rmtree(tmp, ignore_errors=True)
         if token.cancelled:
+            if proc.returncode == 0 and late is not None:  # it had finished: OUT is written and verified
+                with contextlib.suppress(ValueError):
+                    late["result"] = {**json.loads(stdout.decode("utf-8")), "finished_before_cancel": True}
             raise Cancelled()
         err = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
         line = err[-1].removeprefix("kvscope: ") if err else f"kvscope repair ended with status {proc.returncode}"
@@ -204,6 +209,7 @@ class RepairRun(QObject):
         self.result: dict[str, Any] | None = None  # the last run's ``--json`` object (written)
         self.error: str | None = None  # why the last run wrote nothing (one line)
         self.cancelled = False
+        self._late: dict[str, Any] = {}  # a run's result that came in as it was cancelled
 
     @property
     def running(self) -> bool:
@@ -220,8 +226,10 @@ class RepairRun(QObject):
             self.changed.emit()
             return None
         self.step = "starting"
+        self._late = {}
         task = self.runner.submit(f"repair {safe_text(os.path.basename(path))}",
-                                  repair_job(path, model, self.output, build, what=what), self._done, self._failed)
+                                  repair_job(path, model, self.output, build, what=what, late=self._late),
+                                  self._done, self._failed)
         task.progressed.connect(self._progress)
         task.cancelled.connect(self._cancelled)
         task.finished.connect(self._finished)
@@ -252,7 +260,11 @@ class RepairRun(QObject):
         self.error = message
 
     def _cancelled(self) -> None:
-        self.cancelled = True
+        late = self._late.get("result")
+        if late is not None:  # Cancel came after the command had written and verified the file
+            self.result = late
+        else:
+            self.cancelled = True
 
     def _finished(self) -> None:
         self.task = None

@@ -21,7 +21,8 @@ def written_text(result: dict[str, object]) -> str:
     verdict = verify.get("verdict") if isinstance(verify, dict) else None
     size = result.get("size")
     out = safe_text(os.path.basename(str(result.get("output") or "")))
-    return (f"Repaired: {out} written ({size:,} bytes): rebuilt in llama.cpp {result.get('build')} by "
+    late = "Cancel came after the repair had finished. " if result.get("finished_before_cancel") else ""
+    return late + (f"Repaired: {out} written ({size:,} bytes): rebuilt in llama.cpp {result.get('build')} by "
             f"{result.get('writer')} from the file's own tokens, verified {verdict or 'not run'}. The input is "
             "unchanged." if isinstance(size, int) else f"Repaired: {out} written.")
 
