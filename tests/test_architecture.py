@@ -204,3 +204,33 @@ def test_the_core_layer_check_sees_an_upward_import() -> None:
     assert _core_layer("kvscope.core.findings") == 1 and _core_layer("kvscope.core.nonesuch") is None
     assert _core_layer("kvscope.core.verify.run") == _core_layer("kvscope.core.fleet.cli")
 
+
+
+def _sys_path_edits(source: str) -> list[int]:
+    """The lines of ``source`` that change ``sys.path`` (a call on it, or an assignment to it)."""
+    def is_sys_path(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+                and node.value.id == "sys")
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_sys_path(node.func.value):
+            lines.append(node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(is_sys_path(t) or (isinstance(t, ast.Subscript) and is_sys_path(t.value)) for t in targets):
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_tests_import_their_helpers_without_editing_sys_path() -> None:
+    """tests.support is a package and tools/ is on pytest's ``pythonpath`` (pyproject.toml)."""
+    edits = [f"{py.relative_to(ROOT)}:{n}" for py in sorted((ROOT / "tests").rglob("*.py"))
+             for n in _sys_path_edits(py.read_text(encoding="utf-8"))]
+    assert edits == []
+
+
+def test_the_sys_path_check_sees_an_edit() -> None:
+    edits = "import sys\nsys.path.insert(0, 'x')\nsys.path += ['y']\nsys.path[:0] = ['z']\n"
+    assert _sys_path_edits(edits) == [2, 3, 4]
+    assert _sys_path_edits("import sys\nprint(sys.path)\nx = list(sys.path)\n") == []

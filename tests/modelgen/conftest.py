@@ -8,16 +8,10 @@ missing build fails those tests with the command that builds it; nothing here sk
 from __future__ import annotations
 
 import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from kvscope.core.engine.builds import BUILDS, InstalledBuild, installed
-
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
-if str(TOOLS) not in sys.path:
-    sys.path.insert(0, str(TOOLS))
 
 if importlib.util.find_spec("llama_cpp") is None:
     collect_ignore = ["test_models_in_builds.py"]
