@@ -25,6 +25,7 @@ from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
 
+MAX_TRAILER = 1 << 30  # trailer:bytes= above this is a mistake, not a test (it would be held in memory)
 KINDS = ("truncate", "set", "fill", "drop", "swap", "dup-cell", "trailer")
 
 
@@ -309,8 +310,9 @@ def _fill(data: bytes, res: ParseResult, p: dict[str, str], prof: ModelProfile |
             ranges.append((rec.data_offset + a * rec.row_bytes, (b - a) * rec.row_bytes))
     if not ranges:
         raise CorruptionError("no payload bytes to fill")
+    cells = f", {'cells' if '-' in p['cells'] else 'cell'} {p['cells']}" if "cells" in p else ""
     which = "every tensor payload" if len(recs) == len(res.layer_records()) and "cells" not in p else (
-        f"{len(recs)} record(s)" + (f", cells {p['cells']}" if "cells" in p else ""))
+        f"{len(recs)} record(s)" + cells)
     desc = f"filled {which} with {value} ({sum(n for _, n in ranges)} bytes)"
     fail = p.get("then_fail")
     if fail:  # make the restore fail late: after every earlier row was handed over
@@ -383,6 +385,8 @@ def _dup_cell(data: bytes, res: ParseResult, p: dict[str, str], prof: ModelProfi
 
 def _trailer(data: bytes, res: ParseResult, p: dict[str, str], prof: ModelProfile | None) -> Mutation:
     n = _int(p.get("bytes", "16"))
+    if not 0 < n <= MAX_TRAILER:
+        raise CorruptionError(f"trailer bytes={n}: between 1 and {MAX_TRAILER:,}")
     byte = _int(p.get("byte", "0x41")) & 0xFF
     return Mutation(data + bytes([byte]) * n, f"appended {n} bytes of 0x{byte:02x}", ((len(data), n),))
 

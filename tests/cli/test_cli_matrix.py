@@ -76,6 +76,7 @@ FILLERS = {
     "layout": "2026-10",  # migrate --layout GEN
     "model": str(MODEL),  # verify --model (required there)
     "b": str(GOOD_STATE),  # diff's second file
+    "corrupt": "truncated_half",  # corrupt --corrupt SPEC
 }
 
 
