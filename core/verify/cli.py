@@ -58,32 +58,9 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=cmd_verify)
 
 
-def parse_tokens(spec: str | None) -> list[int] | dict[int, list[int]] | None:
-    """``1,2,3`` or ``@FILE`` (a JSON list, or an object of sequence -> list)."""
-    if spec is None:
-        return None
-    if spec.startswith("@"):
-        try:
-            with open(spec[1:], encoding="utf-8") as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError) as e:
-            raise UsageError(f"--tokens {spec}: {e}") from None
-        try:
-            if isinstance(doc, dict):
-                return {int(k): [int(t) for t in v] for k, v in doc.items()}
-            if isinstance(doc, list):
-                return [int(t) for t in doc]
-        except (TypeError, ValueError):
-            pass
-        raise UsageError(f"--tokens {spec}: expected a JSON list of token ids or an object of sequence -> list")
-    try:
-        return [int(t) for t in spec.replace(" ", "").split(",") if t]
-    except ValueError:
-        raise UsageError(f"--tokens {spec!r}: expected comma-separated token ids") from None
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
     """Run the verification and print it; 0 ok, 1 another verdict, 2 setup or usage error."""
+    from kvscope.core.verify.prefill import parse_tokens
     from kvscope.core.verify.result import result_text
     from kvscope.core.verify.run import Verifier, VerifyError
 

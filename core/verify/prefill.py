@@ -17,10 +17,12 @@ text before the first chunk is, and only the cells before it are compared.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvscope.core.errors import UsageError
 from kvscope.core.reader.records import CellTable, ParseResult
 
 TOKEN_NULL = -1  # LLAMA_TOKEN_NULL: a media position in llama-server's token list
@@ -127,6 +129,32 @@ def _media_cut(tokens: list[int], res: ParseResult) -> tuple[int | None, int]:
     if cut is not None and not n_media:
         n_media = 1
     return cut, n_media
+
+
+def parse_tokens(spec: str | None) -> list[int] | dict[int, list[int]] | None:
+    """``1,2,3`` or ``@FILE`` (a JSON list, or an object of sequence -> list): the syntax of ``--tokens``
+    (``kvscope verify``, ``kvscope repair``) and of the app's Tools → Tokens for this blob…; a bad one raises
+    :class:`~kvscope.core.errors.UsageError` (one line)."""
+    if spec is None:
+        return None
+    if spec.startswith("@"):
+        try:
+            with open(spec[1:], encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--tokens {spec}: {e}") from None
+        try:
+            if isinstance(doc, dict):
+                return {int(k): [int(t) for t in v] for k, v in doc.items()}
+            if isinstance(doc, list):
+                return [int(t) for t in doc]
+        except (TypeError, ValueError):
+            pass
+        raise UsageError(f"--tokens {spec}: expected a JSON list of token ids or an object of sequence -> list")
+    try:
+        return [int(t) for t in spec.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise UsageError(f"--tokens {spec!r}: expected comma-separated token ids") from None
 
 
 def plan_prefill(res: ParseResult, dest_seq: int, tokens: Sequence[int] | Mapping[int, Sequence[int]] | None = None,

@@ -45,7 +45,7 @@ def register(subparsers: Any) -> None:
 
 def cmd_repair(args: argparse.Namespace) -> int:
     """Rebuild, verify, write; 0 written, 2 not (one line on stderr)."""
-    from kvscope.core.verify.cli import parse_tokens
+    from kvscope.core.verify.prefill import parse_tokens
     from kvscope.core.verify.repair import RepairError, repair
 
     try:
