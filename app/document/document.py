@@ -15,6 +15,11 @@ file is only ever opened read-only and read with bounded ``pread``
 A file that changes while it is read (llama-server rewrites slot files in place) or afterwards
 (a ``QFileSystemWatcher`` on the file and its folder, checked against the file's size, mtime and
 inode as opened) raises ``fileChanged(reason)``; the page then offers Reload, which reads it again.
+
+A state blob carries no tokens: ``given_tokens`` holds the ones the user gave for it (Tools → Tokens for
+this blob…, :mod:`~kvscope.app.document.given_tokens`), which Verify and Repair re-prefill, as
+``--tokens`` does on the command line; ``tokensChanged`` says they were given or cleared. They are
+forgotten when a reload reads the file as something they do not fit (not a blob, another sequence).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from PySide6.QtCore import QFileSystemWatcher, QObject, QSettings, QTimer, Signa
 from kvscope.app.base.tasks import CancelToken, Report, Task, TaskRunner
 from kvscope.app.document.bookmarks import Bookmarks
 from kvscope.app.document.doc_index import DocumentIndex
+from kvscope.app.document.given_tokens import GivenTokens, count_text, takes_tokens, tokens_problem
 from kvscope.app.document.missing_records import refine_verdict
 from kvscope.app.document.selection import SelectionBus
 from kvscope.app.document.source import ViewSource, describe_change, empty_source
@@ -137,6 +143,7 @@ class Document(QObject):
     fileChanged = Signal(str)  # the file changed on disk or while it was read (the reason): offer Reload
     message = Signal(str)  # one-line status text
     busyChanged = Signal(bool)
+    tokensChanged = Signal()  # given_tokens set or cleared
 
     def __init__(self, path: str, runner: TaskRunner, model_path: str | None = None,
                  parent: QObject | None = None, settings: QSettings | None = None) -> None:
@@ -160,6 +167,8 @@ class Document(QObject):
         self.verify_stale: str | None = None  # why ``verify`` is not the last run's result (that run was cancelled)
         self.diff: DiffState | None = None
         self.changed: str | None = None  # why the file on disk is no longer what is shown (None: it is)
+        self.given_tokens: GivenTokens | None = None  # the tokens a blob was made of, as the user gave them
+        self.given_tokens_text = ""  # the text they were given as (the dialog starts from it)
         self._tasks: dict[str, Task] = {}
         self._watcher = QFileSystemWatcher(self)
         self._watcher.fileChanged.connect(self._on_disk_event)
@@ -226,6 +235,31 @@ class Document(QObject):
         self.verify_stale = None
         self.verifyChanged.emit()
 
+    # -- tokens given for a blob -------------------------------------------------------------------------
+    def takes_tokens(self) -> bool:
+        """A state blob with no tokens of its own: Verify and Repair need the ones it was made of."""
+        return takes_tokens(self.result)
+
+    def set_given_tokens(self, tokens: GivenTokens | None, text: str = "") -> None:
+        """Give the tokens the blob was made of (``text``: as typed), or None to clear them; ValueError (one
+        line) when they cannot be used for this file or a Verify is running with the ones given before."""
+        if self.verifying:
+            raise ValueError("a Verify is running with the tokens given before: cancel it or let it finish")
+        if tokens is not None:
+            why = tokens_problem(self.result, self.profile, tokens)
+            if why is not None:
+                raise ValueError(why)
+        if tokens == self.given_tokens and (tokens is None or text == self.given_tokens_text):
+            return
+        self.given_tokens = tokens
+        self.given_tokens_text = text if tokens is not None else ""
+        if self.verify is not None:  # it re-prefilled other tokens (or none)
+            self.verify_stale = "the tokens given changed since it ran: verify again"
+            self.verifyChanged.emit()
+        self.tokensChanged.emit()
+        self.message.emit(f"{self.name}: " + (f"{count_text(tokens)} given" if tokens is not None
+                                               else "the tokens given are cleared"))
+
     # -- verify --------------------------------------------------------------------------------------
     @property
     def verifying(self) -> bool:
@@ -245,7 +279,7 @@ class Document(QObject):
         self.verify_error = None
         self.verify_step = (0.0, f"starting {self.verify_engine}")
         task = self._start("verify", f"verify {self.name}", verify_job(self.path, self.model_path, choice,
-                                                                       self.profile),
+                                                                       self.profile, self.given_tokens),
                            self._on_verified, self._on_verify_failed)
         task.progressed.connect(self._on_verify_progress)
         task.cancelled.connect(self._on_verify_cancelled)
@@ -381,6 +415,11 @@ class Document(QObject):
         found = out.inspection
         res = found.result
         self.message.emit(out.model_error or f"{self.name}: read, {plural(len(res.findings), 'finding')}")
+        forget = tokens_problem(res, self.profile, self.given_tokens) if self.given_tokens is not None else None
+        if forget is not None:  # the file now reads as something the tokens do not fit
+            self.given_tokens, self.given_tokens_text = None, ""
+            self.tokensChanged.emit()
+            self.message.emit(f"{self.name}: the tokens given are forgotten: {forget}")
         if not found.is_state:  # no llama.cpp generation reads it: nothing to work out
             found.compatibility = []
             self.compatReady.emit()

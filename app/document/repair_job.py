@@ -11,10 +11,13 @@ one (``TMPDIR``), removed when it ends however it ends. The input is never writt
 it, by any path, is refused before anything runs.
 
 :func:`repair_problem` says, before anything runs, why the file cannot be repaired from the app (no
-model, not a state file, a blob that carries no tokens, media chunks, no pinned build for its layout),
-from the core's own rules (:func:`kvscope.core.verify.prefill.plan_prefill`,
+model, not a state file, a blob given no tokens, media chunks, no pinned build for its layout), from the
+core's own rules (:func:`kvscope.core.verify.prefill.plan_prefill`,
 :func:`kvscope.core.pinned_builds.build_writing`); :func:`repair_build` applies the engine settings' build
-where it writes the file's layout. :class:`RepairRun` holds one document's run: in progress (step,
+where it writes the file's layout. A state blob carries no tokens: those the user gave for it (Tools →
+Tokens for this blob…) go to the command as ``--tokens @FILE``, a JSON file in the run's private
+temporary folder (never on the command line itself: a long prompt would pass the kernel's 128 KiB limit
+on one argument). :class:`RepairRun` holds one document's run: in progress (step,
 Cancel), written (the result, to open), refused or failed (the one-line message).
 """
 
@@ -35,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, Signal
 
 from kvscope.app.base.tasks import Cancelled, CancelToken, Job, Report, Task, TaskRunner
+from kvscope.app.document.given_tokens import ACTION as TOKENS_ACTION
+from kvscope.app.document.given_tokens import GivenTokens, all_ids, takes_tokens, to_json, tokens_problem
 from kvscope.app.document.verify_job import EngineChoice
 from kvscope.core.fsutil import TEMP_PREFIX, same_file
 from kvscope.core.pinned_builds import BUILDS, build_writing
@@ -54,24 +59,34 @@ class RepairRefused(Exception):
     """``kvscope repair`` refused the file or could not rebuild it: its one line."""
 
 
-def repair_problem(res: ParseResult | None, profile: ModelProfile | None, model_path: str | None) -> str | None:
-    """Why the file cannot be repaired from the app (one line), or None when it can."""
+NEEDS_TOKENS = f"a state blob carries no tokens: give the ones it was made of with {TOKENS_ACTION}"
+
+
+def repair_problem(res: ParseResult | None, profile: ModelProfile | None, model_path: str | None,
+                   tokens: GivenTokens | None = None) -> str | None:
+    """Why the file cannot be repaired from the app (one line), or None when it can (``tokens``: those given
+    for a blob, which carries none)."""
     if res is None:
         return "the file is still being read"
     if profile is None or not model_path:
         return NEEDS_MODEL
     if res.kind == "unknown":
         return "not a llama.cpp state file: there is nothing to rebuild"
+    from kvscope.core.verify.params import PER_SEQ_KINDS, source_seq
     from kvscope.core.verify.prefill import plan_prefill
 
-    plan = plan_prefill(res, 0 if res.kind in ("seq_file", "seq_blob") else -1)
+    given = tokens if takes_tokens(res) else None
+    if takes_tokens(res):
+        if given is None:
+            return NEEDS_TOKENS
+        why = tokens_problem(res, profile, given)
+        if why is not None:
+            return f"the tokens given cannot be re-prefilled: {why}"
+    plan = plan_prefill(res, source_seq(res) if res.kind in PER_SEQ_KINDS else -1, given)
     if plan.limit_pos is not None:
         return (f"the prompt holds {plan.n_media} media chunk(s) from position {plan.limit_pos}: they cannot be "
                 "re-prefilled from the file")
     if not plan.possible:
-        if res.kind in ("seq_blob", "context_blob") and not res.tokens:
-            return ("a state blob carries no tokens: `kvscope repair FILE --model GGUF --tokens IDS -o OUT` rebuilds "
-                    "it from the tokens it was made of")
         return f"it cannot be re-prefilled: {plan.reason or 'no tokens'}"
     if build_writing(res.layout.name) is None:
         return f"no pinned llama.cpp build writes layout {res.layout.name}: the rebuilt state would be of another"
@@ -99,10 +114,21 @@ def default_output(path: str) -> str:
     return os.path.join(folder, f"{stem}{SUFFIX}-{os.getpid()}{ext}")
 
 
-def repair_command(path: str, model: str, out: str, build: str | None, timeout_s: float) -> list[str]:
+def repair_command(path: str, model: str, out: str, build: str | None, timeout_s: float,
+                   tokens_file: str | None = None) -> list[str]:
+    """The ``kvscope repair`` command line (``tokens_file``: a JSON file of the tokens, given as ``@FILE``)."""
     cmd = [sys.executable, "-m", "kvscope.core.cli.main", "repair", path, "--model", model, "-o", out, "--json",
            "--timeout", f"{timeout_s:g}"]
-    return cmd + (["--build", build] if build else [])
+    return cmd + (["--build", build] if build else []) + (["--tokens", "@" + tokens_file] if tokens_file else [])
+
+
+def write_tokens(folder: str, tokens: GivenTokens) -> str:
+    """``folder/tokens.json``, what ``--tokens @FILE`` reads back as ``tokens``; its path."""
+    path = os.path.join(folder, "tokens.json")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(to_json(tokens), fh)
+    return path
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -133,20 +159,25 @@ def _leftovers(out: str, since: float) -> None:
                     os.unlink(e.path)
 
 
-def repair_plan_text(res: ParseResult, build: str) -> str:
-    """What the run does, for its progress line: ``rebuilding the 12 tokens in llama-server b11434 ...``."""
+def repair_plan_text(res: ParseResult, build: str, tokens: GivenTokens | None = None) -> str:
+    """What the run does, for its progress line: ``rebuilding the 12 tokens in llama-server b11434 ...``
+    (``tokens``: those given for a blob)."""
     slot = res.kind == "seq_file" and (res.token_payload or {}).get("format") == "server_tokens"
     where = f"llama-server {build} (its slot save)" if slot else f"llama.cpp {build}"
-    n = len(res.tokens)
-    return f"rebuilding from the file's {n} token{'' if n == 1 else 's'} in {where}, then verifying"
+    n = len(all_ids(tokens)) if tokens is not None else len(res.tokens)
+    whose = "the" if tokens is not None else "the file's"
+    given = " given" if tokens is not None else ""
+    return f"rebuilding from {whose} {n} token{'' if n == 1 else 's'}{given} in {where}, then verifying"
 
 
 def repair_job(path: str, model: str, out: str, build: str | None = None, timeout_s: float = 600.0,
-               what: str = "", late: dict[str, Any] | None = None) -> Job:
+               what: str = "", late: dict[str, Any] | None = None, tokens: GivenTokens | None = None) -> Job:
     """The job that runs ``kvscope repair`` on ``path`` into ``out``; returns its ``--json`` object
-    (``what``: the progress line's text). A Cancel that reaches the command after it has written and
-    verified ``out`` cannot unwrite it: its ``--json`` object is put in ``late["result"]`` (the task's
-    own result of a cancelled job is dropped), so the app says what was written."""
+    (``what``: the progress line's text; ``tokens``: those given for a blob, passed as ``--tokens @FILE``
+    from the run's private temporary folder, and the object then says ``tokens_given``). A Cancel that
+    reaches the command after it has written and verified ``out`` cannot unwrite it: its ``--json`` object
+    is put in ``late["result"]`` (the task's own result of a cancelled job is dropped), so the app says
+    what was written."""
 
     def job(token: CancelToken, report: Report) -> dict[str, Any]:
         if same_file(path, out):
@@ -154,12 +185,18 @@ def repair_job(path: str, model: str, out: str, build: str | None = None, timeou
         if os.path.isdir(out):
             raise RepairRefused(f"{safe_text(out)} is a folder: choose the output file's name")
         step = what or "rebuilding from the file's tokens, then verifying"
+        given = {"tokens_given": len(all_ids(tokens))} if tokens is not None else {}
         report(None, step)
         tmp = tempfile.mkdtemp(prefix="kvscope-repair-app-")
         t0 = time.time()
-        proc = subprocess.Popen(repair_command(path, model, out, build, timeout_s), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                env=dict(os.environ, TMPDIR=tmp), close_fds=True)
+        try:
+            tokens_file = write_tokens(tmp, tokens) if tokens is not None else None
+            proc = subprocess.Popen(repair_command(path, model, out, build, timeout_s, tokens_file),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True, env=dict(os.environ, TMPDIR=tmp), close_fds=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         token.on_cancel(lambda: _stop(proc))
         try:
             while True:
@@ -179,7 +216,7 @@ def repair_job(path: str, model: str, out: str, build: str | None = None, timeou
         if token.cancelled:
             if proc.returncode == 0 and late is not None:  # it had finished: OUT is written and verified
                 with contextlib.suppress(ValueError):
-                    late["result"] = {**json.loads(stdout.decode("utf-8")), "finished_before_cancel": True}
+                    late["result"] = {**json.loads(stdout.decode("utf-8")), **given, "finished_before_cancel": True}
             raise Cancelled()
         err = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
         line = err[-1].removeprefix("kvscope: ") if err else f"kvscope repair ended with status {proc.returncode}"
@@ -189,7 +226,7 @@ def repair_job(path: str, model: str, out: str, build: str | None = None, timeou
             raise RuntimeError(f"kvscope repair failed: {line}")
         result: dict[str, Any] = json.loads(stdout.decode("utf-8"))
         result["seconds_total"] = time.time() - t0
-        return result
+        return {**result, **given}
 
     return job
 
@@ -215,9 +252,10 @@ class RepairRun(QObject):
     def running(self) -> bool:
         return self.task is not None and not self.task.done
 
-    def start(self, path: str, model: str, out: str, build: str | None = None, what: str = "") -> Task | None:
+    def start(self, path: str, model: str, out: str, build: str | None = None, what: str = "",
+              tokens: GivenTokens | None = None) -> Task | None:
         """Repair ``path`` into ``out`` in the background (None, and ``error`` set, when ``out`` is the input);
-        ``what`` says what it does (the progress line)."""
+        ``what`` says what it does (the progress line); ``tokens``: those given for a blob."""
         if self.running:
             return self.task
         self.output, self.result, self.error, self.cancelled = os.path.abspath(out), None, None, False
@@ -228,7 +266,8 @@ class RepairRun(QObject):
         self.step = "starting"
         self._late = {}
         task = self.runner.submit(f"repair {safe_text(os.path.basename(path))}",
-                                  repair_job(path, model, self.output, build, what=what, late=self._late),
+                                  repair_job(path, model, self.output, build, what=what, late=self._late,
+                                             tokens=tokens),
                                   self._done, self._failed)
         task.progressed.connect(self._progress)
         task.cancelled.connect(self._cancelled)

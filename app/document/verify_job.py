@@ -5,7 +5,8 @@ pinned build or the user's own libllama folder, and for llama-server a running s
 ``--slot-save-path`` folder) or a binary kvscope starts. :func:`verify_job` runs
 :class:`kvscope.core.verify.run.Verifier` on a pool thread with the document's model profile: its
 progress goes to the task's ``report``, the task's cancel kills the engine call in flight
-(``token.on_cancel``), and the result comes back as the ``kvscope verify --json`` object. A setup
+(``token.on_cancel``), and the result comes back as the ``kvscope verify --json`` object. A blob carries no
+tokens: those the user gave for it (``tokens``, as ``--tokens`` gives them) are re-prefilled. A setup
 problem (no engine installed, a build not built, a server that does not answer) fails the task with
 the verifier's one-line message, which says how to get the engine.
 
@@ -22,6 +23,7 @@ from kvscope.app.base.tasks import Cancelled, CancelToken, Job, Report
 from kvscope.core.engine.choices import VERIFY_ENGINES
 
 if TYPE_CHECKING:
+    from kvscope.app.document.given_tokens import GivenTokens
     from kvscope.core.model.profile import ModelProfile
 
 ENGINE_TITLES = {"llama.cpp": "llama.cpp (libllama in a child process)", "server": "llama-server (HTTP)",
@@ -99,8 +101,10 @@ class EngineChoice:
         return f"llama.cpp, build {c.build or 'chosen by the file'}"
 
 
-def verify_job(path: str, model: str, choice: EngineChoice, profile: ModelProfile | None = None) -> Job:
-    """The job that verifies ``path`` with ``model`` in ``choice``'s engine; returns the ``--json`` object."""
+def verify_job(path: str, model: str, choice: EngineChoice, profile: ModelProfile | None = None,
+               tokens: GivenTokens | None = None) -> Job:
+    """The job that verifies ``path`` with ``model`` in ``choice``'s engine (``tokens``: those given for a blob,
+    re-prefilled instead of the file's); returns the ``--json`` object."""
 
     def job(token: CancelToken, report: Report) -> dict[str, Any]:
         from kvscope.core.verify.run import Verifier, VerifyError
@@ -113,7 +117,8 @@ def verify_job(path: str, model: str, choice: EngineChoice, profile: ModelProfil
             report(done / max(1, total), label)
 
         report(0.0, f"starting {choice.cleaned().engine}")
-        verifier = Verifier(path, model, progress=progress, profile=profile, **choice.verifier_kwargs())
+        verifier = Verifier(path, model, progress=progress, profile=profile, tokens=tokens,
+                            **choice.verifier_kwargs())
         token.on_cancel(verifier.cancel)
         token.check()
         result = verifier.run()

@@ -30,6 +30,7 @@ from kvscope.app.shell.menus import build_menus
 from kvscope.app.shell.open_dialog import StateFileDialog, state_file_dialog
 from kvscope.app.shell.repair_dialog import open_repaired, repair_document
 from kvscope.app.shell.settings import AppSettings
+from kvscope.app.shell.tokens_dialog import tokens_document
 from kvscope.core.textsafe import safe_text
 
 GGUF_FILTER = "GGUF model (*.gguf);;All files (*)"
@@ -133,9 +134,11 @@ class MainWindow(QMainWindow):
         w.overview.repairRequested.connect(lambda w=w: repair_document(self, w))
         w.overview.openRequested.connect(lambda p, w=w: open_repaired(self, w, p))
         w.overview.repair.changed.connect(self._update_actions)
+        w.overview.tokensRequested.connect(lambda w=w: tokens_document(self, w))
         w.lab.engine_choice = self.settings.engine
         doc.verify_engine = self.settings.engine().describe()
         doc.verifyChanged.connect(self._update_actions)
+        doc.tokensChanged.connect(self._update_actions)
         doc.message.connect(lambda text: self.statusBar().showMessage(text, 8000))
         doc.failed.connect(lambda msg, p=path: self._on_load_failed(p, msg))
         doc.bus.changed.connect(lambda sel, d=doc: self._on_selection(d, sel))

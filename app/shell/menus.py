@@ -19,6 +19,7 @@ from kvscope.app.document.document import diff_available
 from kvscope.app.shell.document_widget import TAB_TITLES, TAB_VIEWS, DocumentWidget
 from kvscope.app.shell.repair_dialog import repair_document
 from kvscope.app.shell.settings import AppSettings
+from kvscope.app.shell.tokens_dialog import tokens_document
 from kvscope.core.textsafe import safe_text
 
 
@@ -88,14 +89,36 @@ class Actions:
         why = w.overview.repair_problem() if loaded and w is not None else "open a state file first"
         act.setEnabled(why is None)
         act.setToolTip(REPAIR_TIP + (f" ({why})" if why else ""))
+        act = self.by_name["blob_tokens"]
+        why = tokens_unavailable(w)
+        act.setEnabled(why is None)
+        act.setToolTip(TOKENS_TIP + (f" ({why})" if why else ""))
 
 
-VERIFY_TIP = ("Verify the file in real llama.cpp: restore it, re-prefill its tokens, compare record by record and "
-              "the next token (the engine in Tools → Engine Settings)")
+def tokens_unavailable(w: DocumentWidget | None) -> str | None:
+    """Why Tools → Tokens for this blob… is off for ``w`` (one line), None when it is on."""
+    res = w.doc.result if w is not None else None
+    if w is None or res is None:
+        return "open a state blob first"
+    if not w.doc.takes_tokens():
+        return f"only a state blob, which carries no tokens, takes them: this file is a {res.kind}"
+    if w.doc.verifying:
+        return "a Verify is running"
+    if w.overview.repair.running:
+        return "a repair is running"
+    return None
 
 
-REPAIR_TIP = ("Rebuild the state from the file's own tokens in real llama.cpp (kvscope repair), verify it and write it "
-              "to a new file; the input is never changed")
+VERIFY_TIP = ("Verify the file in real llama.cpp: restore it, re-prefill its tokens (a blob's: those given with "
+              "Tools → Tokens for this blob…), compare record by record and the next token (the engine in Tools → "
+              "Engine Settings)")
+
+
+REPAIR_TIP = ("Rebuild the state from the file's own tokens (a blob's: those given with Tools → Tokens for this blob…) "
+              "in real llama.cpp (kvscope repair), verify it and write it to a new file; the input is never changed")
+
+TOKENS_TIP = ("Give the tokens a state blob was made of (it carries none), as --tokens takes them: comma-separated ids "
+              "or @FILE of a JSON list; Verify then re-prefills them and Repair rebuilds from them")
 
 
 def _action(win: MenuHost, acts: Actions, name: str, text: str, slot: object,
@@ -175,6 +198,8 @@ def build_menus(win: MenuHost) -> Actions:
     tools.addAction(_action(win, acts, "cancel_verify", "&Cancel Verify", win.cancel_verify, None,
                             "Stop the verification (the engine call in flight is killed)"))
     tools.addAction(_action(win, acts, "repair", "&Repair…", lambda: repair_document(win), None, REPAIR_TIP))
+    tools.addAction(_action(win, acts, "blob_tokens", "&Tokens for this blob…", lambda: tokens_document(win), None,
+                            TOKENS_TIP))
     tools.addSeparator()
     tools.addAction(_action(win, acts, "engine_settings", "&Engine Settings…", win.engine_settings, SK.Preferences,
                             "The engine Verify and the Lab run in: llama.cpp build, your own libllama, llama-server"))

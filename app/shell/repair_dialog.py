@@ -3,7 +3,8 @@
 :func:`repair_document` asks for the output with a save dialog (window-modal, never a blocking loop)
 that starts beside the input as ``NAME.repaired.EXT`` and refuses the input itself, then starts the
 document's :class:`~kvscope.app.document.repair_job.RepairRun` in the engine settings' build where it
-writes the file's layout (as Verify restores it; else the build that does). The Overview shows the run
+writes the file's layout (as Verify restores it; else the build that does), with the tokens given for a
+blob (Tools → Tokens for this blob…), which carries none. The Overview shows the run
 and its outcome; Open there opens the repaired file with the same model (:func:`open_repaired`).
 """
 
@@ -44,8 +45,9 @@ def start_repair(win: RepairHost, w: DocumentWidget, out: str) -> bool:
         ov.repair.changed.emit()
         return False
     build = repair_build(doc.result, win.settings.engine()) or build_writing(doc.result.layout.name)
+    tokens = doc.given_tokens if doc.takes_tokens() else None
     task = ov.repair.start(doc.path, doc.model_path, out, build,
-                           repair_plan_text(doc.result, build) if build else "")
+                           repair_plan_text(doc.result, build, tokens) if build else "", tokens=tokens)
     if task is not None:
         win.statusBar().showMessage(f"repairing {doc.name} into {safe_text(os.path.basename(out))}", 8000)
         task.finished.connect(lambda: win.statusBar().showMessage(ov.repair_banner.label.text(), 10000))

@@ -12,13 +12,16 @@ the Layers view). A damaged file (or one Verify finds diverging) has "Repair…"
 can be rebuilt from its tokens (``kvscope repair``; why not, when it cannot): ``repairRequested`` asks the
 window for the output file, the run (:class:`~kvscope.app.document.repair_job.RepairRun`) shows in the
 strip above the page with Cancel, and its outcome stays there (Open the repaired file, or the one line why
-nothing was written). The overview object is built once per parse (``sequences`` sorts every cell table)
-and only its compatibility, verification and verdict are replaced as they come in. Export saves the page
-as PNG.
+nothing was written). A state blob carries no tokens: a line under the verdict says so, with a link to give
+the ones it was made of (``tokensRequested``: Tools → Tokens for this blob…), or how many were given, which
+Verify re-prefills and Repair rebuilds from, with links to change or clear them. The overview object is
+built once per parse (``sequences`` sorts every cell table) and only its compatibility, verification and
+verdict are replaced as they come in. Export saves the page as PNG.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from PySide6.QtCore import QUrl, Signal
@@ -26,6 +29,8 @@ from PySide6.QtWidgets import QHBoxLayout, QPushButton, QTextBrowser, QVBoxLayou
 
 from kvscope.app.base.theme import SEVERITY_COLORS, VERIFY_LEVELS, Theme, verdict_color
 from kvscope.app.document.document import Document
+from kvscope.app.document.given_tokens import ACTION as TOKENS_ACTION
+from kvscope.app.document.given_tokens import count_text
 from kvscope.app.document.repair_job import RepairRun, repair_problem
 from kvscope.app.document.verify_job import NEEDS_MODEL
 from kvscope.app.document.verify_marks import verify_marks
@@ -42,13 +47,15 @@ from kvscope.core.textsafe import html_text as escape  # one visible line (bidi,
 class OverviewView(QWidget):
     """The overview page of one document; ``jumpRequested(view)`` asks the page to show a view,
     ``verifyRequested`` / ``cancelVerifyRequested`` the window to start or stop a verification,
-    ``repairRequested`` the window to ask where to write a repair, ``openRequested(path)`` to open one."""
+    ``repairRequested`` the window to ask where to write a repair, ``openRequested(path)`` to open one,
+    ``tokensRequested`` the window to ask for the tokens a blob was made of."""
 
     jumpRequested = Signal(str)
     verifyRequested = Signal()
     cancelVerifyRequested = Signal()
     repairRequested = Signal()
     openRequested = Signal(str)
+    tokensRequested = Signal()
     export_name = "overview"
 
     def __init__(self, doc: Document, theme: Theme, parent: QWidget | None = None) -> None:
@@ -63,8 +70,8 @@ class OverviewView(QWidget):
         self.browser.setOpenExternalLinks(False)
         self.browser.anchorClicked.connect(self._on_link)
         self.verify_button = QPushButton("Verify")
-        self.verify_button.setToolTip("restore the file in real llama.cpp, re-prefill its tokens and compare "
-                                      "(Tools → Verify, Ctrl+Shift+V)")
+        self.verify_button.setToolTip("restore the file in real llama.cpp, re-prefill its tokens (a blob's: those "
+                                      f"given with {TOKENS_ACTION}) and compare (Tools → Verify, Ctrl+Shift+V)")
         self.verify_button.clicked.connect(self.verifyRequested)
         self.repair_button = QPushButton("Repair…")
         self.repair_button.clicked.connect(lambda: self.follow("repair:"))
@@ -85,7 +92,7 @@ class OverviewView(QWidget):
         lay.addLayout(top)
         lay.addWidget(self.repair_banner)
         lay.addWidget(self.browser, 1)
-        for sig in (doc.loaded, doc.statsReady, doc.compatReady, doc.verifyChanged, doc.fileChanged):
+        for sig in (doc.loaded, doc.statsReady, doc.compatReady, doc.verifyChanged, doc.fileChanged, doc.tokensChanged):
             sig.connect(self.refresh)
         doc.verifyProgress.connect(lambda *_: self.show_page())
         theme.changed.connect(lambda _dark: self.refresh())
@@ -143,6 +150,7 @@ class OverviewView(QWidget):
         parts = [f'<h2 style="color:{color};margin-bottom:2px">{escape(v.title.upper())}</h2>',
                  f'<p style="font-size:large;margin-top:0">{escape(v.reason)}</p>']
         parts += self._repair_html()
+        parts += self._tokens_html()
         if self.doc.verify:
             vcol = verdict_color(VERIFY_LEVELS.get(str(self.doc.verify.get("verdict")), "suspicious"), dark).name()
             stale = f" <i>({escape(self.doc.verify_stale)})</i>" if self.doc.verify_stale else ""
@@ -158,7 +166,9 @@ class OverviewView(QWidget):
                 ("written by", f"<code>{escape(ov.writer)}</code>"),
                 ("layout", escape(ov.layout_line())),
                 ("model", self._model_html(ov, dark)),
-                ("tokens", plural(ov.tokens, "token") if ov.tokens else "none stored"),
+                ("tokens", plural(ov.tokens, "token") if ov.tokens else "none stored" + (
+                    f"; {escape(count_text(self.doc.given_tokens))} given ({escape(TOKENS_ACTION)})"
+                    if self.doc.given_tokens is not None else "")),
                 ("sequences", "<br>".join(escape(s.text()) for s in ov.sequences) or "no cells"),
                 ("sections", "<br>".join(escape(s.text()) for s in ov.sections) or "none"),
                 ("cache types", "<br>".join(escape(t) for t in ov.cache_types) or "no records"),
@@ -238,7 +248,12 @@ class OverviewView(QWidget):
             return "a repair of this file is running"
         if self.doc.changed:
             return "the file changed on disk: reload it first"
-        return repair_problem(self.doc.result, self.doc.profile, self.doc.model_path)
+        return repair_problem(self.doc.result, self.doc.profile, self.doc.model_path, self.doc.given_tokens)
+
+    def _source(self) -> str:
+        """Whose tokens a repair rebuilds from: ``the file's own tokens``, ``the 12 tokens given``."""
+        given = self.doc.given_tokens
+        return f"the {escape(count_text(given))} given" if given is not None else "the file's own tokens"
 
     def _update_repair_button(self) -> None:
         """Shown beside Verify while the file is damaged; enabled when it can be repaired (the tooltip says why not)."""
@@ -246,17 +261,35 @@ class OverviewView(QWidget):
         self.repair_button.setVisible(self.damaged() or self.repair.running)
         self.repair_button.setEnabled(why is None)
         self.repair_button.setText("Repairing…" if self.repair.running else "Repair…")
-        self.repair_button.setToolTip("rebuild the state from the file's own tokens in real llama.cpp, verify it and "
-                                      "write it to a new file (Tools → Repair…)" + (f": not now: {why}" if why else ""))
+        self.repair_button.setToolTip("rebuild the state from the file's own tokens (a blob's: those given with "
+                                      f"{TOKENS_ACTION}) in real llama.cpp, verify it and write it to a new file "
+                                      "(Tools → Repair…)" + (f": not now: {why}" if why else ""))
 
     def _repair_html(self) -> list[str]:
         if not self.damaged() or self.repair.running:
             return []
         why = self.repair_problem()
         if why is None:
-            return ['<p><a href="repair:"><b>Repair…</b></a> rebuilds the state from the file\'s own tokens in '
+            return [f'<p><a href="repair:"><b>Repair…</b></a> rebuilds the state from {self._source()} in '
                     "real llama.cpp, verifies it and writes it to a new file (the input is never changed).</p>"]
         return [f"<p>Repair: not possible: {escape(why)}</p>"]
+
+    def _tokens_html(self) -> list[str]:
+        """A blob without tokens: the tokens given for it (Verify and Repair re-prefill them), or how to give them."""
+        doc = self.doc
+        if not doc.takes_tokens():
+            return []
+        busy = doc.verifying or self.repair.running
+        given = doc.given_tokens
+        if given is None:
+            link = "give the tokens it was made of" if busy else '<a href="tokens:">give the tokens it was made of…</a>'
+            return [f"<p>This blob carries no tokens: Verify only restores it and Repair cannot rebuild it; {link} "
+                    f"({escape(TOKENS_ACTION)}).</p>"]
+        text = doc.given_tokens_text
+        origin = f" from {escape(os.path.basename(text[1:].strip()))}" if text.startswith("@") else ""
+        links = "" if busy else ' · <a href="tokens:">Change…</a> · <a href="tokens-clear:">Clear</a>'
+        return [f"<p><b>{escape(count_text(given))} given</b>{origin} ({escape(TOKENS_ACTION)}): Verify re-prefills "
+                f"them and Repair rebuilds from them{links}</p>"]
 
     # -- links ------------------------------------------------------------------------------------
     def _on_link(self, url: QUrl) -> None:
@@ -279,6 +312,16 @@ class OverviewView(QWidget):
                 self.repairRequested.emit()
                 return True
             return False
+        if scheme == "tokens" and doc.takes_tokens():
+            self.tokensRequested.emit()
+            return True
+        if scheme == "tokens-clear" and doc.given_tokens is not None:
+            try:
+                doc.set_given_tokens(None)
+            except ValueError as e:
+                doc.message.emit(f"{doc.name}: {e}")
+                return False
+            return True
         if scheme == "view" and arg == "verify":
             self.browser.scrollToAnchor("verify")
             return True

@@ -16,14 +16,17 @@ from kvscope.core.textsafe import safe_text
 
 
 def written_text(result: dict[str, object]) -> str:
-    """``Repaired: x.repaired.bin written (6,436 bytes): rebuilt in llama.cpp b11434 by ..., verified ok``."""
+    """``Repaired: x.repaired.bin written (6,436 bytes): rebuilt in llama.cpp b11434 by ..., verified ok``
+    (from the tokens given for a blob where the result says ``tokens_given``)."""
     verify = result.get("verify")
     verdict = verify.get("verdict") if isinstance(verify, dict) else None
     size = result.get("size")
     out = safe_text(os.path.basename(str(result.get("output") or "")))
     late = "Cancel came after the repair had finished. " if result.get("finished_before_cancel") else ""
+    given = result.get("tokens_given")
+    source = f"the {given:,} tokens given" if isinstance(given, int) else "the file's own tokens"
     return late + (f"Repaired: {out} written ({size:,} bytes): rebuilt in llama.cpp {result.get('build')} by "
-            f"{result.get('writer')} from the file's own tokens, verified {verdict or 'not run'}. The input is "
+            f"{result.get('writer')} from {source}, verified {verdict or 'not run'}. The input is "
             "unchanged." if isinstance(size, int) else f"Repaired: {out} written.")
 
 

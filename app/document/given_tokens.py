@@ -1,0 +1,118 @@
+"""The tokens a state blob was made of, as the user gives them (Tools → Tokens for this blob…).
+
+A blob (``llama_state_seq_get_data`` / ``llama_state_get_data`` output) carries no tokens, so neither Verify
+nor Repair can re-prefill it from the file alone; on the command line ``--tokens IDS`` gives them, and the
+app takes the same syntax (:func:`kvscope.core.verify.prefill.parse_tokens`): comma-separated ids, or
+``@FILE`` holding a JSON list or an object of sequence -> list. :func:`parse_given` reads the text (an
+``@FILE`` that is relative is taken beside the blob, and it must be a regular file of a bounded size, so a
+FIFO cannot hang the window); :func:`tokens_problem` says why parsed tokens cannot be used for the file
+(empty, outside the model's vocabulary, a sequence the blob does not hold, or what the core's
+:func:`~kvscope.core.verify.prefill.plan_prefill` refuses). No widgets here.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import TYPE_CHECKING
+
+from kvscope.core.analysis.verdict import plural
+from kvscope.core.errors import UsageError
+from kvscope.core.textsafe import safe_text
+
+if TYPE_CHECKING:
+    from kvscope.core.model.profile import ModelProfile
+    from kvscope.core.reader.records import ParseResult
+
+GivenTokens = list[int] | dict[int, list[int]]
+BLOB_KINDS = ("seq_blob", "context_blob")
+MAX_FILE_BYTES = 64 << 20  # an @FILE of token ids larger than this is refused (a prompt of millions of tokens)
+MAX_LINE = 200  # characters of a refusal shown (the text typed can be a long paste)
+ACTION = "Tools → Tokens for this blob…"
+
+
+def takes_tokens(res: ParseResult | None) -> bool:
+    """A state blob with no tokens of its own: the tokens it was made of can be given."""
+    return res is not None and res.kind in BLOB_KINDS and not res.tokens
+
+
+def all_ids(tokens: GivenTokens) -> list[int]:
+    return [t for s in sorted(tokens) for t in tokens[s]] if isinstance(tokens, dict) else list(tokens)
+
+
+def count_text(tokens: GivenTokens) -> str:
+    """``12 tokens``, ``14 tokens (sequence 0: 5, sequence 1: 9)``."""
+    n = plural(len(all_ids(tokens)), "token")
+    if isinstance(tokens, dict):
+        n += " (" + ", ".join(f"sequence {s}: {len(tokens[s])}" for s in sorted(tokens)) + ")"
+    return n
+
+
+def to_json(tokens: GivenTokens) -> list[int] | dict[str, list[int]]:
+    """What ``--tokens @FILE`` reads back as ``tokens``."""
+    return {str(s): list(v) for s, v in sorted(tokens.items())} if isinstance(tokens, dict) else list(tokens)
+
+
+def _line(text: str) -> str:
+    text = safe_text(text)
+    return text if len(text) <= MAX_LINE else text[:MAX_LINE - 1] + "…"
+
+
+def parse_given(text: str, base_dir: str) -> GivenTokens:
+    """The tokens ``text`` gives (``--tokens``'s syntax); ValueError with one line when it gives none."""
+    from kvscope.core.verify.prefill import parse_tokens
+
+    text = text.strip()
+    if not text:
+        raise ValueError("no token ids given: type comma-separated ids, or @FILE of a JSON list")
+    spec = text
+    if text.startswith("@"):
+        name = os.path.expanduser(text[1:].strip())
+        if not name:
+            raise ValueError("@ needs a file: @tokens.json (a JSON list of ids, or an object of sequence -> list)")
+        path = os.path.join(base_dir, name)  # an absolute name stays as it is
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            raise ValueError(_line(f"{path}: {e.strerror or e}")) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(_line(f"{path}: not a regular file"))
+        if st.st_size > MAX_FILE_BYTES:
+            raise ValueError(_line(f"{path}: {st.st_size:,} bytes, more than a token list of "
+                                   f"{MAX_FILE_BYTES >> 20} MiB"))
+        spec = "@" + path
+    try:
+        tokens = parse_tokens(spec)
+    except UsageError as e:
+        raise ValueError(_line(str(e).removeprefix("--tokens "))) from None
+    assert tokens is not None
+    if not all_ids(tokens):
+        raise ValueError("no token ids given: the list is empty")
+    return tokens
+
+
+def tokens_problem(res: ParseResult | None, profile: ModelProfile | None, tokens: GivenTokens) -> str | None:
+    """Why ``tokens`` cannot be re-prefilled for ``res`` (one line), or None when they can."""
+    from kvscope.core.verify.params import PER_SEQ_KINDS, source_seq
+    from kvscope.core.verify.prefill import plan_prefill
+
+    if res is None:
+        return "the file is still being read"
+    if not takes_tokens(res):
+        return f"only a state blob takes tokens: this file is a {res.kind} and carries its own"
+    ids = all_ids(tokens)
+    if not ids:
+        return "no token ids given: the list is empty"
+    n_vocab = profile.n_vocab if profile is not None else 0
+    bad = next((t for t in ids if t < 0 or 0 < n_vocab <= t), None)
+    if bad is not None:
+        return (f"token id {bad} is negative" if bad < 0 else
+                f"token id {bad} is outside the model's vocabulary of {n_vocab:,} (ids 0 to {n_vocab - 1:,})")
+    dest = source_seq(res) if res.kind in PER_SEQ_KINDS else -1
+    if isinstance(tokens, dict) and dest >= 0 and dest not in tokens:
+        return (f"the tokens are for sequence{'s' if len(tokens) > 1 else ''} {', '.join(map(str, sorted(tokens)))}; "
+                f"the blob is sequence {dest}'s: give a list, or {{\"{dest}\": [ids]}}")
+    plan = plan_prefill(res, dest, tokens)
+    if not plan.possible:
+        return plan.reason or "nothing to re-prefill"
+    return None
