@@ -13,6 +13,8 @@ request itself. The prediction it is checked against is :mod:`kvscope.core.analy
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,6 +32,8 @@ _CACHED_RE = re.compile(r"cached n_tokens = (\d+)")
 _TASK_RE = re.compile(r"\| task (\d+) \|")
 _LAUNCH_RE = re.compile(r"id +(\d+) \| task (\d+) \| processing task")
 _LINK_RE = re.compile(r",? see https?://\S+?(?=\))")
+_DONE_RE = re.compile(r"id +(\d+) \| task (\d+) \| stop processing")
+SETTLE_S = 3.0  # how long the log may lag behind the answer (llama.cpp writes it from a worker thread)
 
 
 @dataclass
@@ -77,6 +81,39 @@ def log_reason(log: list[str], id_task: int | None = None) -> str | None:
     return None
 
 
+def last_task_id(lines: list[str]) -> int:
+    """The highest task id in these log lines (-1: none). llama-server numbers its tasks in order."""
+    return max((int(m.group(1)) for ln in lines if (m := _TASK_RE.search(ln))), default=-1)
+
+
+def settled_log(read: Callable[[int], list[str]], id_slot: int, after: int = -1, n: int = 400,
+                wait_s: float = SETTLE_S) -> list[str]:
+    """The server's last ``n`` log lines once slot ``id_slot`` has logged the end (``stop processing``) of a
+    task numbered above ``after`` (:func:`last_task_id` of the log before the request was sent).
+
+    llama-server answers a completion before the slot logs its release, and its log is written by a
+    worker thread: read at once, the task's lines (the reason for the cache decision among them) can be
+    missing on a busy machine, and the last task in the log is then an earlier one. The log keeps the
+    order in which lines were logged, so when the end line is there, every earlier line of the task is
+    too. After ``wait_s`` the log is taken as it is."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        lines = list(read(n))
+        if any((m := _DONE_RE.search(ln)) and int(m.group(1)) == id_slot and int(m.group(2)) > after
+               for ln in lines):
+            return lines
+        if time.monotonic() >= deadline:
+            return lines
+        time.sleep(0.02)
+
+
+def log_mark(engine: Any) -> int:
+    """:func:`last_task_id` of the log of a server kvscope started (-1 for the user's, whose log it cannot
+    read): taken before the request whose reuse :func:`engine_reuse` then reads."""
+    read = getattr(engine, "server_log", None)
+    return last_task_id(list(read())) if callable(read) and getattr(engine, "started", False) else -1
+
+
 def reuse_from_completion(doc: dict[str, Any], restored_tokens: int, prompt_tokens: int,
                           log: list[str] | None = None, id_slot: int = 0) -> ReuseMeasurement:
     """The measurement from a completion's answer (``doc``) sent right after the restore; ``log``: the
@@ -119,21 +156,25 @@ def measure_reuse(client: ServerClient, id_slot: int, tokens: list[int], *, log:
     ``log``: a callable giving the server's log lines (``ServerProcess.log_tail``), or None."""
     cont = continuation if continuation is not None else continuation_tokens(client, tokens)
     prompt = [*tokens, *cont]
+    mark = last_task_id(list(log(400))) if callable(log) else -1
     doc = client.complete(prompt, n_predict=1, id_slot=id_slot, temperature=0.0)
-    lines = list(log(400)) if callable(log) else None
+    lines = settled_log(log, id_slot, mark) if callable(log) else None
     return reuse_from_completion(doc, len(tokens), len(prompt), lines, id_slot)
 
 
-def engine_reuse(engine: Any, restored_tokens: int) -> dict[str, Any] | None:
+def engine_reuse(engine: Any, restored_tokens: int, mark: int = -1) -> dict[str, Any] | None:
     """``verify --engine server``'s ``reuse``: from the completion its server engine sent right after the
-    restore (the slot's tokens plus the next token) and, where kvscope started the server, its log;
-    None when there was no answer. ``line`` is the text output's."""
+    restore (the slot's tokens plus the next token) and, where kvscope started the server, its log
+    (``mark``: :func:`log_mark` before that completion); None when there was no answer. ``line`` is the
+    text output's."""
     doc = getattr(engine, "last_completion", None)
     if not isinstance(doc, dict):
         return None
-    log = engine.server_log() if callable(getattr(engine, "server_log", None)) else []
     slot = doc.get("id_slot")
-    m = reuse_from_completion(doc, restored_tokens, restored_tokens + 1, log, slot if isinstance(slot, int) else 0)
+    id_slot = slot if isinstance(slot, int) else 0
+    read = getattr(engine, "server_log", None)
+    log = settled_log(read, id_slot, mark) if callable(read) and getattr(engine, "started", False) else []
+    m = reuse_from_completion(doc, restored_tokens, restored_tokens + 1, log, id_slot)
     ctx = getattr(engine, "ctx", None)
     # the settings are known for a server kvscope started (verify runs it with --swa-full), not for the user's
     swa_full = bool(ctx.swa_full) if getattr(engine, "started", False) and ctx is not None else None

@@ -373,11 +373,13 @@ class Verifier:
             self._step("next_restored", "the continuation after the restore")
             t0 = time.perf_counter()
             before = list(res.tokens) if engine.kind == "server" else plan.seqs.get(seq, [])
+            if engine.kind == "server":
+                from kvscope.core.verify.reuse import engine_reuse, log_mark
+
+                mark = log_mark(engine)
             first, why_r = engine.next_logits(seq, before, tokens[0])
             if engine.kind == "server":  # that completion continued the slot: the server's reuse of it
-                from kvscope.core.verify.reuse import engine_reuse
-
-                out.reuse = engine_reuse(engine, len(before))
+                out.reuse = engine_reuse(engine, len(before), mark)
             if first is not None:
                 rest, why_r = forced(engine.next_logits, seq, [*before, tokens[0]], tokens[1:len(fresh_logits)])
                 restored_logits = [first, *rest]
