@@ -6,8 +6,8 @@ app takes the same syntax (:func:`kvscope.core.verify.prefill.parse_tokens`): co
 ``@FILE`` holding a JSON list or an object of sequence -> list. :func:`parse_given` reads the text (an
 ``@FILE`` that is relative is taken beside the blob, and it must be a regular file of a bounded size, so a
 FIFO cannot hang the window); :func:`tokens_problem` says why parsed tokens cannot be used for the file
-(empty, outside the model's vocabulary, a sequence the blob does not hold, or what the core's
-:func:`~kvscope.core.verify.prefill.plan_prefill` refuses). No widgets here.
+(empty, outside the model's vocabulary, or what the core's :func:`~kvscope.core.verify.prefill.plan_prefill`
+refuses: another sequence's, or not as many as the positions the blob spans). No widgets here.
 """
 
 from __future__ import annotations
@@ -108,11 +108,7 @@ def tokens_problem(res: ParseResult | None, profile: ModelProfile | None, tokens
     if bad is not None:
         return (f"token id {bad} is negative" if bad < 0 else
                 f"token id {bad} is outside the model's vocabulary of {n_vocab:,} (ids 0 to {n_vocab - 1:,})")
-    dest = source_seq(res) if res.kind in PER_SEQ_KINDS else -1
-    if isinstance(tokens, dict) and dest >= 0 and dest not in tokens:
-        return (f"the tokens are for sequence{'s' if len(tokens) > 1 else ''} {', '.join(map(str, sorted(tokens)))}; "
-                f"the blob is sequence {dest}'s: give a list, or {{\"{dest}\": [ids]}}")
-    plan = plan_prefill(res, dest, tokens)
+    plan = plan_prefill(res, source_seq(res) if res.kind in PER_SEQ_KINDS else -1, tokens)
     if not plan.possible:
         return plan.reason or "nothing to re-prefill"
     return None

@@ -157,13 +157,59 @@ def parse_tokens(spec: str | None) -> list[int] | dict[int, list[int]] | None:
         raise UsageError(f"--tokens {spec!r}: expected comma-separated token ids") from None
 
 
+def _positions_per_seq(res: ParseResult) -> tuple[dict[int, int], int | None]:
+    """The positions each sequence's state spans (its last position + 1, from the first section's cells: a
+    sliding-window cache and a recurrent state hold fewer cells than tokens, their last position does not
+    change), and the same over every cell (a per-sequence state, whose cells may list no sequence); None
+    there when the state holds no cell."""
+    out: dict[int, int] = {}
+    top: int | None = None
+    for t in _tables(res):
+        start = t.seq_start
+        for i in range(t.count):
+            n = int(t.pos[i]) + 1
+            top = n if top is None else max(top, n)
+            for sid in t.seq_ids[start[i]:start[i + 1]].tolist():
+                out[int(sid)] = max(out.get(int(sid), 0), n)
+    return out, top
+
+
+def _given_mismatch(res: ParseResult, seqs: Mapping[int, Sequence[int]], per_seq: bool) -> str:
+    """Why tokens the caller gave cannot be the ones the state was made of (their count is not the
+    positions the state spans), or '' when they can: a state of other tokens would be rebuilt and would
+    verify against itself."""
+    by_seq, top = _positions_per_seq(res)
+    if per_seq:
+        counts = {s: top for s in seqs if top is not None}
+    else:
+        counts = {s: n for s, n in by_seq.items() if s in seqs}
+        missing = sorted(s for s in by_seq if s not in seqs)
+        if missing:
+            return f"no tokens given for sequence(s) {missing}, which the file holds"
+    for s, n in sorted(counts.items()):
+        if len(seqs[s]) != n:
+            where = "the file" if per_seq else f"the file's sequence {s}"
+            return (f"{len(seqs[s])} token(s) given, but {where} spans {n} position(s): give the {n} tokens "
+                    "it was made of")
+    return ""
+
+
 def plan_prefill(res: ParseResult, dest_seq: int, tokens: Sequence[int] | Mapping[int, Sequence[int]] | None = None,
                  next_token: int | None = None) -> PrefillPlan:
     """The plan for ``res`` (``dest_seq``: the sequence a per-sequence file goes to, -1 for a whole
-    context); ``tokens`` replaces the file's (a list, or per sequence), as blobs carry none."""
+    context); ``tokens`` replaces the file's (a list, or per sequence), as blobs carry none. Tokens given
+    must be as many as the positions the state holds for each sequence (else ``reason`` says so)."""
     plan = PrefillPlan()
     per_seq = dest_seq >= 0
     given = tokens is not None
+    if isinstance(tokens, Mapping) and per_seq:  # one sequence's state: the list given for that sequence
+        lists = {int(s): list(v) for s, v in tokens.items()}
+        if dest_seq not in lists:
+            plan.reason = (f"the tokens are for sequence{'s' if len(lists) > 1 else ''} "
+                           f"{', '.join(map(str, sorted(lists)))}; the file is sequence {dest_seq}'s: give a list, "
+                           f"or {{\"{dest_seq}\": [ids]}}")
+            return plan
+        tokens = lists[dest_seq]
     if isinstance(tokens, Mapping):
         seqs = {int(s): [int(t) for t in v] for s, v in tokens.items()}
         flat: list[int] | None = None
@@ -196,6 +242,11 @@ def plan_prefill(res: ParseResult, dest_seq: int, tokens: Sequence[int] | Mappin
                                f"{sum(counts.values())} cells ({dict(sorted(counts.items()))}): give --tokens "
                                "per sequence")
                 return plan
+    if given and seqs:
+        why = _given_mismatch(res, seqs, per_seq)
+        if why:
+            plan.reason = why
+            return plan
     for s in list(seqs):
         cut, n_media = _media_cut(seqs[s], res)
         if cut is not None:

@@ -212,6 +212,8 @@ class Verifier:
         per_seq = res.kind in PER_SEQ_KINDS
         dest = source_seq(res) if per_seq else -1
         plan = plan_prefill(res, dest, self.tokens, self.next_token)
+        if self.tokens is not None and not plan.possible:  # the caller's tokens cannot be this state's
+            raise VerifyError(f"the tokens given cannot be re-prefilled: {plan.reason}")
         try:
             ctx = context_for(res, prof, plan.n_tokens, self.overrides)
         except ParamsError as e:

@@ -89,7 +89,8 @@ def test_bad_text_is_refused_in_one_line_with_the_text_kept_and_nothing_set(
              (f"@{tmp_path / 'bad.json'}", "Expecting value"),
              (f"@{tmp_path / 'empty.json'}", "the list is empty"),
              ("1, 999999", "token id 999999 is outside the model's vocabulary"), ("1,-5", "token id -5 is negative"),
-             (f"@{tmp_path / 'seq0.json'}", "the blob is sequence 1's")]
+             (f"@{tmp_path / 'seq0.json'}", "the file is sequence 1's"),
+             ("1,2,3", "3 token(s) given, but the file spans 12 position(s)")]
     act.trigger()  # Tools → Tokens for this blob…: a window-modal dialog, opened, not run in a loop of its own
     dialogs = [d for d in window.findChildren(TokensDialog) if d.isVisible()]
     assert len(dialogs) == 1
