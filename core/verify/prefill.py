@@ -143,11 +143,15 @@ def parse_tokens(spec: str | None) -> list[int] | dict[int, list[int]] | None:
                 doc = json.load(fh)
         except (OSError, ValueError) as e:
             raise UsageError(f"--tokens {spec}: {e}") from None
+        def ids(v: Any) -> list[int]:  # whole numbers only: 1.5 or true is not a token id
+            if not isinstance(v, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+                raise ValueError("not a list of whole numbers")
+            return list(v)
+
         try:
             if isinstance(doc, dict):
-                return {int(k): [int(t) for t in v] for k, v in doc.items()}
-            if isinstance(doc, list):
-                return [int(t) for t in doc]
+                return {int(k): ids(v) for k, v in doc.items()}
+            return ids(doc)
         except (TypeError, ValueError):
             pass
         raise UsageError(f"--tokens {spec}: expected a JSON list of token ids or an object of sequence -> list")

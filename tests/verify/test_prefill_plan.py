@@ -97,3 +97,18 @@ def test_the_commands_refuse_tokens_that_cannot_be_the_blobs(command: str, tmp_p
         out, err = capsys.readouterr()
         assert out == "" and err.count("\n") == 1 and says in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+@pytest.mark.parametrize(("doc", "want"), [("[1, 2, 3]", [1, 2, 3]), ('{"1": [4, 5]}', {1: [4, 5]}),
+                                           ("[1.5, 2]", None), ("[true, 2]", None), ('{"1": [2.0]}', None),
+                                           ('{"x": [1]}', None), ('"1,2"', None), ("[[1]]", None)])
+def test_a_tokens_file_holds_whole_numbers_only(doc: str, want: object, tmp_path: Path) -> None:
+    from kvscope.core.errors import UsageError
+    from kvscope.core.verify.prefill import parse_tokens
+
+    (tmp_path / "t.json").write_text(doc)
+    if want is None:
+        with pytest.raises(UsageError, match="expected a JSON list of token ids"):
+            parse_tokens(f"@{tmp_path / 't.json'}")
+    else:
+        assert parse_tokens(f"@{tmp_path / 't.json'}") == want
