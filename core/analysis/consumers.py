@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvscope.core import ggml_types as gt
+from kvscope.core.analysis.slot_tokens import first_outside_vocab, token_array
 from kvscope.core.pinned_builds import BUILDS
 from kvscope.core.reader.layouts import generation_named
 from kvscope.core.reader.records import ParseResult
@@ -356,10 +357,10 @@ def _server(res: ParseResult, profile: ModelProfile | None, lib: ConsumerAnswer,
     if payload.get("n_media"):
         return ans("unknown", f"the slot holds media chunks: restored only by a server with --mmproj ({NO_MMPROJ} "
                               "without one)")
-    tokens = [int(t) for t in res.tokens]
-    if n_ctx is not None and len(tokens) > n_ctx:
+    tokens = token_array(res.tokens)
+    if n_ctx is not None and tokens.size > n_ctx:
         return ans("refuses", SERVER_PREFIX + DOES_NOT_FIT)
-    if profile is not None and any(t < 0 or t >= profile.n_vocab for t in tokens):
+    if profile is not None and first_outside_vocab(tokens, profile.n_vocab) is not None:
         return ans("refuses", SERVER_PREFIX + INVALID_TOKENS)
     if lib.answer == "unknown":
         return ans("unknown", lib.message)

@@ -39,6 +39,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
+
+from kvscope.core.analysis.slot_tokens import first_outside_vocab, holds_media, token_array
 from kvscope.core.pinned_builds import BUILDS
 from kvscope.core.reader.records import ParseResult
 
@@ -46,7 +50,6 @@ if TYPE_CHECKING:
     from kvscope.core.analysis.compat import GenCompat
     from kvscope.core.model.profile import ModelProfile
 
-TOKEN_NULL = -1  # a media position in llama-server's token list
 FORCED_RESET = ("forcing full prompt re-processing due to lack of cache data (likely due to SWA or "
                 "hybrid/recurrent memory)")  # llama-server's log line, without its link
 INVALID_TOKENS = "Unable to restore slot: Invalid tokens in slot save file"
@@ -154,10 +157,12 @@ def _has_recurrent(res: ParseResult) -> bool:
 
 def predict_one(res: ParseResult, profile: ModelProfile | None, settings: ServerSettings,
                 build: str | None = None, load_refusal: str | None = None,
-                loads: bool | None = True) -> ReusePrediction:
-    """The prediction for one server (``loads``/``load_refusal``: what its libllama does with the layout)."""
-    tokens = [int(t) for t in res.tokens]
-    n = len(tokens)
+                loads: bool | None = True, tokens: npt.NDArray[np.int64] | None = None) -> ReusePrediction:
+    """The prediction for one server (``loads``/``load_refusal``: what its libllama does with the layout;
+    ``tokens``: the file's tokens as :func:`~kvscope.core.analysis.slot_tokens.token_array`, when the caller
+    has them)."""
+    tokens = token_array(res.tokens) if tokens is None else tokens
+    n = int(tokens.size)
 
     def out(restores: bool | None, reused: int | None, reason: str, fix: str | None = None) -> ReusePrediction:
         reproc = None if reused is None else n - reused
@@ -168,13 +173,13 @@ def predict_one(res: ParseResult, profile: ModelProfile | None, settings: Server
     if loads is False:
         return out(False, 0, f"Unable to restore slot: No available space in KV cache or invalid slot save file "
                              f"(libllama: {load_refusal})" if load_refusal else "the layout does not load")
-    if any(t == TOKEN_NULL for t in tokens) or (res.token_payload or {}).get("n_media"):
+    if holds_media(tokens) or (res.token_payload or {}).get("n_media"):
         return out(None, None, "the slot holds media chunks: its restore needs the server's --mmproj, "
                                "and cache reuse is not predicted for them")
     if settings.n_ctx is not None and n > settings.n_ctx:
         return out(False, 0, DOES_NOT_FIT, f"start llama-server with a slot context of at least {n} tokens")
-    if profile is not None and any(t < 0 or t >= profile.n_vocab for t in tokens):
-        bad = next(t for t in tokens if t < 0 or t >= profile.n_vocab)
+    bad = first_outside_vocab(tokens, profile.n_vocab) if profile is not None else None
+    if profile is not None and bad is not None:
         return out(False, 0, f"{INVALID_TOKENS} (token {bad} is outside the model's {profile.n_vocab}-token "
                              "vocabulary)", "none: the file's tokens are not this model's")
     if res.n_errors:
@@ -231,6 +236,7 @@ def predict_reuse(res: ParseResult, profile: ModelProfile | None = None,
     """One prediction per pinned llama-server build x ``--swa-full`` off/on (``inspect --json``'s
     ``reuse_prediction``); ``compat`` (which layout generations load the file) gives each build's libllama answer."""
     by_build = {c.build: c for c in compat or [] if c.build}
+    tokens = token_array(res.tokens)
     out = []
     for b in BUILDS:
         c = by_build.get(b.name)
@@ -238,7 +244,7 @@ def predict_reuse(res: ParseResult, profile: ModelProfile | None = None,
         refusal = c.answer if c is not None and c.loads is False else None
         for swa_full in (False, True):
             out.append(predict_one(res, profile, ServerSettings(swa_full=swa_full, n_ctx=n_ctx), b.name,
-                                   refusal, loads))
+                                   refusal, loads, tokens))
     return out
 
 

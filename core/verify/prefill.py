@@ -22,10 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvscope.core.analysis.slot_tokens import TOKEN_NULL
 from kvscope.core.errors import UsageError
 from kvscope.core.reader.records import CellTable, ParseResult
-
-TOKEN_NULL = -1  # LLAMA_TOKEN_NULL: a media position in llama-server's token list
 
 
 @dataclass(frozen=True)
