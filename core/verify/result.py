@@ -205,7 +205,7 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
             if r is not None and r.engine_fault:
                 reasons.append(f"llama.cpp's own failure: {r.engine_fault}")
         elif failed:
-            reasons.append(f"the re-prefill of the file's tokens failed: {failed}")
+            reasons.append(f"the re-prefill of {_whose(res)} failed: {failed}")
         elif reader_errors:
             reasons.append(f"the reader found {reader_errors} error(s) in the file")
         else:
@@ -225,14 +225,14 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
             assert beh is not None
             res.verdict = "diverges"
             reasons.append(beh.summary())
-            reasons.append(f"all {len(cmp_.records)} records match the engine's prefill of the file's tokens"
+            reasons.append(f"all {len(cmp_.records)} records match the engine's prefill of {_whose(res)}"
                            + (" within its own variation" if cmp_.calibration is not None else "")
                            + ": what differs is not in the records kvscope compares")
             for note in _partial_notes(res):
                 reasons.append(note)
             return
         res.verdict = "ok"
-        reasons.append(f"all {len(cmp_.records)} records match the engine's prefill of the file's tokens"
+        reasons.append(f"all {len(cmp_.records)} records match the engine's prefill of {_whose(res)}"
                        + (" within its own variation" if cmp_.calibration is not None else ""))
         if beh is not None and not beh.skipped:
             reasons.append(beh.summary())
@@ -266,6 +266,11 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
         if c.missing or c.extra:
             reasons.append(f"{c.section}" + (f" stream {c.stream}" if c.stream is not None else "")
                            + f": {c.missing} cell(s) missing, {c.extra} extra")
+
+
+def _whose(res: VerifyResult) -> str:
+    """Whose tokens the re-prefill decoded: the file's, or those the caller gave (``--tokens``, a blob)."""
+    return "the tokens given" if res.prefill.get("tokens_given") else "the file's tokens"
 
 
 def _partial_notes(res: VerifyResult) -> list[str]:

@@ -219,7 +219,7 @@ class Verifier:
         except ParamsError as e:
             raise VerifyError(str(e)) from None
         out.context = ctx.to_json()
-        out.prefill = plan.to_json()
+        out.prefill = {**plan.to_json(), "tokens_given": self.tokens is not None}
         out.notes += ctx.notes + plan.notes
         build, reason = (None, "") if self.engine_kind == "torch" or self.server_url else self._choose_build(res)
         if self.engine_kind == "server" and res.kind != "seq_file":
