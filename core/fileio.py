@@ -71,3 +71,16 @@ def pread_into(fd: int, buf: memoryview, off: int) -> int:
             break
         done += got
     return done
+
+
+def read_regular(path: str | os.PathLike[str]) -> bytes:
+    """The whole of a regular file, read once with ``pread`` (:func:`open_regular`'s refusals: OSError,
+    ValueError for anything but a regular file). For inputs read whole: a lab scenario's states, the
+    input of ``kvscope corrupt``."""
+    fd, st = open_regular(path)
+    try:
+        buf = bytearray(st.st_size)
+        n = pread_into(fd, memoryview(buf), 0)
+    finally:
+        os.close(fd)
+    return bytes(buf[:n])

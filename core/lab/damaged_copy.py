@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvscope.core.errors import InputError
-from kvscope.core.fileio import open_regular, pread_into
+from kvscope.core.fileio import read_regular
 from kvscope.core.fsutil import same_file, write_atomic
 from kvscope.core.lab.corruptions import Corruption, CorruptionError, Mutation, parse_spec
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
@@ -60,21 +60,12 @@ def _where(ranges: Sequence[tuple[int, int]]) -> str:
 
 def read_file(path: str | os.PathLike[str]) -> bytes:
     """The bytes of a regular file, read-only; CorruptCopyError (one line) for anything else."""
-    name = safe_text(os.fspath(path))
     try:
-        fd, st = open_regular(path)
+        return read_regular(path)
     except OSError as e:
-        raise CorruptCopyError(f"{name}: {e.strerror or e}") from None
+        raise CorruptCopyError(f"{safe_text(os.fspath(path))}: {e.strerror or e}") from None
     except ValueError as e:
-        raise CorruptCopyError(f"{name}: {e}") from None
-    try:
-        buf = bytearray(st.st_size)
-        n = pread_into(fd, memoryview(buf), 0)
-    except OSError as e:
-        raise CorruptCopyError(f"{name}: {e.strerror or e}") from None
-    finally:
-        os.close(fd)
-    return bytes(buf[:n])
+        raise CorruptCopyError(f"{safe_text(os.fspath(path))}: {e}") from None
 
 
 def _profile(model: str | None) -> ModelProfile | None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from kvscope.core import fileio
 from kvscope.core import ggml_types as gt
 from kvscope.core.errors import InputError
 from kvscope.core.fileio import open_regular, pread_into
@@ -95,19 +96,11 @@ def read_regular(path: Path) -> bytes:
     """The bytes of ``path`` if it is a regular file; ScenarioError otherwise (a FIFO is refused before it is
     opened: reading one would block forever)."""
     try:
-        fd, st = open_regular(path)
+        return fileio.read_regular(path)
     except OSError as e:
         raise ScenarioError(f"{path}: {e.strerror or e}") from None
     except ValueError as e:
         raise ScenarioError(f"{path}: {e}") from None
-    try:
-        buf = bytearray(st.st_size)
-        n = pread_into(fd, memoryview(buf), 0)
-    except OSError as e:
-        raise ScenarioError(f"{path}: {e.strerror or e}") from None
-    finally:
-        os.close(fd)
-    return bytes(buf[:n])
 
 
 def read_input(source: str | Path | bytes | RestoreInput, profile: ModelProfile | None, name: str = "",

@@ -21,6 +21,7 @@ from kvscope.app.document.repair_job import NEEDS_TOKENS, repair_command, write_
 from kvscope.app.shell.tokens_dialog import TokensDialog, tokens_document
 from kvscope.core.verify.prefill import parse_tokens
 from tests.support.fixtures import MODELS, entry_model, manifest_entries
+from tests.support.gui_helpers import open_loaded
 
 BLOB_NAME = "llama-f16-fa0-unified0-seq1.seqdata.bin"
 SLOT_NAME = "llama-f16-fa0-unified0-seq1.seqstate"
@@ -36,11 +37,7 @@ TOKENS = [int(t) for t in BLOB_ENTRY["seqs"]["1"]["token_ids"]]
 
 
 def _open(window, qtbot, path: Path):  # type: ignore[no-untyped-def]
-    w = window.open_file(str(path), model=str(MODEL))
-    assert w is not None
-    qtbot.waitUntil(lambda: w.doc.result is not None and w.doc.compat is not None and not w.doc.busy, timeout=30000)
-    assert window.wait_idle(30000)
-    return w
+    return open_loaded(window, qtbot, path, MODEL)
 
 
 def _ok(dlg: TokensDialog):  # type: ignore[no-untyped-def]

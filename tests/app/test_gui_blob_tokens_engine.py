@@ -23,6 +23,7 @@ from kvscope.app.shell.repair_dialog import repair_document
 from kvscope.app.shell.tokens_dialog import tokens_document
 from kvscope.core.reader.parse import read_state
 from tests.support.fixtures import MODELS, entry_model, entry_profile, manifest_entries
+from tests.support.gui_helpers import open_loaded
 from tests.support.llama_builds import need_build
 from tests.support.states import drop_records
 
@@ -47,11 +48,7 @@ def _ours() -> set[str]:
 
 
 def _open(window, qtbot, path: Path):  # type: ignore[no-untyped-def]
-    w = window.open_file(str(path), model=str(MODEL))
-    assert w is not None
-    qtbot.waitUntil(lambda: w.doc.result is not None and w.doc.compat is not None and not w.doc.busy, timeout=30000)
-    assert window.wait_idle(30000)
-    return w
+    return open_loaded(window, qtbot, path, MODEL)
 
 
 def _give(window, w, text: str) -> None:  # type: ignore[no-untyped-def]

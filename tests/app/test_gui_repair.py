@@ -17,6 +17,7 @@ import pytest
 from kvscope.app.document.verify_job import EngineChoice
 from kvscope.app.shell.repair_dialog import repair_document
 from tests.support.fixtures import DATA
+from tests.support.gui_helpers import open_loaded
 from tests.support.llama_builds import need_build
 from tests.support.slot_damage import oov_slot
 from tests.support.states import drop_records, kv_records
@@ -37,11 +38,7 @@ def _sha(p: Path) -> str:
 
 
 def _open(window, qtbot, path: Path | str):  # type: ignore[no-untyped-def]
-    w = window.open_file(str(path), model=str(LLAMA))
-    assert w is not None
-    qtbot.waitUntil(lambda: w.doc.result is not None and w.doc.compat is not None and not w.doc.busy, timeout=30000)
-    assert window.wait_idle(30000)
-    return w
+    return open_loaded(window, qtbot, path, LLAMA)
 
 
 def _damaged(tmp_path: Path) -> Path:

@@ -15,6 +15,7 @@ import pytest
 from kvscope.app.document.repair_job import default_output
 from kvscope.app.shell.repair_dialog import repair_document
 from tests.support.fixtures import DATA
+from tests.support.gui_helpers import open_loaded
 from tests.support.states import drop_records, kv_records, with_media_payload
 
 SEQ = DATA / "gen-0c1e5709" / "llama-f16-fa0-unified0-seq0.seqstate"
@@ -33,11 +34,7 @@ def damaged(tmp_path: Path) -> Path:
 
 
 def _open(window, qtbot, path: Path, model: Path | None = LLAMA):  # type: ignore[no-untyped-def]
-    w = window.open_file(str(path), model=str(model) if model else None)
-    assert w is not None
-    qtbot.waitUntil(lambda: w.doc.result is not None and not w.doc.busy, timeout=30000)
-    assert window.wait_idle(30000)
-    return w
+    return open_loaded(window, qtbot, path, model)
 
 
 @pytest.mark.xserver

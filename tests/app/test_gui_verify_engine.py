@@ -13,7 +13,7 @@ import pytest
 from kvscope.app.document.verify_job import EngineChoice
 from kvscope.core.lab.corruptions import parse_spec
 from kvscope.core.model.profile import load_model_profile
-from tests.support.gui_helpers import DATA
+from tests.support.gui_helpers import DATA, open_loaded
 from tests.support.llama_builds import need_build
 
 GEN = DATA / "gen-b11434"
@@ -28,11 +28,7 @@ def b11434() -> None:
 
 
 def _open(window, qtbot, path: Path):  # type: ignore[no-untyped-def]
-    w = window.open_file(str(path), model=str(LLAMA))
-    assert w is not None
-    qtbot.waitUntil(lambda: w.doc.result is not None and not w.doc.busy, timeout=30000)
-    assert window.wait_idle(30000)
-    return w
+    return open_loaded(window, qtbot, path, LLAMA)
 
 
 def _verify(window, qtbot, w):  # type: ignore[no-untyped-def]
