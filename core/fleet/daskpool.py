@@ -23,7 +23,12 @@ lone file is reported after that many deaths.
 With ``timeout``, a worker process of kvscope's own cluster whose current file began more than
 ``timeout`` seconds ago (stopped by SIGSTOP, hung) is killed: its task fails as above, so a
 batch is re-run one file per task and a lone file gets ``timed out: no result after N s``. The
-clock is a mark each worker touches as a file begins (``run_marked``). On another cluster its
+clock is a mark each worker touches as a file begins (``run_marked``). A worker that holds tasks
+and has begun none of them for ``timeout`` seconds (at least :data:`BEGIN_GRACE`) is killed too: one
+stopped between two tasks, after its last result went out and before its next task began, kept a
+mark naming a finished task, so no deadline ran for the task the scheduler gave it next and the run
+waited for ever (the scheduler still counted the stopped worker). Its task is run again, not charged.
+On another cluster its
 scheduler's ``distributed.scheduler.worker-ttl`` (default 5 minutes) removes a worker that stops
 answering.
 """
@@ -60,6 +65,7 @@ PROBE_TIMEOUT = 120.0
 SIGNAL_WAIT = 1.0  # seconds to wait for a nanny's word on how its worker died
 DEADLINE_CHECK = 1.0  # seconds between looks at the workers' marks for one past its deadline
 NO_WORKER_GRACE = 60.0  # seconds kvscope's own cluster may be without a worker before the run stops
+BEGIN_GRACE = 10.0  # at least this long a worker may hold tasks it has not begun before it is killed
 
 
 class _NoWorkers(Exception):
@@ -156,6 +162,7 @@ class DaskPool:
         self.scheduler = scheduler
         self.timeout = timeout if timeout else None  # seconds per file on kvscope's own cluster
         self._timed_out: set[str] = set()  # keys of tasks whose worker was killed at the deadline
+        self._idle_since: dict[int, float] = {}  # worker pid -> since when it holds tasks and runs none of them
         self.jobs = jobs
         self.batch = max(1, batch or DEFAULT_BATCH)
         self._lost: set[str] = set()
@@ -167,6 +174,7 @@ class DaskPool:
         self._tmp: str | None = None  # our LocalCluster's private folder (0700): marks/ and the workers' scratch/
         self._marks: str | None = None  # its workers' running tasks (pid -> task key)
         self.no_worker_grace = NO_WORKER_GRACE
+        self.begin_grace = BEGIN_GRACE
 
     @property
     def workers_lost(self) -> int:
@@ -250,9 +258,8 @@ class DaskPool:
         quiet = (Exception, asyncio.CancelledError)
         pids: list[int] = []
         try:
-            if self._cluster is not None and self.client is not None:  # our own workers, to be sure they are gone
-                with contextlib.suppress(*quiet):
-                    pids = [int(w["pid"]) for w in self.client.scheduler_info()["workers"].values() if "pid" in w]
+            if self._cluster is not None:  # our own workers, to be sure they are gone (scheduler_info has no pids)
+                pids = list(self._worker_pids().values())
             with contextlib.suppress(*quiet):
                 if self.client is not None:
                     self.client.close()
@@ -363,6 +370,53 @@ class DaskPool:
                 self._timed_out.add(key)
                 with contextlib.suppress(OSError, ValueError):
                     os.kill(int(name), signal.SIGKILL)  # its nanny starts another; the task fails KilledWorker
+        self._kill_not_begun(keys)
+
+    def _worker_pids(self) -> dict[str, int]:
+        """Worker address -> process id, from the nannies of kvscope's own cluster (in this process; the
+        scheduler's ``scheduler_info()`` does not carry workers' pids)."""
+        out: dict[str, int] = {}
+        with contextlib.suppress(Exception):  # nannies changing under us: the next look sees them
+            for nanny in list(self._cluster.workers.values()):
+                address, pid = nanny.worker_address, nanny.pid
+                if address is not None and pid is not None:
+                    out[str(address)] = int(pid)
+        return out
+
+    def _kill_not_begun(self, keys: set[str]) -> None:
+        """Kill a worker process that has held tasks of this run for ``timeout`` seconds (at least
+        ``begin_grace``, :data:`BEGIN_GRACE`) without beginning any of them (its mark names none): stopped
+        or hung between two tasks, it would hold them for ever, and its stale mark gives them no deadline.
+        Its tasks fail ``KilledWorker`` with its mark naming another task (or none), so they are run
+        again, not charged."""
+        assert self._marks is not None and self.timeout is not None
+        try:
+            processing = self.client.processing()
+        except Exception:  # a scheduler going away: the futures will say so
+            return
+        pids = self._worker_pids()
+        now, grace = time.monotonic(), max(self.timeout, self.begin_grace)
+        holding: set[int] = set()
+        for address, held in processing.items():
+            mine = {str(k) for k in held} & keys
+            pid = pids.get(address)
+            if not mine or pid is None:
+                continue
+            try:
+                with open(os.path.join(self._marks, str(pid))) as fh:
+                    running = fh.read()
+            except OSError:
+                running = ""  # no task begun yet
+            if running in mine:
+                continue  # it runs one of them: the mark's deadline holds
+            holding.add(pid)
+            since = self._idle_since.setdefault(pid, now)
+            if now - since > grace:
+                del self._idle_since[pid]
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)  # its nanny starts another
+        for pid in set(self._idle_since) - holding:
+            del self._idle_since[pid]
 
     def _finished(self, fut: Any, task: _Task, on_error: Callable[[Any, str], Result], retry: deque[_Task],
                   distributed: Any) -> Iterator[Result]:
@@ -416,6 +470,8 @@ class DaskPool:
         try:
             with open(os.path.join(self._marks, str(pid))) as fh:
                 return fh.read() != key
+        except FileNotFoundError:  # it had begun no task at all (killed holding tasks it had not begun)
+            return True
         except OSError:
             return False
 

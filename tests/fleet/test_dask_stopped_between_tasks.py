@@ -1,0 +1,53 @@
+"""A worker of kvscope's own Dask cluster stopped (SIGSTOP, for real) between two tasks: after its last
+result went out and before its next task began. Its mark still names the finished task, so the per-file
+deadline never ran for the tasks the scheduler gave it next, and the scheduler still counted it (no
+``no_worker_grace`` either): the run waited for ever. The fuzz's stopped-worker family
+(bench/fuzz_fleet.py --seed 1 --replay workers:34, under load) can stop a worker there: its signaller
+sees the slow file open, and the signal lands a few ms later, after the file's task has finished.
+Now a worker that holds tasks and has begun none of them for the deadline is killed, and its tasks are
+run again on the one its nanny starts, not charged."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from kvscope.core.fleet.daskpool import DaskPool
+
+
+def _pid(_: Any) -> int:
+    return os.getpid()
+
+
+def _double(x: int) -> int:
+    return 2 * x
+
+
+def test_a_worker_stopped_between_tasks_is_killed_and_its_tasks_run_again() -> None:
+    with DaskPool(jobs=1, batch=1, timeout=2.0) as pool:
+        pool.begin_grace = 3.0
+        pool.no_worker_grace = 120.0  # not what ends this run: the stopped worker is still counted
+        (stopped,) = list(pool.map(_pid, [0], lambda item, why: why))
+        os.kill(stopped, signal.SIGSTOP)  # idle: its mark names the finished task
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            outcome["results"] = list(pool.map(_double, [1, 2, 3], lambda item, why: f"error: {why}"))
+
+        t = threading.Thread(target=run, daemon=True)
+        start = time.monotonic()
+        t.start()
+        try:
+            t.join(45.0)
+            took = time.monotonic() - start
+            assert not t.is_alive(), "the run still waits for tasks given to a stopped worker"
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # the old code left it stopped: let the cluster close
+                os.kill(stopped, signal.SIGKILL)
+            t.join(30.0)
+    assert sorted(outcome["results"]) == [2, 4, 6], outcome  # run again, not charged
+    assert took < 30.0, took
