@@ -258,8 +258,9 @@ class DaskPool:
         quiet = (Exception, asyncio.CancelledError)
         pids: list[int] = []
         try:
-            if self._cluster is not None:  # our own workers, to be sure they are gone (scheduler_info has no pids)
-                pids = list(self._worker_pids().values())
+            if self._cluster is not None and self.client is not None:  # our own workers, to be sure they are gone
+                with contextlib.suppress(*quiet):
+                    pids = [int(w["pid"]) for w in self.client.scheduler_info()["workers"].values() if "pid" in w]
             with contextlib.suppress(*quiet):
                 if self.client is not None:
                     self.client.close()
