@@ -28,6 +28,8 @@ and has begun none of them for ``timeout`` seconds (at least :data:`BEGIN_GRACE`
 stopped between two tasks, after its last result went out and before its next task began, kept a
 mark naming a finished task, so no deadline ran for the task the scheduler gave it next and the run
 waited for ever (the scheduler still counted the stopped worker). Its task is run again, not charged.
+A worker stopped after its task finished but before the client fetched the result it holds is killed
+after the same time (``_fetch``): the fetch had waited for ever, outside every deadline.
 On another cluster its
 scheduler's ``distributed.scheduler.worker-ttl`` (default 5 minutes) removes a worker that stops
 answering.
@@ -419,11 +421,42 @@ class DaskPool:
         for pid in set(self._idle_since) - holding:
             del self._idle_since[pid]
 
+    def _fetch(self, fut: Any) -> Any:
+        """A finished task's result, fetched from the worker that holds it. On kvscope's own cluster with a
+        deadline, a holder that has not answered for ``timeout`` seconds (at least ``begin_grace``) is
+        killed: one stopped after its task finished and before its result was fetched (the worker keeps the
+        result, the client asks it) held the run for ever, the fetch waiting outside every deadline. The
+        result then goes with it (``lost``, or a ``CommClosedError``), and the task is run again."""
+        if self._cluster is None or self.timeout is None:
+            return fut.result()
+        grace = max(self.timeout, self.begin_grace)
+        start = time.monotonic()
+        while True:
+            try:
+                return fut.result(timeout=DEADLINE_CHECK)
+            except TimeoutError:
+                if fut.status != "finished":
+                    return fut.result()  # lost or erred meanwhile: its exception says which
+                if time.monotonic() - start > grace:
+                    start = time.monotonic()
+                    self._kill_holders(fut)
+
+    def _kill_holders(self, fut: Any) -> None:
+        """SIGKILL the worker processes of kvscope's own cluster that hold ``fut``'s result."""
+        with contextlib.suppress(Exception):  # a scheduler going away: the future will say so
+            holders = self.client.who_has([fut]).get(fut.key, ())
+            pids = self._worker_pids()
+            for address in holders:
+                pid = pids.get(str(address))
+                if pid is not None:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)  # its nanny starts another
+
     def _finished(self, fut: Any, task: _Task, on_error: Callable[[Any, str], Result], retry: deque[_Task],
                   distributed: Any) -> Iterator[Result]:
         if fut.status == "finished":
             try:
-                yield from fut.result()
+                yield from self._fetch(fut)
                 return
             except distributed.comm.CommClosedError as e:  # the worker holding the result died
                 yield from self._result_lost(task, str(e), on_error, retry)

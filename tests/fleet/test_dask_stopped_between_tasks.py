@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from kvscope.core.fleet.daskpool import DaskPool
@@ -51,3 +52,36 @@ def test_a_worker_stopped_between_tasks_is_killed_and_its_tasks_run_again() -> N
             t.join(30.0)
     assert sorted(outcome["results"]) == [2, 4, 6], outcome  # run again, not charged
     assert took < 30.0, took
+
+
+def _stop_after_returning(x: int, flag: str) -> int:
+    """Return ``x``; the first time, stop this worker process 0.5 s later: its result is out (the
+    scheduler has it finished) and still held by the worker, not yet fetched by the client."""
+    if x == 2 and not os.path.exists(flag):
+        open(flag, "w").close()
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGSTOP)).start()
+    return x
+
+
+def test_a_worker_stopped_holding_a_finished_result_is_killed_and_the_task_run_again(tmp_path: Any) -> None:
+    """Seen with the real `kvscope scan` too: a stop 50-70 ms after the worker closed the slow file
+    (the late edge of the fuzz's signaller) left the client fetching the result for ever (4 of 4 runs
+    with the old code; the run ends in ~12 s now)."""
+    flag = str(tmp_path / "stopped-once")
+    with DaskPool(jobs=1, batch=1, timeout=2.0) as pool:
+        pool.begin_grace = 3.0
+        gen = pool.map(partial(_stop_after_returning, flag=flag), [1, 2], lambda item, why: f"error: {why}")
+        first = next(gen)
+        time.sleep(2.0)  # the second task has finished, its worker is stopped, its result not fetched
+        (pid,) = [n.pid for n in pool._cluster.workers.values()]
+        outcome: dict[str, Any] = {}
+        t = threading.Thread(target=lambda: outcome.setdefault("rest", list(gen)), daemon=True)
+        t.start()
+        try:
+            t.join(45.0)
+            assert not t.is_alive(), "the run still fetches a result from a stopped worker"
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # the old code left it stopped: let the cluster close
+                os.kill(pid, signal.SIGKILL)
+            t.join(30.0)
+    assert sorted([first, *outcome["rest"]]) == [1, 2], outcome  # run again, not charged
