@@ -1,8 +1,9 @@
 """The checks llama-server makes of a slot file's tokens when it restores it, in one place.
 
-``server_context::load_slot`` (tools/server) refuses a slot whose prompt does not fit the slot's
-context ("Restored prompt does not fit in the slot context") and one holding a token outside the
-model's vocabulary ("Invalid tokens in slot save file"). The reuse prediction
+llama-server's slot restore (``server_context_impl::process_single_task``, ``SERVER_TASK_TYPE_SLOT_RESTORE``,
+in tools/server/server-context.cpp at b11434) refuses a slot whose prompt does not fit the slot's
+context ("Restored prompt does not fit in the slot context") and one holding a token its
+``validate`` rejects, outside the model's vocabulary ("Invalid tokens in slot save file"). The reuse prediction
 (:mod:`kvscope.core.analysis.reuse`) and the per-consumer answers (:mod:`kvscope.core.analysis.consumers`)
 both ask them; a prompt of 100,000 tokens is one numpy pass here, not a Python loop per token.
 """
