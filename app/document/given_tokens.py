@@ -103,8 +103,10 @@ def tokens_problem(res: ParseResult | None, profile: ModelProfile | None, tokens
     ids = all_ids(tokens)
     if not ids:
         return "no token ids given: the list is empty"
+    from kvscope.core.analysis.slot_tokens import first_outside_vocab, token_array
+
     n_vocab = profile.n_vocab if profile is not None else 0
-    bad = next((t for t in ids if t < 0 or 0 < n_vocab <= t), None)
+    bad = first_outside_vocab(token_array(ids), n_vocab if n_vocab > 0 else 1 << 62)  # no model: negatives only
     if bad is not None:
         return (f"token id {bad} is negative" if bad < 0 else
                 f"token id {bad} is outside the model's vocabulary of {n_vocab:,} (ids 0 to {n_vocab - 1:,})")

@@ -75,19 +75,19 @@ def repair_problem(res: ParseResult | None, profile: ModelProfile | None, model_
     from kvscope.core.verify.params import PER_SEQ_KINDS, source_seq
     from kvscope.core.verify.prefill import plan_prefill
 
-    given = tokens if takes_tokens(res) else None
-    if takes_tokens(res):
-        if given is None:
+    if takes_tokens(res):  # a blob: the tokens given, checked by the same plan the command makes
+        if tokens is None:
             return NEEDS_TOKENS
-        why = tokens_problem(res, profile, given)
+        why = tokens_problem(res, profile, tokens)
         if why is not None:
             return f"the tokens given cannot be re-prefilled: {why}"
-    plan = plan_prefill(res, source_seq(res) if res.kind in PER_SEQ_KINDS else -1, given)
-    if plan.limit_pos is not None:
-        return (f"the prompt holds {plan.n_media} media chunk(s) from position {plan.limit_pos}: they cannot be "
-                "re-prefilled from the file")
-    if not plan.possible:
-        return f"it cannot be re-prefilled: {plan.reason or 'no tokens'}"
+    else:
+        plan = plan_prefill(res, source_seq(res) if res.kind in PER_SEQ_KINDS else -1)
+        if plan.limit_pos is not None:
+            return (f"the prompt holds {plan.n_media} media chunk(s) from position {plan.limit_pos}: they cannot be "
+                    "re-prefilled from the file")
+        if not plan.possible:
+            return f"it cannot be re-prefilled: {plan.reason or 'no tokens'}"
     if build_writing(res.layout.name) is None:
         return f"no pinned llama.cpp build writes layout {res.layout.name}: the rebuilt state would be of another"
     return None

@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from kvscope.core.analysis.slot_tokens import TOKEN_NULL
 from kvscope.core.errors import UsageError
 from kvscope.core.reader.records import CellTable, ParseResult
@@ -168,12 +170,13 @@ def _positions_per_seq(res: ParseResult) -> tuple[dict[int, int], int | None]:
     out: dict[int, int] = {}
     top: int | None = None
     for t in _tables(res):
-        start = t.seq_start
-        for i in range(t.count):
-            n = int(t.pos[i]) + 1
-            top = n if top is None else max(top, n)
-            for sid in t.seq_ids[start[i]:start[i + 1]].tolist():
-                out[int(sid)] = max(out.get(int(sid), 0), n)
+        ends = t.pos[:t.count].astype(np.int64) + 1  # one numpy pass: a table can hold 100,000s of cells
+        top = max(int(ends.max()), top or 0)
+        counts = t.n_seq[:t.count].astype(np.int64)
+        ids = t.seq_ids[:int(counts.sum())].astype(np.int64)
+        owner_ends = np.repeat(ends, counts)[:ids.size]
+        for sid in np.unique(ids).tolist():
+            out[int(sid)] = max(out.get(int(sid), 0), int(owner_ends[ids == sid].max()))
     return out, top
 
 

@@ -9,6 +9,7 @@ and whole-context blobs of several sequences.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -73,10 +74,15 @@ def test_a_context_blob_takes_each_sequences_tokens() -> None:
 
 
 def test_a_files_own_tokens_are_not_held_to_the_rule() -> None:
-    """A slot file whose tokens disagree with its cells is a finding of the file, not a usage error."""
+    """A slot file whose tokens disagree with its cells is a finding of the file (verify judges what the
+    restore computes), not a usage error: only tokens a caller gives must span the file's positions."""
     path = Path(ENTRIES["llama-f16-fa0-unified0-seq1.slot-emulated.seqstate"][0])
     res = read_state(str(path))
-    assert res.tokens and plan_prefill(res, 1).possible
+    short = dataclasses.replace(res, tokens=list(res.tokens)[:-3])  # 9 tokens, 12 cells
+    plan = plan_prefill(short, 1)
+    assert plan.possible and plan.seqs == {1: list(res.tokens)[:-3]}
+    plan = plan_prefill(short, 1, list(res.tokens)[:-3])  # the same 9 tokens, given
+    assert not plan.possible and plan.reason.startswith("9 token(s) given, but the file spans 12 position(s)")
 
 
 @pytest.mark.parametrize("command", ["verify", "repair"])
