@@ -9,16 +9,25 @@ that), so one ``except KvscopeError`` catches every failure kvscope means to rep
 
 Exit codes: :data:`EXIT_OK` 0; :data:`EXIT_FINDINGS` 1 (the command ran and found something: error
 findings, a verdict other than ok, disagreements, files left unmigrated); :data:`EXIT_BAD_INPUT` 2
-(unreadable or unusable input, a usage error, a missing engine); :data:`EXIT_INTERRUPTED` 130 (Ctrl-C).
+(unreadable or unusable input, a usage error, a missing engine, an output that cannot be written);
+:data:`EXIT_INTERNAL` 3 (an internal error: a bug in kvscope, never a verdict on the input; the command line
+writes its traceback to a file and names it); :data:`EXIT_INTERRUPTED` 130 (Ctrl-C).
+
+:func:`path_kind` names what a path that should be a regular file is instead (a folder, a FIFO, a
+device...), so that no message says "no such file" for something that exists.
 """
 
 from __future__ import annotations
+
+import os
+import stat
 
 from kvscope.core.textsafe import safe_text
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3  # a bug in kvscope: a script must not read it as findings (1) or bad input (2)
 EXIT_INTERRUPTED = 130
 
 PREFIX = "kvscope: "  # every line kvscope writes about a failure starts with it
@@ -66,3 +75,25 @@ def error_line(error: BaseException | str) -> str:
         return PREFIX + error.message
     text = error if isinstance(error, str) else (str(error) or type(error).__name__)
     return PREFIX + safe_text(text, MESSAGE_LIMIT)
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def path_kind(path: str | os.PathLike[str]) -> str:
+    """Why ``path`` is not a regular file one could read, as words for a message: ``"no such file"``,
+    ``"a folder, not a file"``, ``"a FIFO (named pipe), not a regular file"``, ``"a character device, not a
+    regular file"``... (``"a regular file"`` when it is one; the reason ``stat`` gives when it cannot tell)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a broken symbolic link" if os.path.islink(path) else "no such file"
+    except OSError as e:
+        return safe_text(e.strerror or "cannot be read").lower()
+    except ValueError:  # a NUL byte in the name
+        return "not a valid file name"
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    what = next((name for test, name in _KINDS if test(mode)), "a special file")
+    return f"{what}, not a file" if what == "a folder" else f"{what}, not a regular file"

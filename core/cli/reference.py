@@ -15,7 +15,7 @@ import sys
 
 from kvscope.core.cli.main import build_parser
 from kvscope.core.cli.registry import core_commands, plugin_commands
-from kvscope.core.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK
+from kvscope.core.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK
 
 _EXIT_RE = re.compile(r"\b(Exit codes|Exit status|exit status)\b")
 
@@ -105,16 +105,19 @@ def render(ap: argparse.ArgumentParser) -> str:
         "## Exit codes",
         "",
         "Every command uses the same codes (`kvscope.core.errors`); each command's section says what they mean",
-        "for it. A failure is always one line on stderr starting with `kvscope: `, never a traceback",
-        "(`KVSCOPE_DEBUG=1` adds one for an unexpected error, which exits 1).",
+        "for it. A failure is always one line on stderr starting with `kvscope: `, never a traceback: an",
+        "internal error (a bug in kvscope) exits 3, and its line names the file that holds the traceback",
+        "(`KVSCOPE_DEBUG=1` prints it on stderr too).",
         "",
         "| code | meaning |",
         "| --- | --- |",
         f"| {EXIT_OK} | done, nothing to report |",
         f"| {EXIT_FINDINGS} | done, and something was found: error findings, a verdict other than ok, "
-        "disagreements, files left unmigrated (or an unexpected internal error) |",
+        "disagreements, files left unmigrated |",
         f"| {EXIT_BAD_INPUT} | bad input (missing, unreadable, special or not a state file), a usage error, "
-        "or a missing engine |",
+        "a missing engine, or an output that cannot be written (a full disk) |",
+        f"| {EXIT_INTERNAL} | internal error: a bug in kvscope, not a verdict on the input (please report it "
+        "with the file the message names) |",
         f"| {EXIT_INTERRUPTED} | interrupted (Ctrl-C) |",
         "",
         "## Commands",

@@ -75,20 +75,23 @@ def test_run_command_turns_a_kvscope_error_into_one_line(capsys: pytest.CaptureF
     assert run_command(stopped, _args()) == errors.EXIT_INTERRUPTED
 
 
-def test_run_command_unexpected_error_is_one_line_exit_1(capsys: pytest.CaptureFixture[str],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_command_unexpected_error_is_one_line_exit_3(capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    """An internal error exits 3 (EXIT_INTERNAL), never 1: a script would read 1 as findings in the file."""
     def broken(_: argparse.Namespace) -> int:
         return {}["missing"]  # type: ignore[no-any-return]
 
     monkeypatch.delenv("KVSCOPE_DEBUG", raising=False)
-    assert run_command(broken, _args("lab")) == 1
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    assert run_command(broken, _args("lab")) == errors.EXIT_INTERNAL == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith("kvscope: internal error in kvscope lab: KeyError: 'missing'") and "KVSCOPE_DEBUG=1" in err
+    assert err.startswith("kvscope: internal error in kvscope lab: KeyError: 'missing'") and "please report it" in err
     monkeypatch.setenv("KVSCOPE_DEBUG", "1")
-    assert run_command(broken, _args("lab")) == 1
+    assert run_command(broken, _args("lab")) == 3
     err = capsys.readouterr().err
-    assert "Traceback" in err and err.rstrip().endswith("KeyError: 'missing'")
+    assert "Traceback" in err and "KeyError: 'missing'" in err
 
 
 def test_run_command_memory_and_interrupt(capsys: pytest.CaptureFixture[str]) -> None:
