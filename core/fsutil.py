@@ -14,6 +14,13 @@ process die of SIGKILL, its temporary file is recognisable: every name starts wi
 
 An output gets the permissions a plain ``open(path, "w")`` would give it: those of the file it
 replaces, or ``0o666`` less the umask for a new file (``mkstemp``'s 0600 is not kept).
+
+Where an output may go is one rule, :func:`output_problem` (:func:`check_output` raises it), which
+every command that writes a file or a folder asks before it reads anything: an output never names
+one of the command's inputs, by any path (a symlink, a hard link, ``/proc/self/fd/N``,
+``/proc/PID/root/...``), and an output that exists must be what the command writes (a regular file,
+or a folder for a folder output): a FIFO, a device node, a socket, or a folder where a file is
+expected is refused, never replaced by a file and never opened (a FIFO would block).
 """
 
 from __future__ import annotations
@@ -26,9 +33,11 @@ import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 from typing import IO, Any, BinaryIO
+
+from kvscope.core.textsafe import safe_text
 
 TEMP_PREFIX = ".kvscope-tmp-"  # every temporary file or folder kvscope creates starts with this
 CLEANUP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, n))
@@ -71,6 +80,58 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+class OutputRefused(ValueError):
+    """An output path a command must not write: one line saying why (the callers raise their own error types
+    through :func:`check_output`'s ``error``)."""
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(mode: int) -> str:
+    """What ``st_mode`` says a path is, in words (``a regular file``, ``a FIFO``, ``a character device``...)."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "a special file")
+
+
+def output_problem(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], *,
+                   folder: bool = False) -> str | None:
+    """Why ``out`` must not be written by a command that reads ``inputs`` (None: it may be); never opens it.
+
+    Refused: ``out`` names one of ``inputs`` by any path (:func:`same_file`: the same path once links are
+    resolved, ``/proc/self/fd/N`` included, or the same inode); ``out`` exists and is not a regular file (a
+    FIFO, a device node, a socket, a folder), or with ``folder`` exists and is not a folder. A path that does
+    not exist, a dangling symlink, or one ``stat`` cannot look at is left to the write to report."""
+    target = os.fspath(out)
+    for item in inputs:
+        if item is None:
+            continue
+        source = os.fspath(item)
+        if same_file(target, source):
+            named = "" if target == source else f" {safe_text(source)}"
+            return f"{safe_text(target)}: is the input{named}: an output never replaces an input (give another path)"
+    try:
+        st = os.stat(target)
+    except (OSError, ValueError):
+        return None
+    if folder and not stat.S_ISDIR(st.st_mode):
+        return f"{safe_text(target)}: exists and is {file_kind(st.st_mode)}, not a folder"
+    if not folder and not stat.S_ISREG(st.st_mode):
+        return (f"{safe_text(target)}: exists and is {file_kind(st.st_mode)}, not a regular file "
+                "(an output replaces a regular file only)")
+    return None
+
+
+def check_output(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], *,
+                 folder: bool = False, error: Callable[[str], BaseException] = OutputRefused) -> None:
+    """Raise ``error(reason)`` (one line) when :func:`output_problem` refuses ``out``; see there."""
+    reason = output_problem(out, inputs, folder=folder)
+    if reason is not None:
+        raise error(reason)
 
 
 def output_mode(path: str | os.PathLike[str]) -> int:

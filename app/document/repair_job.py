@@ -41,7 +41,7 @@ from kvscope.app.base.tasks import Cancelled, CancelToken, Job, Report, Task, Ta
 from kvscope.app.document.given_tokens import ACTION as TOKENS_ACTION
 from kvscope.app.document.given_tokens import GivenTokens, all_ids, takes_tokens, to_json, tokens_problem
 from kvscope.app.document.verify_job import EngineChoice
-from kvscope.core.fsutil import TEMP_PREFIX, same_file
+from kvscope.core.fsutil import TEMP_PREFIX, output_problem
 from kvscope.core.pinned_builds import BUILDS, build_writing
 from kvscope.core.textsafe import safe_text
 
@@ -180,10 +180,9 @@ def repair_job(path: str, model: str, out: str, build: str | None = None, timeou
     what was written."""
 
     def job(token: CancelToken, report: Report) -> dict[str, Any]:
-        if same_file(path, out):
-            raise RepairRefused(f"{safe_text(out)} is the input file: repair never overwrites it (choose another)")
-        if os.path.isdir(out):
-            raise RepairRefused(f"{safe_text(out)} is a folder: choose the output file's name")
+        refused = output_problem(out, [path, model])  # the command's own rule, before it is started
+        if refused is not None:
+            raise RepairRefused(refused)
         step = what or "rebuilding from the file's tokens, then verifying"
         given = {"tokens_given": len(all_ids(tokens))} if tokens is not None else {}
         report(None, step)
@@ -259,8 +258,9 @@ class RepairRun(QObject):
         if self.running:
             return self.task
         self.output, self.result, self.error, self.cancelled = os.path.abspath(out), None, None, False
-        if same_file(path, out):
-            self.error = f"{safe_text(out)} is the input file: repair never overwrites it (choose another)"
+        refused = output_problem(out, [path, model])  # never the file or the model; no FIFO, device, folder
+        if refused is not None:
+            self.error = refused
             self.changed.emit()
             return None
         self.step = "starting"

@@ -71,6 +71,13 @@ def cmd_gui(args: argparse.Namespace) -> int:
         if not os.path.isfile(f):
             print(f"kvscope: {f}: no such file", file=sys.stderr)
             return EXIT_BAD_INPUT
+    if args.screenshot:  # the one output rule: never an input (by any path), never a FIFO, device or folder
+        from kvscope.core.fsutil import output_problem
+
+        refused = output_problem(args.screenshot, [*args.files, args.model, args.diff, args.lab_restore])
+        if refused is not None:
+            print(f"kvscope: {refused}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     if args.screenshot and _no_display():
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
     try:

@@ -4,8 +4,10 @@ generation where the file holds everything that layout writes (:mod:`kvscope.cor
 Exit codes: 0 written; 1 the result cannot be exact (what is missing is named); 2 bad input
 (unreadable or damaged file, unusable model, unknown layout). Errors are one line on stderr.
 The input is never modified; the output appears atomically (a temporary file in the same
-directory, then ``os.replace``). Framing-only conversions (v3 <-> v4) are streamed without torch;
-others need the memory core, imported only when the command runs.
+directory, then ``os.replace``); an output naming the file or the model (by any path), or one that
+exists and is not a regular file (a FIFO, a device, a folder), is refused before either is read.
+Framing-only conversions (v3 <-> v4) are streamed without torch; others need the memory core,
+imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -43,7 +45,12 @@ def register(subparsers: Any) -> None:
 def cmd_rewrite(args: argparse.Namespace) -> int:
     """Run ``kvscope rewrite``; returns the exit code (0 ok, 1 cannot be exact, 2 bad input)."""
     from kvscope.core.convert.rewrite import rewrite_file
+    from kvscope.core.fsutil import output_problem
 
+    refused = output_problem(args.output, [args.file, args.model])  # before the model is read
+    if refused is not None:
+        print(error_line(refused), file=sys.stderr)
+        return EXIT_BAD_INPUT
     profile = None
     if args.model is not None:
         from kvscope.core.model.profile import ModelProfileError, load_model_profile
@@ -55,7 +62,8 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
     try:
         outcome = rewrite_file(args.file, args.output, args.layout, profile, rotation=args.rotation,
-                               seq_id=args.seq_id, drop_trailing=args.drop_trailing, via_core=args.via_core)
+                               seq_id=args.seq_id, drop_trailing=args.drop_trailing, via_core=args.via_core,
+                               inputs=[args.model] if args.model is not None else [])
     except OSError as e:
         print(error_line(f"{e.filename or args.output}: {e.strerror}"), file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -16,9 +16,10 @@ read-only and never modified; the output appears atomically.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kvscope.core.fsutil import atomic_writer, write_atomic
+from kvscope.core.fsutil import atomic_writer, output_problem, write_atomic
 from kvscope.core.model.profile import ModelProfile
 
 OK, INEXACT, BAD_INPUT = 0, 1, 2
@@ -53,15 +54,20 @@ def rewrite_file(
     seq_id: int | None = None,
     drop_trailing: bool = False,
     via_core: bool = False,
+    inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> RewriteOutcome:
-    """Write ``src`` to ``out`` in generation ``layout`` (default: the file's own)."""
+    """Write ``src`` to ``out`` in generation ``layout`` (default: the file's own).
+
+    ``inputs``: the other files the caller read (the model): ``out`` names none of them nor ``src``, by any
+    path, and is refused (BAD_INPUT) when it exists and is not a regular file, before ``src`` is read."""
     from kvscope.core.reader.layouts import generation_named
     from kvscope.core.reader.parse import ReadError, read_state
 
+    refused = output_problem(out, [src, *inputs])
+    if refused is not None:
+        return RewriteOutcome(BAD_INPUT, refused)
     if not os.path.isfile(src):
         return RewriteOutcome(BAD_INPUT, f"{src}: no such file")
-    if os.path.exists(out) and os.path.samefile(src, out):
-        return RewriteOutcome(BAD_INPUT, f"{out}: the output would overwrite the input")
     if layout is not None and generation_named(layout) is None:
         from kvscope.core.reader.layouts import GENERATION_BY_NAME
 

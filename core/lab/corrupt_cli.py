@@ -11,9 +11,11 @@ are applied in order, each to the result of the one before. Each mutation finds 
 the parsed structure, never through offsets typed by hand, and its line says what it did and to
 which input bytes. The copy is then what ``inspect``, ``verify``, ``repair`` and the app take.
 
-FILE is opened read-only and never written; OUT never names it (by any path) and appears atomically.
+FILE is opened read-only and never written; OUT never names it or the model (by any path), is never
+a FIFO, a device or a folder (refused before anything is read), and appears atomically.
 Exit codes: 0 written; 2 bad input (unreadable file, not a state file, a spec that does not apply to
-it, OUT naming FILE), one line on stderr. Nothing heavy is imported until the command runs.
+it, OUT naming FILE or the model, OUT not a regular file), one line on stderr. Nothing heavy is
+imported until the command runs.
 """
 
 from __future__ import annotations

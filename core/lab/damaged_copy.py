@@ -4,7 +4,8 @@
 input once, read-only (a regular file only: a FIFO or a device is refused before it is read), applies
 each :class:`~kvscope.core.lab.corruptions.Corruption` to the result of the one before, and writes the
 last result to the output through :func:`kvscope.core.fsutil.write_atomic`. An output that names the
-input, by any path, is refused before anything is read. No torch: the corruptions work on the reader's
+input or the model, by any path, or that exists and is not a regular file, is refused before anything
+is read (:func:`kvscope.core.fsutil.check_output`). No torch: the corruptions work on the reader's
 parse of the bytes.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from kvscope.core.errors import InputError
 from kvscope.core.fileio import read_regular
-from kvscope.core.fsutil import same_file, write_atomic
+from kvscope.core.fsutil import check_output, write_atomic
 from kvscope.core.lab.corruptions import Corruption, CorruptionError, Mutation, parse_spec
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.textsafe import safe_text
@@ -83,8 +84,7 @@ def corrupt_file(source: str | os.PathLike[str], output: str | os.PathLike[str],
     src, out = os.fspath(source), os.fspath(output)
     if not specs:
         raise CorruptCopyError("no corruption given (--corrupt SPEC; kvscope corrupt --list names the catalog)")
-    if same_file(src, out):
-        raise CorruptCopyError(f"{safe_text(out)} is the input: the damaged copy never replaces the file it is of")
+    check_output(out, [src, model], error=CorruptCopyError)  # never over FILE or the model; no FIFO, device, folder
     try:
         corruptions = [s if isinstance(s, Corruption) else parse_spec(s) for s in specs]
     except CorruptionError as e:

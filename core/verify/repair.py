@@ -31,7 +31,7 @@ from typing import Any
 from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.choose import build_for_layout
 from kvscope.core.engine.llamacpp import EngineError, LlamaProcess
-from kvscope.core.fsutil import same_file, write_atomic
+from kvscope.core.fsutil import check_output, write_atomic
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import ReadError, read_state
 from kvscope.core.reader.records import ParseResult
@@ -164,13 +164,13 @@ def _rebuild(res: ParseResult, model: str, plan: PrefillPlan, ctx: ContextPlan, 
 
 def repair(path: str | os.PathLike[str], model: str | os.PathLike[str], out: str | os.PathLike[str], *,
            tokens: Sequence[int] | Mapping[int, Sequence[int]] | None = None, build: str | None = None,
-           timeout_s: float = 600.0) -> RepairResult:
-    """Rebuild FILE's state from its tokens into OUT (verified first); raises :class:`RepairError`."""
+           timeout_s: float = 600.0, inputs: Sequence[str | os.PathLike[str]] = ()) -> RepairResult:
+    """Rebuild FILE's state from its tokens into OUT (verified first); raises :class:`RepairError`.
+
+    ``inputs``: the other files the caller read for it (``--tokens @FILE``); OUT names none of them, nor FILE
+    or the model, and is refused before anything is read when it exists and is not a regular file."""
     path, model, out = os.fspath(path), os.fspath(model), os.fspath(out)
-    if same_file(path, out):
-        raise RepairError(f"{out} is the input file: repair never overwrites it (give another -o)")
-    if os.path.isdir(out):
-        raise RepairError(f"{out} is a folder: give the output file's name")
+    check_output(out, [path, model, *inputs], error=RepairError)
     prof = _profile(model)
     t0 = time.perf_counter()
     try:

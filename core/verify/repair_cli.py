@@ -6,10 +6,12 @@
 
 The tokens are re-prefilled in the pinned build that writes the file's layout generation, saved as
 the file was (a llama-server slot through llama-server's own slot save), verified, and only then
-written to OUT atomically; OUT never names FILE. Exit codes: 0 written; 2 usage errors and a file
-that cannot be rebuilt (one line on stderr: media chunks, a blob without tokens and no ``--tokens``,
-no build for its layout, a rebuilt state that does not verify). Nothing heavy is imported until the
-command runs.
+written to OUT atomically; OUT never names FILE, the model or the ``--tokens @FILE`` (by any path),
+and an OUT that exists and is not a regular file (a FIFO, a device, a folder) is refused before
+the state or the model is read. Exit codes: 0 written; 2 usage errors and a file that cannot be
+rebuilt (one line on stderr: media chunks, a blob without tokens and no ``--tokens``, no build for
+its layout, a rebuilt state that does not verify, an OUT refused). Nothing heavy is imported until
+the command runs.
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ def cmd_repair(args: argparse.Namespace) -> int:
     from kvscope.core.verify.prefill import parse_tokens
     from kvscope.core.verify.repair import RepairError, repair
 
+    tokens_file = [args.tokens[1:]] if args.tokens is not None and args.tokens.startswith("@") else []
     try:
         res = repair(args.file, args.model, args.output, tokens=parse_tokens(args.tokens), build=args.build,
-                     timeout_s=args.timeout)
+                     timeout_s=args.timeout, inputs=tokens_file)
     except (UsageError, RepairError) as e:
         print(error_line(e), file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -87,7 +87,7 @@ def test_refusals_are_one_line_and_exit_2(builds: dict[str, InstalledBuild], tmp
     before = _sha(seq)
     for target in (seq, link):  # never over the input, by its name or another
         rc, _out, err = _run(capsys, str(seq), "--model", model, "-o", str(target))
-        assert rc == 2 and err.count("\n") == 1 and "never overwrites" in err, err
+        assert rc == 2 and err.count("\n") == 1 and "is the input" in err, err
     assert _sha(seq) == before
     rc, _out, err = _run(capsys, str(paths["seq_blob"]), "--model", model, "-o", str(tmp_path / "x.bin"))
     assert rc == 2 and err.count("\n") == 1 and "--tokens" in err, err
