@@ -1,24 +1,38 @@
-"""Writing a report folder all at once: built next to the destination, then renamed into place.
+"""Writing a report folder: complete files only, and nothing in the folder but the report's own files touched.
 
-An existing destination is replaced only after the new folder is complete (rename the old one
-away, rename the new one in, delete the old one); on any failure (or SIGTERM/SIGINT while it is
-built) the old folder is left as it was and the partial one is removed. The temporary folders are
-named with :data:`kvscope.core.fsutil.TEMP_PREFIX`, so ``scan`` skips them. Only an empty folder
-or a previous kvscope report is ever replaced, so a mistyped ``-o ~`` cannot remove a home
-directory.
+A new destination is built next to where it goes and renamed into place (it appears whole). An
+existing destination (an empty folder or an earlier report) keeps its identity and everything the
+user put into it: the new report is built in a temporary folder inside it, and only once it is
+complete are its files renamed over their namesakes one by one (each rename atomic, report.html
+last); then the earlier report's own files the new one does not have (the pictures its report.json
+lists) are removed. Any other file or folder in the destination is kept. On any failure (or
+SIGTERM/SIGINT while it is built) the earlier report is left as it was and the partial one is
+removed. The temporary folders are named with :data:`kvscope.core.fsutil.TEMP_PREFIX`, so ``scan``
+skips them. Only an empty folder or a previous kvscope report is ever written into, so a mistyped
+``-o ~`` cannot touch a home directory; the destination and every file the report writes are held
+to :func:`kvscope.core.fsutil.output_problem` (never an input, by any path; never a FIFO or device).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
-import shutil
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TypeGuard
 
-from kvscope.app.report.model import GENERATOR, ReportError
-from kvscope.core.fsutil import temp_name, temporary_folder
+from kvscope.app.report.model import GENERATOR, ReportError, ReportOptions
+from kvscope.core.fsutil import check_output, output_problem, temporary_folder
+
+REPORT_FILES = ("report.json", "report.md", "report.html")  # written last, in this order (report.html last)
+
+Inputs = Iterable[str | os.PathLike[str] | None]
+
+
+def report_inputs(options: ReportOptions) -> list[str | None]:
+    """The files a report reads: its outputs never name one of them."""
+    return [options.file, options.model, options.compare, options.lab_context]
 
 
 def is_report(folder: Path) -> bool:
@@ -30,8 +44,9 @@ def is_report(folder: Path) -> bool:
     return isinstance(meta, dict) and meta.get("generator") == GENERATOR
 
 
-def check_destination(dest: Path) -> None:
-    """ReportError unless ``dest`` is absent, an empty folder, or a kvscope report."""
+def check_destination(dest: Path, inputs: Inputs = ()) -> None:
+    """ReportError unless ``dest`` is absent, an empty folder, or a kvscope report, and names no input."""
+    check_output(dest, inputs, folder=True, error=ReportError)
     if not dest.exists() and not dest.is_symlink():
         return
     if not dest.is_dir() or dest.is_symlink():
@@ -40,35 +55,69 @@ def check_destination(dest: Path) -> None:
         raise ReportError(f"{dest}: exists and is not a kvscope report (refusing to replace it)")
 
 
-def _free_name(parent: Path, stem: str) -> Path:
-    for _ in range(100):
-        path = parent / f"{temp_name(stem)}{secrets.token_hex(4)}"
-        if not path.exists():
-            return path
-    raise ReportError(f"{parent}: cannot find a free temporary name")
+def _plain_name(name: object) -> TypeGuard[str]:
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
-def replace_folder(dest: str | os.PathLike[str], fill: Callable[[Path], None]) -> Path:
-    """Call ``fill(tmp)`` on a fresh folder beside ``dest``, then put it in place of ``dest``."""
+def own_files(folder: Path) -> set[str]:
+    """The names an earlier report in ``folder`` wrote: report.json/.md/.html and the pictures its
+    report.json lists (plain names in the folder only; a hand-edited list cannot reach elsewhere)."""
+    try:
+        images = json.loads((folder / "report.json").read_text(encoding="utf-8"))["report"]["images"]
+        names = {im.get("file") for im in images if isinstance(im, dict)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        names = set()
+    return {n for n in names if _plain_name(n)} | set(REPORT_FILES)
+
+
+def _in_order(names: Sequence[str]) -> list[str]:
+    """Pictures first, then the report files in :data:`REPORT_FILES`'s order (report.html last)."""
+    return sorted(n for n in names if n not in REPORT_FILES) + [n for n in REPORT_FILES if n in names]
+
+
+def _is_file_or_link(path: Path) -> bool:
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISLNK(mode)
+
+
+def _replace_in_place(dest: Path, fill: Callable[[Path], None],
+                      inputs: Sequence[str | os.PathLike[str] | None]) -> None:
+    """Build the report inside ``dest``, then rename its files over their namesakes; remove the earlier
+    report's own files the new one lacks. Nothing else in ``dest`` is touched."""
+    earlier = own_files(dest) if is_report(dest) else set()
+    with temporary_folder(dest, "report.new") as tmp_name:  # removed on failure or SIGTERM; same file system
+        tmp = Path(tmp_name)
+        fill(tmp)
+        names = _in_order(os.listdir(tmp))
+        for name in names:  # every target checked before the first rename: all of it is written, or none
+            check_output(dest / name, inputs, error=ReportError)
+        for name in names:
+            os.replace(tmp / name, dest / name)
+        os.rmdir(tmp)
+    for name in sorted(earlier - set(names)):
+        old = dest / name
+        if _is_file_or_link(old) and output_problem(old, inputs) is None:
+            os.unlink(old)
+
+
+def replace_folder(dest: str | os.PathLike[str], fill: Callable[[Path], None], inputs: Inputs = ()) -> Path:
+    """Call ``fill(tmp)`` on a fresh folder, then put its files in place in ``dest`` (see the module docstring).
+    ``inputs``: the files the report read, which neither ``dest`` nor any file written into it may name."""
     dest = Path(os.path.abspath(dest))
-    check_destination(dest)
+    held = list(inputs)
+    check_destination(dest, held)
     parent = dest.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ReportError(f"{parent}: cannot create: {e.strerror or e}") from None
+    if dest.exists():
+        _replace_in_place(dest, fill, held)
+        return dest
     with temporary_folder(parent, dest.name + ".new") as tmp_name:  # removed on failure or SIGTERM
-        tmp = Path(tmp_name)
-        fill(tmp)
-        if dest.exists():
-            old = _free_name(parent, dest.name + ".old")
-            os.rename(dest, old)
-            try:
-                os.rename(tmp, dest)
-            except BaseException:
-                os.rename(old, dest)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, dest)
+        fill(Path(tmp_name))
+        os.rename(tmp_name, dest)
     return dest

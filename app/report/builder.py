@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kvscope.app.report.atomic import check_destination
+from kvscope.app.report.atomic import check_destination, report_inputs
 from kvscope.app.report.collect import collect
 from kvscope.app.report.images import render_images
 from kvscope.app.report.model import Progress, ReportData, ReportOptions, no_progress
@@ -24,7 +24,7 @@ def ensure_report_app() -> None:
 def build_report(options: ReportOptions, dest: str | os.PathLike[str],
                  progress: Progress = no_progress) -> tuple[ReportData, Path]:
     """Write the report of ``options.file`` into ``dest``; ReportError on bad input or an unusable ``dest``."""
-    check_destination(Path(os.path.abspath(dest)))  # before the work, not after it
+    check_destination(Path(os.path.abspath(dest)), report_inputs(options))  # before the work, not after it
     ensure_report_app()
     data = collect(options, progress)
     images = render_images(data, progress)

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from kvscope.app.base.tasks import CancelToken, Report, Task, TaskRunner
-from kvscope.app.report.atomic import check_destination
+from kvscope.app.report.atomic import check_destination, report_inputs
 from kvscope.app.report.collect import Preloaded, collect, verify_for_report
 from kvscope.app.report.images import render_images
 from kvscope.app.report.lab import lab_context, memory_core_available
@@ -91,7 +91,7 @@ class ReportExporter(QObject):
             self._fail("a report is being written already")
             return None
         try:
-            check_destination(_abs(dest))
+            check_destination(_abs(dest), report_inputs(options))
         except ReportError as e:
             self._fail(str(e))
             return None

@@ -6,13 +6,13 @@ import json
 import os
 from pathlib import Path
 
-from kvscope.app.report.atomic import replace_folder
+from kvscope.app.report.atomic import REPORT_FILES, replace_folder, report_inputs
 from kvscope.app.report.html_page import render_html
 from kvscope.app.report.markdown import render_markdown
 from kvscope.app.report.model import ReportData, ReportError, ReportImage
 from kvscope.app.report.summary import report_json
 
-REPORT_FILES = ("report.html", "report.md", "report.json")
+__all__ = ["REPORT_FILES", "fill_folder", "write_report"]
 
 
 def fill_folder(folder: Path, data: ReportData, images: list[ReportImage]) -> None:
@@ -25,8 +25,8 @@ def fill_folder(folder: Path, data: ReportData, images: list[ReportImage]) -> No
 
 
 def write_report(data: ReportData, images: list[ReportImage], dest: str | os.PathLike[str]) -> Path:
-    """Build the report in a temporary folder beside ``dest`` and rename it into place."""
+    """Build the report in a temporary folder and put it in place (only its own files in ``dest`` replaced)."""
     try:
-        return replace_folder(dest, lambda tmp: fill_folder(tmp, data, images))
+        return replace_folder(dest, lambda tmp: fill_folder(tmp, data, images), report_inputs(data.options))
     except OSError as e:
         raise ReportError(f"cannot write {dest}: {e.strerror or e}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shutil
 from html.parser import HTMLParser
@@ -54,6 +55,9 @@ def test_replace_keeps_the_old_report_until_the_new_one_is_complete(tmp_path: Pa
     dest = tmp_path / "report"
     shutil.copytree(nan_report, dest)
     (dest / "stale.png").write_bytes(b"old")  # an earlier report's picture the new one does not have
+    doc = json.loads((dest / "report.json").read_text(encoding="utf-8"))
+    doc["report"]["images"].append({"file": "stale.png"})  # (its report.json lists it: the report's own file)
+    (dest / "report.json").write_text(json.dumps(doc), encoding="utf-8")
     before = _hashes(dest)
 
     def broken(*_args: object) -> str:
