@@ -1,23 +1,33 @@
-"""One escaping rule for text that comes from a file and ends up on a terminal or in Markdown.
+"""One escaping rule per medium for text that comes from a file (or a file name, a spec, a prompt) and ends up
+on a terminal, in Markdown or in HTML. Every writer uses these; none has a copy of its own.
 
 State files and GGUF models are untrusted: an architecture name, a metadata key, a token's text
 or a path inside them may hold a newline, an ANSI escape (``ESC [``) or a bidi control (U+202E
-reverses what follows on screen). :func:`safe_text` escapes every character that is not
-printable (``str.isprintable``: control, format, surrogate, private-use, unassigned and separator
-characters other than the ASCII space) as ``\\n``, ``\\t``, ``\\r``, ``\\xNN``, ``\\uNNNN`` or
-``\\UNNNNNNNN``, so such a string prints as one visible line that reads as it is stored.
-JSON output needs no such step: ``json.dumps`` writes those characters as ``\\uNNNN`` escapes.
+reverses what follows on screen). The three media:
 
-For the other media the same escaping comes first, then that medium's own: :func:`html_text`
-(``& < > " '`` as entities), :func:`html_block` (the same, line by line, for ``<pre>``),
-:func:`markdown_text` (a value inside Markdown: every character Markdown or inline HTML gives a
-meaning to, backslash-escaped) and :func:`markdown_line` (a line that is Markdown already, such as
-a rendered table, whose file-derived parts may hold ``<``: raw HTML and autolinks are escaped).
+* **a terminal line** (stdout text, every ``kvscope: ...`` line on stderr, the app's plain text):
+  :func:`safe_text` escapes every character that is not printable (``str.isprintable``: control, format,
+  surrogate, private-use, unassigned and separator characters other than the ASCII space) as ``\\n``,
+  ``\\t``, ``\\r``, ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``, so such a string prints as one visible line
+  that reads as it is stored;
+* **Markdown** (``inspect --markdown``, ``kvscope lab``'s table, ``report.md``): :func:`markdown_text` for a
+  value (:func:`safe_text`, then a backslash before every character Markdown or inline HTML gives a meaning
+  to: no image, link, autolink, raw HTML, entity, emphasis or table cell break gets through), with
+  :func:`markdown_code` for a value shown as code (a code span when that is safe, else the escaped text) and
+  :func:`markdown_fence` for a block of text in a code fence;
+* **HTML**: :func:`html_text` (:func:`safe_text`, then ``& < > " '`` as entities) and :func:`html_block`
+  (the same, line by line, for ``<pre>``).
+
+JSON output needs no such step: ``json.dumps`` writes those characters as ``\\uNNNN`` escapes.
+:func:`markdown_line` is for a line that is Markdown already and carries file-derived text the writer could
+not escape as a value: it stops raw HTML, entities and autolinks only (links stay live), so a writer that
+builds Markdown escapes its values with :func:`markdown_text` instead.
 """
 
 from __future__ import annotations
 
 import html
+import re
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -47,10 +57,15 @@ def safe_text(text: object, limit: int | None = None) -> str:
     return s
 
 
-# what Markdown (CommonMark, GFM tables and strikethrough) or inline HTML reads inside a line; brackets so
-# that no link forms, ``#`` for a value that starts a list item or heading
-_MARKDOWN_SPECIAL = frozenset("\\`*_[]<>&!|~#")
+# what Markdown (CommonMark, GFM tables and strikethrough) or inline HTML reads inside a line, ``#`` for a value
+# that starts a heading; ``_`` between two letters or digits opens and closes no emphasis (CommonMark's
+# flanking rule), and a ``]`` escaped wherever a ``(``, ``[`` or ``:`` follows it ends no link, image or
+# reference definition: those stay as they are, so identifiers (``kv_swa``) and ranges (``[0,6]``) read plainly
+_MARKDOWN_SPECIAL = frozenset("\\`*_<>&|~#")
+_MARKDOWN_INLINE = re.compile(r"[\\`*<>&|~#]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:])")
 _MARKDOWN_HTML = frozenset("\\<>&")
+_AUTOLINK = re.compile(r"(?i)(?<=[a-z0-9])://|\bwww\.")  # the character to escape is the match's last
+_BLOCK_START = re.compile(r"[-+=]|(\d{1,9})([.)])")  # a list item, a setext underline, an ordered list item
 
 
 def html_text(text: object) -> str:
@@ -67,11 +82,38 @@ def html_block(text: object) -> str:
 def markdown_text(text: object) -> str:
     """``text`` as a literal Markdown value (a heading, a table cell, a list item): :func:`safe_text`, then a
     backslash before each character Markdown or inline HTML could read there (CommonMark lets any ASCII
-    punctuation be escaped), so ``<img src=x onerror=...>``, ``**``, ``|`` or ``[x](y)`` show as written."""
+    punctuation be escaped), so ``<img src=x onerror=...>``, ``**``, ``|``, ``[x](y)`` or ``![x](y)`` show as
+    written (``]`` is escaped where it could close a link's text, ``_`` where it could open or close
+    emphasis); a bare ``http://`` or ``www.`` (GFM's extended autolinks) and a list, quote or heading marker
+    at the start are escaped too."""
     s = safe_text(text)
-    if not any(c in _MARKDOWN_SPECIAL for c in s):
-        return s
-    return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in s)
+    if any(c in _MARKDOWN_SPECIAL for c in s) or "]" in s:
+        s = _MARKDOWN_INLINE.sub(lambda m: "\\" + m.group(0), s)
+    if "://" in s or "www." in s.lower():
+        s = _AUTOLINK.sub(lambda m: m.group(0)[:-1] + "\\" + m.group(0)[-1], s)
+    lead = len(s) - len(s.lstrip(" "))
+    if m := _BLOCK_START.match(s, lead):
+        i = m.end() - 1  # the marker's punctuation
+        s = s[:i] + "\\" + s[i:]
+    return s
+
+
+def markdown_code(text: object) -> str:
+    """``text`` shown as code: a code span (backticks around it) when its escaped form holds no backtick and no ``|``
+    (which would end the span or a table cell), else :func:`markdown_text` (the same characters, not as code)."""
+    s = safe_text(text)
+    if not s.strip() or "`" in s or "|" in s:
+        return markdown_text(s)
+    return f"`{s}`"
+
+
+def markdown_fence(text: object, info: str = "text") -> list[str]:
+    """``text`` as a fenced code block, line by line (each :func:`safe_text`: one visible line), in a fence of
+    more backticks than any run of them inside, so no line of the text can close it."""
+    lines = [safe_text(line) for line in str(text).rstrip("\n").split("\n")]
+    run = max((len(r) for line in lines for r in re.findall("`+", line)), default=0)
+    fence = "`" * max(3, run + 1)
+    return [fence + safe_text(info).replace("`", ""), *lines, fence]
 
 
 def markdown_line(line: object) -> str:

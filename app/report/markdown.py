@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from kvscope.app.report.bookmarks import bookmarks_markdown
 from kvscope.app.report.model import ReportData, ReportImage
 from kvscope.app.report.summary import flagged_note, kvscope_version, overview, top_findings
-from kvscope.core.textsafe import markdown_line, markdown_text, safe_text
-
-
-def _fenced(text: str, info: str = "text") -> list[str]:
-    """``text`` in a code fence longer than any run of backticks in it (each line escaped: one visible line)."""
-    lines = [safe_text(line) for line in text.rstrip("\n").split("\n")]
-    run = max((len(r) for line in lines for r in re.findall("`+", line)), default=0)
-    fence = "`" * max(3, run + 1)
-    return [fence + info, *lines, fence]
+from kvscope.core.textsafe import markdown_fence, markdown_line, markdown_text
 
 
 def _demote(text: str) -> str:
@@ -80,9 +71,10 @@ def render_markdown(data: ReportData, images: list[ReportImage]) -> str:
             from kvscope.core.lab.report import render_markdown as lab_markdown
 
             lines += _figures(images, "lab-", md)
-            lines += [*md_block(lab_markdown(data.lab.run)), ""]  # its heading is level 3 already
+            # the lab's Markdown escapes its values itself (core/textsafe's rule): only its paths are shortened
+            lines += [*names.markdown(lab_markdown(data.lab.run)).rstrip("\n").split("\n"), ""]  # level 3 heading
     if data.diff is not None:
-        lines += ["## Diff", "", *_fenced(names.text(data.diff.to_text())), ""]
+        lines += ["## Diff", "", *markdown_fence(names.text(data.diff.to_text())), ""]
     lines += bookmarks_markdown(data, md)
     # inspect's Markdown is escaped by the core already: only its paths are shortened here
     details = names.markdown(_demote(result_to_text(data.result, data.profile, markdown=True)))

@@ -27,7 +27,7 @@ from kvscope.core.analysis.verdict import Verdict, verdict
 from kvscope.core.errors import InputError
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.source import ByteSource, FileChangedError
-from kvscope.core.textsafe import safe_text
+from kvscope.core.textsafe import markdown_text, safe_text
 
 if TYPE_CHECKING:
     from kvscope.core.analysis.compat import GenCompat
@@ -127,7 +127,8 @@ class Inspection:
 
         text = result_to_text(self.result, self.profile, markdown=markdown)
         head, _, rest = text.partition("\n")
-        text = f"{head}\n\n{'**verdict**' if markdown else 'verdict:'} {safe_text(self.verdict.line())}\n{rest}"
+        esc = markdown_text if markdown else safe_text  # the verdict may quote the file (a finding's message)
+        text = f"{head}\n\n{'**verdict**' if markdown else 'verdict:'} {esc(self.verdict.line())}\n{rest}"
         if self.compatibility:
             from kvscope.core.analysis.compat import compat_text
 
@@ -136,7 +137,7 @@ class Inspection:
         reuse = self.reuse_prediction() if self.is_state else []
         if reuse:
             text += "\n" + ("## " if markdown else "") + "llama-server reuse (a prompt that continues the slot)\n"
-            text += "\n".join(("- " if markdown else "  ") + safe_text(e.line()) for e in reuse) + "\n"
+            text += "\n".join(("- " if markdown else "  ") + esc(e.line()) for e in reuse) + "\n"
         if self.stats is not None:
             text += "\n" + self.stats.to_text(markdown=markdown)
         return text

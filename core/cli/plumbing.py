@@ -26,7 +26,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from typing import IO, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from kvscope.core.engine.cli_options import parse_pairs
 from kvscope.core.errors import (
@@ -40,6 +40,9 @@ from kvscope.core.errors import (
     error_line,
 )
 from kvscope.core.textsafe import safe_text
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FINDINGS", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "PREFIX",
            "OneLineParser", "fail", "flush_stdout", "internal_error", "parse_pairs", "run_command"]
@@ -68,7 +71,7 @@ class OneLineParser(argparse.ArgumentParser):
               file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
 
-    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         """As argparse's, without swallowing the OSError of a full disk: ``--help > /dev/full`` fails (exit 2)."""
         if message:
             (file or sys.stderr).write(message)

@@ -18,6 +18,7 @@ from typing import Any
 from kvscope.core.lab.engine_cells import EngineCell
 from kvscope.core.lab.engine_lab import EngineRun
 from kvscope.core.lab.report import cell_to_json, render_markdown, run_to_json
+from kvscope.core.textsafe import markdown_code, markdown_text
 
 
 def engine_cell_to_json(c: EngineCell) -> dict[str, Any]:
@@ -46,7 +47,7 @@ def _fault_lines(er: EngineRun) -> list[str]:
     if not er.faults:
         return []
     lines = [f"llama.cpp's own failures ({len(er.faults)}): what llama.cpp itself got wrong, with the evidence", ""]
-    return lines + [f"- `{name}`: {fault}" for name, fault in er.faults]
+    return lines + [f"- {markdown_code(name)}: {markdown_text(fault)}" for name, fault in er.faults]
 
 
 def _poison_lines(er: EngineRun) -> list[str]:
@@ -56,22 +57,24 @@ def _poison_lines(er: EngineRun) -> list[str]:
     lines = ["", "Poisoned-slot check after each failed restore (a request sharing the restored prefix, against the "
              "same request on a fresh slot):", "", "| case | server | completion | fresh slot | verdict |",
              "|---|---|---|---|---|"]
+    md = markdown_text  # the completions are a model's output, the errors a server's: values, escaped
     for name, p in rows:
         if p.skipped:
-            lines.append(f"| `{name}` | – | – | – | {p.skipped} |")
+            lines.append(f"| {markdown_code(name)} | – | – | – | {md(p.skipped)} |")
             continue
         server = f"aborted: {p.aborted}" if p.aborted else ("error: " + p.error if p.error else "alive")
         verdict = "**poisoned**" if p.poisoned else ("clean" if p.same else "–")
-        lines.append(f"| `{name}` | {server} | {p.completion} | {p.fresh_completion} | {verdict} |")
+        lines.append(f"| {markdown_code(name)} | {md(server)} | {md(p.completion)} | {md(p.fresh_completion)} | "
+                     f"{verdict} |")
     return lines
 
 
 def render_engine_markdown(er: EngineRun) -> str:
     """The engine's table (and the core's, with ``both``), the poisoned-slot checks and the disagreements."""
     eng = er.engine
-    head = [f"Engine: {eng.get('kind')} {eng.get('build') or ''}".rstrip() + ". Each cell's probe is the real "
-            "next-token logits of the other sequences against the live context (max |Δ|)."]
-    head += [f"Note: {n}" for n in er.notes]
+    head = [markdown_text(f"Engine: {eng.get('kind')} {eng.get('build') or ''}".rstrip()) + ". Each cell's probe is "
+            "the real next-token logits of the other sequences against the live context (max \\|Δ\\|)."]
+    head += [f"Note: {markdown_text(n)}" for n in er.notes]
     parts = ["\n".join(head) + "\n", render_markdown(er.run)]
     poison = _poison_lines(er)
     if poison:
@@ -84,9 +87,10 @@ def render_engine_markdown(er: EngineRun) -> str:
         if er.disagreements:
             n_un = len(er.unexplained)
             lines = [f"Disagreements ({len(er.disagreements)}, {n_un} unexplained):", ""]
-            lines += [f"- `{d.case}` {d.field}: core {d.core!r}, llama.cpp {d.engine!r}"
-                      + (f" ({d.detail})" if d.detail else "")
-                      + (f". Explained: {d.explanation}" if d.explanation else ". Unexplained")
+            lines += [f"- {markdown_code(d.case)} " + markdown_text(f"{d.field}: core {d.core!r}, llama.cpp "
+                                                                     f"{d.engine!r}"
+                                                                     + (f" ({d.detail})" if d.detail else ""))
+                      + (f". Explained: {markdown_text(d.explanation)}" if d.explanation else ". Unexplained")
                       for d in er.disagreements]
         else:
             lines = ["Disagreements: none (the core and llama.cpp agree on every case: return value, target and "

@@ -30,6 +30,7 @@ from kvscope.core.engine.choices import LAB_ENGINES
 from kvscope.core.engine.cli_options import add_engine_location, parse_pairs
 from kvscope.core.errors import EXIT_BAD_INPUT, EXIT_OK, KvscopeError, UsageError, error_line
 from kvscope.core.errors import EXIT_FINDINGS as EXIT_DISAGREE
+from kvscope.core.textsafe import safe_text
 
 COMMANDS = ("lab",)
 __all__ = ["EXIT_BAD_INPUT", "EXIT_DISAGREE", "EXIT_OK", "cmd_lab", "main", "register"]
@@ -162,8 +163,8 @@ def _new_scenario(args: argparse.Namespace) -> None:
                              lib_path=args.lib, target=args.into, empty_target=args.empty_target)
     except EngineLabError as e:
         raise UsageError(str(e)) from None
-    print(f"kvscope lab: wrote the scenario {out} ({len(args.prompt)} sequences, context {params.n_ctx} cells)",
-          file=sys.stderr)
+    print(f"kvscope lab: wrote the scenario {safe_text(out)} ({len(args.prompt)} sequences, context "
+          f"{params.n_ctx} cells)", file=sys.stderr)
 
 
 def _run_engine(args: argparse.Namespace, scenario: Any, cases: Any) -> tuple[str, int]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscope.core.analysis.verdict import plural
+from kvscope.core.textsafe import markdown_code, markdown_text
 
 HAZARD = "short_read_hazard"
 AS_IS = "as-is"
@@ -192,7 +193,7 @@ def _state_text(r: CellResult) -> str:
         text = ", ".join(f"{role} {c.state}" for role, c in t.components.items())
     else:
         text = t.state
-    return f"{text} [{t.pos_min},{t.pos_max}]"
+    return markdown_text(f"{text} [{t.pos_min},{t.pos_max}]")
 
 
 def _kernel(r: CellResult) -> str:
@@ -208,7 +209,7 @@ def cell_text(r: CellResult | None) -> str:
     if r is None:
         return "–"
     if r.error is not None:
-        return f"error: {r.error.splitlines()[0][:60]}"
+        return "error: " + markdown_text((r.error.splitlines() or [""])[0][:60])
     if r.hazard:
         return "⚠ short read: undefined (uninitialised memory / abort)"
     ret = r.restore.returned
@@ -222,25 +223,29 @@ def cell_text(r: CellResult | None) -> str:
 
 
 def render_markdown(run: LabRun) -> str:
-    """The matrix as a Markdown document: header, table, legend, hazards and errors, skipped cases."""
+    """The matrix as a Markdown document: header, table, legend, hazards and errors, skipped cases. Every value
+    from the scenario (its folder's name, the restored file's, a spec's label, an error) is escaped for Markdown
+    (:mod:`kvscope.core.textsafe`): no ``|`` splits a cell, no control or bidi character reaches the page."""
     sc = run.scenario
+    md = markdown_text
     restore = sc.get("restore", {})
     attn = "on" if sc.get("flash_attn") else "off"
+    components = ", ".join(str(c) for c in sc.get("components", []))
     lines = [
-        f"### kvscope lab: {sc.get('name') or sc.get('arch')}",
+        f"### kvscope lab: {md(sc.get('name') or sc.get('arch'))}",
         "",
-        f"Model `{sc.get('arch')}` ({sc.get('memory_class')}: {', '.join(sc.get('components', []))}), "
-        f"{sc.get('n_stream')} stream(s), flash attention {attn}, layout {sc.get('layout')}. "
-        f"Restore `{restore.get('name') or restore.get('kind')}` ({restore.get('api')}) into seq {sc.get('target')}; "
-        f"live sequences {sc.get('live_sequences')}.",
+        f"Model {markdown_code(sc.get('arch'))} ({md(sc.get('memory_class'))}: {md(components)}), "
+        f"{md(sc.get('n_stream'))} stream(s), flash attention {attn}, layout {md(sc.get('layout'))}. "
+        f"Restore {markdown_code(restore.get('name') or restore.get('kind'))} ({md(restore.get('api'))}) into seq "
+        f"{md(sc.get('target'))}; live sequences {md(sc.get('live_sequences'))}.",
         "",
     ]
     cols = [(p, r) for p in run.policies for r in run.readers]
-    lines.append("| case | " + " | ".join(f"{p} · {r}" for p, r in cols) + " |")
+    lines.append("| case | " + " | ".join(f"{md(p)} · {md(r)}" for p, r in cols) + " |")
     lines.append("|---|" + "---|" * len(cols))
     for name, _ in run.cases:
         cells = [cell_text(run.cell(name, p, r)) for p, r in cols]
-        label = name if name == AS_IS else f"`{name}`"
+        label = md(name) if name == AS_IS else markdown_code(name)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -256,9 +261,9 @@ def render_markdown(run: LabRun) -> str:
     if notes:
         lines += ["", "Notes:"]
         for (case, why), where in notes.items():
-            lines.append(f"- `{case}` ({', '.join(where)}): {why}")
+            lines.append(f"- {markdown_code(case)} ({md(', '.join(where))}): {md(why)}")
     if run.skipped:
-        lines += ["", "Not applicable: " + "; ".join(f"`{n}` ({w})" for n, w in run.skipped) + "."]
+        lines += ["", "Not applicable: " + "; ".join(f"{markdown_code(n)} ({md(w)})" for n, w in run.skipped) + "."]
     if run.cancelled:
         lines += ["", f"Cancelled after {plural(len(run.results), 'cell')}."]
     return "\n".join(lines) + "\n"

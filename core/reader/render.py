@@ -8,7 +8,7 @@ from kvscope.core.jsonout import JsonArray
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult, Section
 from kvscope.core.reader.tree import coverage
-from kvscope.core.textsafe import markdown_line, markdown_text, safe_text
+from kvscope.core.textsafe import markdown_text, safe_text
 
 
 def result_to_json(res: ParseResult, profile: ModelProfile | None = None, tree: bool = False,
@@ -127,15 +127,29 @@ def result_to_text(res: ParseResult, profile: ModelProfile | None = None, markdo
     lines.append(f"coverage: parsed {cov['parsed_bytes']:,}, untrusted {cov['untrusted_bytes']:,}, "
                  f"unparsed {cov['unparsed_bytes']:,}, trailing {cov['trailing_bytes']:,} of {cov['size']:,} bytes")
     # file-derived text escaped for the medium: the terminal's (control and bidi characters), and Markdown's
-    # (no raw HTML, entity or autolink: the title is a literal heading)
-    esc = markdown_line if markdown else safe_text
-    return "\n".join([f"{title}  ({res.size:,} bytes)", *(esc(line) for line in lines)]) + "\n"
+    # (every line a literal value: no image, link, raw HTML or entity from a token's text or a finding; the
+    # headings and tables, built here, escape their parts themselves)
+    return "\n".join([f"{title}  ({res.size:,} bytes)", *(_escaped(line, markdown) for line in lines)]) + "\n"
+
+
+class _Markdown(str):
+    """A line of Markdown built with its values escaped already (a heading, a table row)."""
+
+
+def _escaped(line: str, markdown: bool) -> str:
+    if not markdown:
+        return safe_text(line)
+    if isinstance(line, _Markdown):
+        return str(line)
+    if line.startswith("## "):
+        return "## " + markdown_text(line[3:])
+    return markdown_text(line)
 
 
 def _table(head: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
     if markdown:
-        out = ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        out += ["| " + " | ".join(r) + " |" for r in rows]
+        out = ["", _Markdown("| " + " | ".join(head) + " |"), _Markdown("|" + "---|" * len(head))]
+        out += [_Markdown("| " + " | ".join(markdown_text(c) for c in r) + " |") for r in rows]
         return out + [""]
     widths = [max(len(head[i]), *(len(r[i]) for r in rows)) for i in range(len(head))]
     fmt = "  " + "  ".join(f"{{:{w}}}" for w in widths)
