@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA, MODELS, model_path
 from kvscope.core.analysis.inspection import inspect_file
 from kvscope.core.errors import InputError
 from kvscope.core.model.profile import load_model_profile
-from tests.support.fixtures import DATA, MODELS, model_path
 
 CLEAN = MODELS / "llama-f16-fa0-unified0-seq0.seqstate"
 SAMPLES = [CLEAN, *sorted((DATA / "gen-b11434").glob("qwen35-*seq0.seqstate"))[:1],

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
+from kvharness.fixtures import MODELS, profile
 from kvscope.core.analysis.compat import compatibility
 from kvscope.core.analysis.overview import build_overview
 from kvscope.core.analysis.verdict import model_mismatch_reason, verdict
 from kvscope.core.cli.main import main
 from kvscope.core.reader.parse import read_state
 from tests.support.bigstate import write_seq_state
-from tests.support.fixtures import MODELS, profile
 
 SEQ = MODELS / "llama-f16-fa0-unified0-seq0.seqstate"  # magic, version, n_token_count, tokens, ...
 

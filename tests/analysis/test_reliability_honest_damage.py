@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA, entry_profile, manifest_entries, profile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.tree import coverage
-from tests.support.fixtures import DATA, entry_profile, manifest_entries, profile
 
 V3 = DATA / "llamacpp-2026-10-01"
 

@@ -17,13 +17,13 @@ from gguf.quants import dequantize, quantize
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvharness.page_cache import drop_cache
 from kvscope.core import derotate_kernel as dk
 from kvscope.core.analysis.record_values import dequantize_rows, layer_matrix, numpy_dequantize_rows, record_shape
 from kvscope.core.analysis.stats import _fast_f16, scan_stats
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, LayerRecord, LayoutChoice, ParseResult, Section
 from kvscope.core.reader.tree import Node
-from tests.support.page_cache import drop_cache
 from tests.support.value_rows import ELEMENT_TYPES, KERNEL_TYPES, SPECIAL, plain_rows
 
 D = Path(__file__).parent.parent / "data" / "llamacpp-2026-10-01"

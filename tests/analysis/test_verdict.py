@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA, MODELS, profile
 from kvscope.core.analysis.compat import compatibility
 from kvscope.core.analysis.overview import NOT_VERIFIED, build_overview, verify_lines
 from kvscope.core.analysis.verdict import counts_text, missing_bytes, plural, verdict
 from kvscope.core.findings import Finding
 from kvscope.core.reader.layouts import GENERATIONS
 from kvscope.core.reader.parse import read_state
-from tests.support.fixtures import DATA, MODELS, profile
 
 LAB = DATA / "lab" / "llamacpp-2026-10-01"
 CLEAN = {"seqdata.bin": "seq0.clean.seqdata.bin", "seqstate": "seq0.clean.seqstate",

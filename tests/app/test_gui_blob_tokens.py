@@ -16,11 +16,11 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
+from kvharness.fixtures import MODELS, entry_model, manifest_entries
 from kvscope.app.document.given_tokens import parse_given
 from kvscope.app.document.repair_job import NEEDS_TOKENS, repair_command, write_tokens
 from kvscope.app.shell.tokens_dialog import TokensDialog, tokens_document
 from kvscope.core.verify.prefill import parse_tokens
-from tests.support.fixtures import MODELS, entry_model, manifest_entries
 from tests.support.gui_helpers import open_loaded
 
 BLOB_NAME = "llama-f16-fa0-unified0-seq1.seqdata.bin"

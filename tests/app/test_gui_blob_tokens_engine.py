@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QDialogButtonBox
 
+from kvharness.fixtures import MODELS, entry_model, entry_profile, manifest_entries
+from kvharness.states import drop_records
 from kvscope.app.document.repair_job import NEEDS_TOKENS
 from kvscope.app.shell.repair_dialog import repair_document
 from kvscope.app.shell.tokens_dialog import tokens_document
 from kvscope.core.reader.parse import read_state
-from tests.support.fixtures import MODELS, entry_model, entry_profile, manifest_entries
 from tests.support.gui_helpers import open_loaded
 from tests.support.llama_builds import need_build
-from tests.support.states import drop_records
 
 BLOB, ENTRY = next((p, e) for p, e in manifest_entries()
                    if p.parent == MODELS and p.name == "llama-f16-fa0-unified0-seq1.seqdata.bin")

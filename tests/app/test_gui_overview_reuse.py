@@ -7,10 +7,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from kvharness.fixtures import DATA
 from kvscope.app.base.theme import Theme
 from kvscope.app.shell.main_window import MainWindow
 from kvscope.app.shell.settings import AppSettings
-from tests.support.fixtures import DATA
 
 
 def test_the_overview_says_which_server_reuses_the_slot(qtbot, tmp_path: Path, isolated_settings):  # type: ignore[no-untyped-def]

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA
+from kvharness.states import drop_records, kv_records
 from kvscope.app.document.verify_job import EngineChoice
 from kvscope.app.shell.repair_dialog import repair_document
-from tests.support.fixtures import DATA
 from tests.support.gui_helpers import open_loaded
 from tests.support.llama_builds import need_build
 from tests.support.slot_damage import oov_slot
-from tests.support.states import drop_records, kv_records
 
 SEQ = DATA / "gen-0c1e5709" / "llama-f16-fa0-unified0-seq0.seqstate"
 LLAMA = DATA / "gen-models" / "llama.gguf"

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA
+from kvharness.states import drop_records, kv_records, with_media_payload
 from kvscope.app.document.repair_job import default_output
 from kvscope.app.shell.repair_dialog import repair_document
-from tests.support.fixtures import DATA
 from tests.support.gui_helpers import open_loaded
-from tests.support.states import drop_records, kv_records, with_media_payload
 
 SEQ = DATA / "gen-0c1e5709" / "llama-f16-fa0-unified0-seq0.seqstate"
 SLOT = DATA / "gen-b11434" / "llama-f16-fa0-unified0-slot.seqstate"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA, model_path
 from kvscope.core.cli.main import main
-from tests.support.fixtures import DATA, model_path
 
 SLOT = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq1.slot-emulated.seqstate"
 LAB = DATA / "lab/llamacpp-2026-10-01/llama"

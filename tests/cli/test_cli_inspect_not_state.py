@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import model_path
 from kvscope.core.cli.main import main
-from tests.support.fixtures import model_path
 
 
 @pytest.mark.parametrize("mode", [[], ["--json"], ["--markdown"]])

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA, model_path
 from kvscope.core.cli.main import build_parser, main, plugin_commands
-from tests.support.fixtures import DATA, model_path
 
 GOOD_STATE = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq1.slot-emulated.seqstate"
 MODEL = model_path("llama")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fixtures import MODELS
+from kvharness.fixtures import MODELS
 
 CLEAN = MODELS / "llama-f16-fa0-unified0-seq0.seqstate"
 HOSTILE = "s<img src=x onerror=alert(1)>\u202e\x1b[31m*bold*|[x](y)&amp;"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.fsutil import (
     TEMP_PREFIX,
     atomic_writer,
@@ -27,7 +28,6 @@ from kvscope.core.fsutil import (
     temporary_folder,
     write_atomic,
 )
-from tests.support.fixtures import DATA
 
 # Starts an atomic write (streaming or a temporary folder), says so, then waits to be killed.
 _WRITER = """
@@ -150,8 +150,8 @@ def test_temporary_folder_mode_and_cleanup(tmp_path: Path) -> None:
 
 def test_memory_core_save_file_is_atomic(tmp_path: Path) -> None:
     """The memory core's ``*_save_file`` streams through atomic_writer: the mode of a plain write."""
+    from kvharness.fixtures import profile
     from kvscope.core.memory.context import MemoryContext
-    from tests.support.fixtures import profile
 
     ctx = MemoryContext.create(profile("llama"))
     dest = tmp_path / "s.seqstate"

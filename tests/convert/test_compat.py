@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import struct
 
+from kvharness.fixtures import DATA, profile
 from kvscope.core.analysis.compat import compat_text, compatibility
 from kvscope.core.reader.parse import read_state
-from tests.support.fixtures import DATA, profile
 
 V3 = DATA / "llamacpp-2026-10-01"
 V2 = DATA / "llamacpp-2026-08-16"
@@ -68,11 +68,11 @@ def test_2026_08_blob_loads_in_0c1e5709_but_not_b11434() -> None:
 def test_the_file_bytes_serve_as_data_as_well_as_a_byte_source() -> None:
     """``compatibility(data=...)`` takes the file's bytes as well as a ByteSource: a v4 blob's answer
     for a v3 build reads its fields (it raised AttributeError on bytes)."""
+    from kvharness.fixtures import DATA
     from kvscope.core.analysis.compat import compatibility
     from kvscope.core.model.profile import load_model_profile
     from kvscope.core.reader.parse import read_state
     from kvscope.core.reader.source import ByteSource
-    from tests.support.fixtures import DATA
 
     prof = load_model_profile(DATA / "gen-models" / "llama.gguf")
     data = (DATA / "gen-b11434" / "llama-f16-fa0-unified0-seq0.seqdata.bin").read_bytes()

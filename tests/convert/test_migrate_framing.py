@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from kvharness.fixtures import manifest_entries, profile
 from kvscope.core.convert.to_generation import MigrationPlan, plan_migration, write_plan
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.tree import coverage
-from tests.support.fixtures import manifest_entries, profile
 
 V3 = [(p, e) for p, e in manifest_entries() if p.parent.name == "llamacpp-2026-10-01"]
 IDS = [p.name for p, _ in V3]

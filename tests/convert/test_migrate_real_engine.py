@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kvharness.fixtures import DATA, load_manifest, profile
 from kvscope.core.analysis.compat import compatibility
 from kvscope.core.convert.to_generation import plan_migration, write_plan
 from kvscope.core.engine.llamacpp import PARTIAL_ONLY, CtxParams, LlamaProcess
 from kvscope.core.reader.parse import read_state
-from tests.support.fixtures import DATA, load_manifest, profile
 
 V3 = DATA / "llamacpp-2026-10-01"
 MANIFEST = load_manifest(V3 / "manifest.json")

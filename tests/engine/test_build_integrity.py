@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import MODELS, model_path
 from kvscope.core.cli.main import main
 from kvscope.core.engine.builds import BUILDS, InstalledBuild, check_files, installed, require_built
 from kvscope.core.engine.llamacpp import ABIWarning, EngineSetupError, LlamaProcess
 from kvscope.core.engine.server import ServerProcess, ServerSetupError
 from kvscope.core.verify.run import VerifyError, verify
 from tests.support.build_copies import build_copy
-from tests.support.fixtures import MODELS, model_path
 
 SEQ = MODELS / "llama-f16-fa0-unified0-seq1.seqstate"
 

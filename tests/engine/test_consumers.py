@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.analysis.compat import compatibility
 from kvscope.core.analysis.consumers import (
     LOAD_FAILED,
@@ -28,7 +29,6 @@ from kvscope.core.lab.corruptions import CATALOG, CorruptionError
 from kvscope.core.model.profile import ModelProfile, load_model_profile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.source import ByteSource
-from tests.support.fixtures import DATA
 
 # the generated slots' server settings (tests/data/gen-*/manifest.json)
 CTX = CtxParams(n_ctx=256, n_batch=256, n_ubatch=256, kv_unified=True, flash_attn=False, swa_full=True)

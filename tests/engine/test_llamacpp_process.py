@@ -18,6 +18,7 @@ import gguf
 import numpy as np
 import pytest
 
+from kvharness.fixtures import MODELS, model_path
 from kvscope.core.engine.abi import BINDING_VERSION, REQUIRED_SYMBOLS
 from kvscope.core.engine.builds import InstalledBuild, check_files
 from kvscope.core.engine.choose import build_for_layout
@@ -30,7 +31,6 @@ from kvscope.core.engine.llamacpp import (
     LlamaProcess,
 )
 from tests.support.build_copies import build_copy
-from tests.support.fixtures import MODELS, model_path
 from tests.support.gguf_variants import llama_head64
 
 BUILD_NAMES = ("0c1e5709", "b11434")

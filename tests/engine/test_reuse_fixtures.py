@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.analysis.inspection import inspect_file
 from kvscope.core.analysis.reuse import ServerSettings, predict_one
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.engine.server import ServerProcess
 from kvscope.core.model.profile import load_model_profile
 from kvscope.core.verify.reuse import measure_reuse
-from tests.support.fixtures import DATA
 
 BUILD_FOLDERS = {"b11434": DATA / "gen-b11434", "0c1e5709": DATA / "gen-0c1e5709"}
 

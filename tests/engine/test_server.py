@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import model_path
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.engine.server import (
     ServerClient,
@@ -23,7 +24,6 @@ from kvscope.core.engine.server import (
     ServerSetupError,
     server_flags,
 )
-from tests.support.fixtures import model_path
 
 SEQ_VERSION = {"0c1e5709": 3, "b11434": 4}
 PROMPT = "hello world hello world"

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from distributed import Client, LocalCluster
 
+from kvharness.fleet_tree import Killer, build_tree, write_slow_state
 from kvscope.core.cli.main import main
-from tests.support.fleet_tree import Killer, build_tree, write_slow_state
 
 
 def _scan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:

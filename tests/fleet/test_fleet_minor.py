@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.cli.main import main
 from kvscope.core.fleet.source import MANIFEST_NAME, open_source
-from tests.support.fixtures import DATA
 
 SLOT = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq0.seqstate"
 CHILD = "import sys; from kvscope.core.cli.main import main; sys.exit(main(sys.argv[1:]))"

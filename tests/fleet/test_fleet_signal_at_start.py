@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fleet_tree import build_tree
-from tests.support.proc_runs import leftovers, run_until, temporaries
+from kvharness.fleet_tree import build_tree
+from kvharness.proc_runs import leftovers, run_until, temporaries
 
 MOMENTS = {"folder": "kvscope-dask-*", "scratch": "kvscope-dask-*/scratch/dask-scratch-space"}
 

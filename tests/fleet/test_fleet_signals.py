@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.support.fleet_tree import build_tree, write_slow_state
+from kvharness.fleet_tree import build_tree, write_slow_state
 
 CHILD = "import sys; from kvscope.core.cli.main import main; sys.exit(main(sys.argv[1:]))"
 SEED = int(os.environ.get("KVSCOPE_TEST_SEED", "20"))

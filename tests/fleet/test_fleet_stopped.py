@@ -16,8 +16,8 @@ from typing import Any
 import psutil
 import pytest
 
+from kvharness.fleet_tree import Killer, build_tree, write_slow_state
 from kvscope.core.cli.main import main
-from tests.support.fleet_tree import Killer, build_tree, write_slow_state
 
 TIMEOUT = "5"
 

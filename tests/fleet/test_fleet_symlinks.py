@@ -2,7 +2,7 @@
 through a link, nothing lands outside DEST, SOURCE never changes, and a link from SOURCE to DEST
 never makes a run migrate its own outputs.
 
-Every case runs the real command on a tree of real fixtures (:func:`tests.support.fleet_tree.build_tree`)
+Every case runs the real command on a tree of real fixtures (:func:`kvharness.fleet_tree.build_tree`)
 and checks SOURCE byte for byte (and its modes and mtimes) before and after.
 """
 
@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from kvharness.fixtures import DATA
+from kvharness.fleet_tree import tree_digest
 from kvscope.core.cli.main import main
 from kvscope.core.fleet.source import MANIFEST_NAME
-from tests.support.fixtures import DATA
-from tests.support.fleet_tree import tree_digest
 
 SLOT = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq0.seqstate"
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.fixtures import DATA
+from kvharness.fixtures import DATA
 
 SLOT = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq0.seqstate"
 CHILD = "import sys; from kvscope.core.cli.main import main; sys.exit(main(sys.argv[1:]))"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from kvharness.fixtures import DATA, manifest_entries
 from kvscope.core.cli.main import main
 from kvscope.core.fleet.tree_scan import scan_file, scan_tree, summarise
-from tests.support.fixtures import DATA, manifest_entries
 
 
 def test_scan_file_is_pure_and_jsonable(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.cli.main import main
-from tests.support.fixtures import DATA
 
 GEN = DATA / "gen-b11434"
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA
+from kvharness.fleet_tree import Killer, write_slow_state
 from kvscope.core.cli.main import main
 from kvscope.core.fleet.tree_scan import scan_file, scan_tree
-from tests.support.fixtures import DATA
-from tests.support.fleet_tree import Killer, write_slow_state
 
 SMALL = ("llama-f16-fa0-unified0-seq0.seqstate", "llama-f16-fa0-unified1-seq1.seqstate",
          "lfm2-f16-fa0-unified0-seq1.seqstate", "llama-f16-fa0-unified0-ctx.session",

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvharness.fixtures import entry_model, manifest_entries, profile
 from kvscope.core.cli.main import main
 from kvscope.core.lab.corruptions import CATALOG, CorruptionError, parse_spec
 from kvscope.core.lab.damaged_copy import CorruptCopyError, corrupt_file
 from kvscope.core.model.profile import ModelProfile, load_model_profile
-from tests.support.fixtures import entry_model, manifest_entries, profile
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOT = ROOT / "resources/examples/llama-slot.seqstate"

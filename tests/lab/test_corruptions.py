@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA, profile
 from kvscope.core.lab.corruptions import CATALOG, Corruption, CorruptionError, parse_spec
 from kvscope.core.reader.parse import read_state
-from tests.support.fixtures import DATA, profile
 
 LAB = DATA / "lab"
 SCENARIOS = [

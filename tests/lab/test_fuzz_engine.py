@@ -14,9 +14,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from kvscope.core.engine.builds import InstalledBuild
-from kvscope.core.model.profile import ModelProfileError, load_model_profile
-from tests.support.engine_fuzz import (
+from kvharness.engine_fuzz import (
     GEN_MODELS,
     KNOWN,
     Arena,
@@ -28,6 +26,8 @@ from tests.support.engine_fuzz import (
     sources,
     write_gen_models,
 )
+from kvscope.core.engine.builds import InstalledBuild
+from kvscope.core.model.profile import ModelProfileError, load_model_profile
 from tests.support.llama_builds import BUILD_NAMES
 
 CASES_PER_BUILD = 100

@@ -13,10 +13,10 @@ from functools import cache
 import pytest
 import torch
 
+from kvharness.fixtures import DATA
 from kvscope.core.lab.probe import probe_sequences
 from kvscope.core.lab.runner import LabRunner, parse_case
 from kvscope.core.lab.scenario import Scenario, load_scenario
-from tests.support.fixtures import DATA
 
 FA0_UNIFIED = DATA / "lab/llamacpp-2026-10-01/llama/fa0-unified1"
 READERS = ("buffer", "file")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA, model_path
 from kvscope.core.lab.lab_cli import main, register
-from tests.support.fixtures import DATA, model_path
 
 FA0 = DATA / "lab/llamacpp-2026-10-01/llama/fa0-unified1"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.engine.server import ServerProcess
 from kvscope.core.lab.engine_lab import ENGINE_ABORTED, ENGINE_REFUSED, EngineLabRunner, EngineRun
@@ -18,7 +19,6 @@ from kvscope.core.lab.engine_report import engine_run_to_json, render_engine_mar
 from kvscope.core.lab.report import cell_to_json
 from kvscope.core.lab.runner import parse_case
 from kvscope.core.lab.scenario import load_scenario
-from tests.support.fixtures import DATA
 
 LAB = DATA / "lab/llamacpp-2026-10-01"
 

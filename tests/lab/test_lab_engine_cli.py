@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.lab.lab_cli import main
-from tests.support.fixtures import DATA
 
 LAB = DATA / "lab/llamacpp-2026-10-01"
 

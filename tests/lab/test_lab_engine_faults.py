@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.lab.engine_lab import ENGINE_ABORTED, ENGINE_REFUSED, EngineLabRunner
 from kvscope.core.lab.lab_cli import main
@@ -25,7 +26,6 @@ from kvscope.core.lab.new_scenario import write_scenario
 from kvscope.core.lab.runner import parse_case
 from kvscope.core.lab.scenario import load_scenario
 from kvscope.core.memory import ContextParams
-from tests.support.fixtures import DATA
 
 GEN = DATA / "gen-b11434"
 MODELS = DATA / "gen-models"

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.lab.engine_live import EngineLabError
 from kvscope.core.lab.lab_cli import main
 from kvscope.core.lab.new_scenario import write_scenario
 from kvscope.core.memory import ContextParams
-from tests.support.fixtures import DATA
 
 RECORDED = DATA / "lab/llamacpp-2026-10-01/llama"
 MODEL = DATA / "llamacpp-2026-10-01/tiny-llama.gguf"

@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
+from kvharness.fixtures import DATA
 from kvscope.core.lab.probe import component_bytes, probe_sequences, seq_cells, stale_cells
 from kvscope.core.lab.probe_math import attention_readout, probe_queries
 from kvscope.core.lab.scenario import load_scenario
 from kvscope.core.memory import AttnLayer, ContextParams, KvCache, MemoryContext, MemorySpec, Ubatch
 from kvscope.core.memory.spec import SWA_STANDARD
-from tests.support.fixtures import DATA
 
 N_SWA = 3
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA, model_path
 from kvscope.core.cli.main import main
-from tests.support.fixtures import DATA, model_path
 
 FA0 = DATA / "lab/llamacpp-2026-10-01/llama/fa0-unified1"
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.lab.runner import HAZARD, LabCase, LabRunner
 from kvscope.core.lab.scenario import KIND_BY_SUFFIX, READER_BY_KIND, Scenario, kind_of_path, load_scenario, read_input
-from tests.support.fixtures import DATA
 
 LAB = DATA / "lab"
 BUILDS = {"llamacpp-2026-10-01": "contained", "llamacpp-2026-08-16": "legacy"}

@@ -9,6 +9,7 @@ from functools import cache
 
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.lab.report import cell_text, render_markdown, run_to_json
 from kvscope.core.lab.runner import (
     HAZARD,
@@ -22,7 +23,6 @@ from kvscope.core.lab.runner import (
     standard_cases,
 )
 from kvscope.core.lab.scenario import Scenario, load_scenario, read_input
-from tests.support.fixtures import DATA
 
 LAB = DATA / "lab/llamacpp-2026-10-01"
 MODELS = ("llama", "mamba", "gemma2", "lfm2")

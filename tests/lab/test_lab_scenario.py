@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from kvharness.fixtures import DATA, model_path
 from kvscope.core import ggml_types as gt
 from kvscope.core.lab.scenario import (
     LiveCopy,
@@ -20,7 +21,6 @@ from kvscope.core.lab.scenario import (
     read_input,
 )
 from kvscope.core.reader.parse import read_state
-from tests.support.fixtures import DATA, model_path
 
 LAB = DATA / "lab"
 BUILDS = {"llamacpp-2026-10-01": "2026-10", "llamacpp-2026-08-16": "2026-08"}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fixtures import DATA, model_path
+from kvharness.fixtures import DATA, model_path
 
 FA0 = DATA / "lab/llamacpp-2026-10-01/llama/fa0-unified1"
 

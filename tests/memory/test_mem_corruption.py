@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA, profile
 from kvscope.core.memory import MemoryContext, ReadResult, Ubatch
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
-from tests.support.fixtures import DATA, profile
 from tests.support.mem_helpers import live_context, scenarios
 
 D = DATA / "llamacpp-2026-10-01"

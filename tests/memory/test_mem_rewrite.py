@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA, MODELS
 from kvscope.core.cli import main as cli
-from tests.support.fixtures import DATA, MODELS
 
 SAMPLES = [
     "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq1.slot-emulated.seqstate",

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from kvharness.fixtures import entry_profile, manifest_entries, profile
 from kvscope.core.memory.infer import infer_context, load, write
 from kvscope.core.reader.parse import read_state
-from tests.support.fixtures import entry_profile, manifest_entries, profile
 
 ENTRIES = manifest_entries()
 

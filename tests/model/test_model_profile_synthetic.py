@@ -14,12 +14,12 @@ import gguf
 import numpy as np
 import pytest
 
+from kvharness.fixtures import model_path
 from kvscope.core.model.profile import (
     ModelProfile,
     ModelProfileError,
     load_model_profile,
 )
-from tests.support.fixtures import model_path
 
 DATA = Path(__file__).parent.parent / "data" / "llamacpp-2026-10-01"
 

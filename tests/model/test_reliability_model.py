@@ -22,12 +22,12 @@ import gguf
 import numpy as np
 import pytest
 
+from kvharness.fixtures import DATA, model_path
+from kvharness.fuzz_mutations import T_ARR, T_STR, T_U8, T_U32, gguf_header, gguf_str
 from kvscope.core.model.gguf_metadata import MAX_ARRAY_BYTES, MAX_STRINGS, SKIPPED, read_gguf_metadata
 from kvscope.core.model.profile import ModelProfileError, load_model_profile
 from kvscope.core.textsafe import safe_text
 from tests.support.bigstate import run_kvscope
-from tests.support.fixtures import DATA, model_path
-from tests.support.fuzz_mutations import T_ARR, T_STR, T_U8, T_U32, gguf_header, gguf_str
 
 SEQ = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
 CTX = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-ctx.state.bin"

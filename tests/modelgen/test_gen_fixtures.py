@@ -15,8 +15,8 @@ import pytest
 from fixture_scenarios import MODELS, PARTIAL_CLASSES, plan
 from state_walker import Plan, WalkError, walk
 
+from kvharness.fixtures import DATA
 from kvscope.core.modelgen import load_recipe
-from tests.support.fixtures import DATA
 
 BUILDS = ("0c1e5709", "b11434")
 ROT_FIELDS = {"0c1e5709": False, "b11434": True}

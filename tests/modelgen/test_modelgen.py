@@ -10,11 +10,11 @@ import gguf
 import numpy as np
 import pytest
 
+from kvharness.fixtures import DATA, MODELS
 from kvscope.core.modelgen import load_recipe, model_keys, realistic_llama, write_model
 from kvscope.core.modelgen.__main__ import main as modelgen_main
 from kvscope.core.modelgen.tensor_data import tensor_values
 from kvscope.core.modelgen.tokenizer import vocabulary
-from tests.support.fixtures import DATA, MODELS
 
 GEN_MODELS = DATA / "gen-models"
 KEYS = model_keys()

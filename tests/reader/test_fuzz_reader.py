@@ -42,15 +42,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 
+from kvharness.fixtures import DATA, model_path, profile
+from kvharness.fuzz_mutations import apply_mutations as apply_byte_mutations
+from kvharness.fuzz_mutations import gguf_fields, gguf_kv_end
 from kvscope.core.analysis.stats import scan_stats
 from kvscope.core.model.profile import ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.source import FileChangedError
 from kvscope.core.reader.tree import check_tiling, coverage
-from tests.support.fixtures import DATA, model_path, profile
-from tests.support.fuzz_mutations import apply_mutations as apply_byte_mutations
-from tests.support.fuzz_mutations import gguf_fields, gguf_kv_end
 
 # (fixture relative to tests/data, model key of the tiny GGUF that wrote it)
 FIXTURES: tuple[tuple[str, str], ...] = (

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvharness.fixtures import DATA, profile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.tree import check_tiling, coverage
-from tests.support.fixtures import DATA, profile
 
 SEQ_FILE = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq0.seqstate"
 CTX_3STREAM = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-ctx.state.bin"

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvharness.fixtures import DATA, model_path, profile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.tree import check_tiling, coverage
-from tests.support.fixtures import DATA, model_path, profile
 
 # one file per memory class (v4 unless said), and the model that wrote it
 CASES = [

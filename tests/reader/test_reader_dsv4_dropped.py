@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA, profile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.tree import coverage
-from tests.support.fixtures import DATA, profile
 
 FILES = [
     "gen-b11434/deepseek4-f16-fa0-unified0-ctx.state.bin",  # two streams, the full block set

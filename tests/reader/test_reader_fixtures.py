@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from kvharness.fixtures import FOLDER_GENERATION, KIND, VARIANT_FOLDERS, entry_profile, manifest_entries
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
 from kvscope.core.reader.tree import check_tiling, coverage
-from tests.support.fixtures import FOLDER_GENERATION, KIND, VARIANT_FOLDERS, entry_profile, manifest_entries
 
 ENTRIES = manifest_entries() + manifest_entries(VARIANT_FOLDERS)
 IDS = [f"{p.parent.name}/{p.name}" for p, _ in ENTRIES]

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from kvharness.fixtures import DATA, VARIANT_FOLDERS, entry_profile, manifest_entries
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import LayerRecord, ParseResult, Section
 from kvscope.core.reader.tree import coverage
-from tests.support.fixtures import DATA, VARIANT_FOLDERS, entry_profile, manifest_entries
 
 FOLDERS = ("gen-0c1e5709", "gen-b11434", *VARIANT_FOLDERS)
 ENTRIES = manifest_entries(FOLDERS)

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvharness.fixtures import DATA, manifest_entries
 from kvscope.core.jsonout import JsonArray, materialize, write_json
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import CellTable
 from kvscope.core.reader.render import result_to_json
 from tests.support.bigstate import run_kvscope
-from tests.support.fixtures import DATA, manifest_entries
 
 MIB = 1 << 20
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.reader.cells import OPEN_SCAN_RECORDS, WINDOW_WORDS, scan_cells, scan_extent
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.source import ByteSource
 from tests.support.bigstate import run_kvscope, sparse_copy
-from tests.support.fixtures import DATA
 
 SEQ = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
 RSS_BOUND_MIB = 200

@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.analysis.diff import diff_states
 from kvscope.core.analysis.record_values import layer_matrix
 from kvscope.core.analysis.stats import scan_stats
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.source import CHANGED_MESSAGE, ByteSource, FileChangedError, FileIdentity
 from tests.support.bigstate import run_kvscope, write_seq_state
-from tests.support.fixtures import DATA
 
 SEQ = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
 

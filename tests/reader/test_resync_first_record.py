@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.model.profile import load_model_profile
 from kvscope.core.reader.parse import read_state
-from tests.support.fixtures import DATA
 
 SLOTS = sorted((DATA / "gen-b11434").glob("*-f16-fa0-unified0-slot.seqstate")) + sorted(
     (DATA / "gen-0c1e5709").glob("*-f16-fa0-unified0-slot.seqstate"))

@@ -7,9 +7,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from kvharness.fixtures import FOLDER_GENERATION, entry_profile, load_manifest, manifests
 from kvscope.core.memory import ContextParams, MemoryContext, MemorySpec
 from kvscope.core.memory.spec import SWA_STANDARD, AttnLayer, CacheSpec, Dsv4Block, Dsv4Spec
-from tests.support.fixtures import FOLDER_GENERATION, entry_profile, load_manifest, manifests
 
 
 def params_from_manifest(cp: dict[str, Any]) -> ContextParams:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from kvharness.fixtures import DATA
 from kvscope.core.model.profile import load_model_profile
 from kvscope.core.reader.parse import read_state
-from tests.support.fixtures import DATA
 
 SLOT = DATA / "gen-b11434" / "llama-f16-fa0-unified0-slot.seqstate"
 LLAMA = DATA / "gen-models" / "llama.gguf"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import entry_model, entry_profile, manifest_entries
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.verify.prefill import plan_prefill
-from tests.support.fixtures import entry_model, entry_profile, manifest_entries
 
 ENTRIES = {p.name: (p, e) for p, e in manifest_entries() if p.parent.name == "llamacpp-2026-10-01"}
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import model_path
+from kvharness.states import PROMPT, drop_records, kv_records, with_media_payload, write_states
 from kvscope.core.cli.main import main
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.engine.server import ServerProcess
@@ -23,8 +25,6 @@ from kvscope.core.reader.parse import read_state
 from kvscope.core.verify.params import source_seq
 from kvscope.core.verify.repair import repair
 from kvscope.core.verify.run import verify
-from tests.support.fixtures import model_path
-from tests.support.states import PROMPT, drop_records, kv_records, with_media_payload, write_states
 from tests.support.trained import SlotSpec, trained_model, trained_slot
 
 

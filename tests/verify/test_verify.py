@@ -9,13 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvscope.core.engine.builds import InstalledBuild
-from kvscope.core.engine.llamacpp import CtxParams
-from kvscope.core.engine.server import ServerProcess
-from kvscope.core.verify.result import VerifyResult
-from kvscope.core.verify.run import Verifier, VerifyError, verify
-from tests.support.fixtures import DATA, MODELS, load_manifest, model_path
-from tests.support.states import (
+from kvharness.fixtures import DATA, MODELS, load_manifest, model_path
+from kvharness.states import (
     OTHER,
     PROMPT,
     drop_records,
@@ -24,6 +19,11 @@ from tests.support.states import (
     with_media_payload,
     write_states,
 )
+from kvscope.core.engine.builds import InstalledBuild
+from kvscope.core.engine.llamacpp import CtxParams
+from kvscope.core.engine.server import ServerProcess
+from kvscope.core.verify.result import VerifyResult
+from kvscope.core.verify.run import Verifier, VerifyError, verify
 
 FIXTURE_TOKENS = {
     e["file"]: e["seqs"] for e in load_manifest(MODELS / "manifest.json")["files"] if e.get("seqs")}
@@ -164,8 +164,8 @@ def test_k_v_of_another_model_are_stale(builds: dict[str, InstalledBuild], tmp_p
 
 
 def test_a_nan_row_layer_is_damaged_with_its_cells(builds: dict[str, InstalledBuild], tmp_path: Path) -> None:
+    from kvharness.fixtures import profile
     from kvscope.core.lab.corruptions import parse_spec
-    from tests.support.fixtures import profile
 
     paths = write_states("0c1e5709", tmp_path)
     m = parse_spec("fill:value=nan,role=v,index=1,cells=3-5").apply(paths["seq_file"].read_bytes(), profile("llama"))

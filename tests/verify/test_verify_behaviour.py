@@ -14,6 +14,7 @@ import json
 import numpy as np
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.analysis.verdict import VERIFY_VERDICT_LEVEL
 from kvscope.core.cli.main import main
 from kvscope.core.engine.builds import InstalledBuild
@@ -23,7 +24,6 @@ from kvscope.core.verify.engines import Logits
 from kvscope.core.verify.prefill import WHOLE, Schedule
 from kvscope.core.verify.result import VERDICTS
 from kvscope.core.verify.run import verify
-from tests.support.fixtures import DATA
 
 GEN = DATA / "gen-b11434"
 QWEN4EXP = DATA / "gen-models/qwen4exp.gguf"

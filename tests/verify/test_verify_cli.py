@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import MODELS, model_path
+from kvharness.states import PROMPT, drop_records, kv_records, write_states
 from kvscope.core.cli.main import main
 from kvscope.core.engine.builds import InstalledBuild
-from tests.support.fixtures import MODELS, model_path
-from tests.support.states import PROMPT, drop_records, kv_records, write_states
 
 SEQ = MODELS / "llama-f16-fa0-unified0-seq1.seqstate"
 

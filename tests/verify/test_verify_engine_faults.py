@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvharness.fixtures import DATA, MODELS, model_path
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.verify.run import verify
-from tests.support.fixtures import DATA, MODELS, model_path
 
 DSV4 = DATA / "gen-b11434" / "deepseek4-f16-fa0-unified0-seq0.seqstate"
 DSV4_MODEL = DATA / "gen-models" / "deepseek4.gguf"

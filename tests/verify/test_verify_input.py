@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import MODELS, model_path
+from kvharness.states import OTHER, kv_records, write_states
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.verify.run import Verifier, VerifyError, verify
-from tests.support.fixtures import MODELS, model_path
-from tests.support.states import OTHER, kv_records, write_states
 
 SEQ = MODELS / "llama-f16-fa0-unified0-seq1.seqstate"
 SESSION = MODELS / "llama-f16-fa1-unified1-ctx.session"

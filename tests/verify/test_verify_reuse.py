@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fixtures import DATA
 from kvscope.core.analysis.inspection import inspect_file
 from kvscope.core.analysis.reuse import ServerSettings, predict_one
 from kvscope.core.cli.main import main
@@ -17,7 +18,6 @@ from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.engine.server import ServerProcess
 from kvscope.core.model.profile import load_model_profile
 from kvscope.core.verify.run import verify
-from tests.support.fixtures import DATA
 
 GEN = DATA / "gen-b11434"
 MODELS = DATA / "gen-models"

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
+from kvharness.fake_server import FakeServer
+from kvharness.fixtures import model_path
+from kvharness.states import PROMPT
 from kvscope.core.cli.main import main
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.engine.server import ServerProcess
 from kvscope.core.verify import engines
 from kvscope.core.verify.result import VERDICTS, VerifyResult
 from kvscope.core.verify.run import Verifier, VerifyError
-from tests.support.fake_server import FakeServer
-from tests.support.fixtures import model_path
-from tests.support.states import PROMPT
 
 TIMEOUT_S = 3.0  # --timeout of every run here: what a trickling server gets
 BOUND_S = 40.0  # a run against a hanging server ends well within this (the timeouts of a few requests)

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.fake_server import FakeServer
+from kvharness.fixtures import MODELS, model_path
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.engine.server import ServerProcess
-from tests.support.fake_server import FakeServer
-from tests.support.fixtures import MODELS, model_path
 
 SEQ = MODELS / "llama-f16-fa0-unified0-seq1.seqstate"
 SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL, signal.SIGINT]

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from kvharness.fixtures import DATA, entry_profile, load_manifest
 from kvscope.core.memory.rot_rule import cache_rotation
 from kvscope.core.memory.spec import MemorySpec, SpecError
 from kvscope.core.reader.layouts import generation_named
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.rotation import section_heads
-from tests.support.fixtures import DATA, entry_profile, load_manifest
 
 ENTRIES = [(DATA / folder / e["file"], e) for folder in ("gen-0c1e5709", "gen-b11434")
            for e in load_manifest(DATA / folder / "manifest.json")["files"]
