@@ -14,7 +14,7 @@ It also measures the per-file cost of the pure function (``scan_file`` in this p
 sample) and the CPU seconds of every process of each run (sampled with psutil), which tells
 the executors' cost per file beyond the function apart from the load of a shared machine; the
 scale-out expectation in the README is computed from those. The tree is deleted at the end
-unless ``--keep``. ``--quick`` runs 2,000 files (a smoke test; its numbers mean little). The
+unless ``--keep``. ``--quick`` runs 200 files (a smoke test; its numbers mean little). The
 exit status is 0 unless ``--strict`` is given and the local executor is slower than a baseline.
 
 Usage::
@@ -177,11 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", type=Path, help="a checkout of kvscope before the fleet executors, to measure too")
     ap.add_argument("--dir", type=Path, default=ROOT / "bench" / "out", help="where the tree is built")
     ap.add_argument("--keep", action="store_true", help="keep the tree")
-    ap.add_argument("--quick", action="store_true", help="2,000 files")
+    ap.add_argument("--quick", action="store_true", help="200 files: a smoke run (its numbers mean little)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each executor, interleaved; the fastest counts")
     ap.add_argument("--strict", action="store_true", help="exit 1 when the local executor is slower than the baseline")
     args = ap.parse_args(argv)
-    n = 2000 if args.quick else args.files
+    n = 200 if args.quick else args.files
     args.dir.mkdir(parents=True, exist_ok=True)
     tree = Path(tempfile.mkdtemp(prefix="fleet-", dir=args.dir))
     best: dict[str, dict[str, Any]] = {}

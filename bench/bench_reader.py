@@ -66,8 +66,7 @@ from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.source import ByteSource
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the tests.support helpers
-from tests.support.page_cache import drop_cache  # noqa: E402  (bench_rotation uses it as br.drop_cache)
+from kvharness.page_cache import drop_cache  # noqa: E402  (bench_rotation uses it as br.drop_cache)
 
 SMALL_FIXTURE = ROOT / "tests" / "data" / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
 SEQ_MAGIC = 0x67677371

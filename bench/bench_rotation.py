@@ -53,7 +53,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
 
 from kvscope.core import derotate_kernel  # noqa: E402
-from kvscope.core.analysis import stats as stats_mod  # noqa: E402
+from kvscope.core.analysis.cold_feed import is_cold  # noqa: E402
 from kvscope.core.analysis.record_values import dequantize_rows  # noqa: E402
 from kvscope.core.analysis.stats import scan_stats  # noqa: E402
 from kvscope.core.derotate_kernel import kernel  # noqa: E402
@@ -255,7 +255,7 @@ def measure(case: Case, reps: int, cold_reps: int) -> TypeRow:
     br.read_file(case.path)  # warm: a cold --stats reads past the page cache and leaves nothing in it
     t_warm, cached = math.inf, True
     for _ in range(reps):
-        cached = cached and not stats_mod._cold(str(case.path), 0, case.path.stat().st_size)
+        cached = cached and not is_cold(str(case.path), 0, case.path.stat().st_size)
         t_warm = min(t_warm, br.timed(lambda: scan_stats(parsed))[0])
     return TypeRow(case, case.path.stat().st_size, t_cold, t_read, t_warm, t_direct, cached)
 

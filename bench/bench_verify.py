@@ -35,6 +35,7 @@ Usage::
 
     .venv/bin/python bench/bench_verify.py                   # 2,048 tokens, b11434
     .venv/bin/python bench/bench_verify.py --tokens 4096 --build 0c1e5709 --repeat 3
+    .venv/bin/python bench/bench_verify.py --quick           # a smoke run: 256 tokens, one repeat
 """
 
 from __future__ import annotations
@@ -163,7 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build", default="b11434")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench/out")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 256 tokens, one repeat (the ratio means little)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.tokens, args.repeat = 256, 1
     from kvscope.core.engine.llamacpp import CtxParams, LlamaProcess
     from kvscope.core.model.profile import load_model_profile
     from kvscope.core.reader.parse import read_state
@@ -235,5 +239,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     sys.exit(main())

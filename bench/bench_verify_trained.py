@@ -20,6 +20,7 @@ Usage::
 
     .venv/bin/python bench/bench_verify_trained.py                 # 2,048 tokens, b11434
     .venv/bin/python bench/bench_verify_trained.py --tokens 4096 --build 0c1e5709
+    .venv/bin/python bench/bench_verify_trained.py --quick         # a smoke run: a 256-token slot
 """
 
 from __future__ import annotations
@@ -89,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--build", default="b11434")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: a 256-token slot (the ratio means little)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.tokens = 256
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_verify import GOAL, PeakRSS, _baseline
 
@@ -131,5 +135,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     sys.exit(main())

@@ -18,6 +18,7 @@ Usage::
     nice .venv/bin/python bench/fuzz_engine.py --cases 10000 --build b11434   # tests/data/gen-models included
     .venv/bin/python bench/fuzz_engine.py --cases 10000 --build 0c1e5709 --seed 3
     .venv/bin/python bench/fuzz_engine.py --build b11434 --replay 1234
+    .venv/bin/python bench/fuzz_engine.py --quick --build 0c1e5709                   # a smoke run: 12 cases
 """
 
 from __future__ import annotations
@@ -32,8 +33,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the tests.support helpers
-from tests.support.engine_fuzz import Arena, CaseResult, CorruptionError, arena, draw_case, sources  # noqa: E402
+from kvharness.engine_fuzz import Arena, CaseResult, CorruptionError, arena, draw_case, sources  # noqa: E402
 
 DRAWS = 40  # redraws for a corruption that does not apply to the input
 
@@ -70,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench/out/engine-fuzz")
     ap.add_argument("--keep", type=int, default=3, help="inputs kept per disagreement signature")
     ap.add_argument("--every", type=int, default=250, help="progress line every N cases")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 12 cases (every source set up, a few restored)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.cases, args.every = 12, 4
     t0 = time.perf_counter()
     wanted = set(args.sources.split(",")) if args.sources else None
     arenas: list[Arena] = []

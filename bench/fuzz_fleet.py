@@ -45,6 +45,7 @@ Usage::
     .venv/bin/python bench/fuzz_fleet.py --family trees --inputs 100 --seed 1
     .venv/bin/python bench/fuzz_fleet.py --family all --inputs 40      # 40 of each family
     .venv/bin/python bench/fuzz_fleet.py --seed 1 --replay trees:17
+    .venv/bin/python bench/fuzz_fleet.py --quick                        # a smoke run: one input of each family
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ from fuzz_fleet_common import (  # noqa: E402  (bench/ is on sys.path when a ben
 )
 from fuzz_fleet_server import case_server  # noqa: E402
 
-from tests.support.fleet_tree import Killer, tree_digest, write_slow_state  # noqa: E402
-from tests.support.proc_runs import kill_session, leftovers, run_until, temporaries  # noqa: E402
+from kvharness.fleet_tree import Killer, tree_digest, write_slow_state  # noqa: E402
+from kvharness.proc_runs import kill_session, leftovers, run_until, temporaries  # noqa: E402
 
 # -- trees ---------------------------------------------------------------------------------------
 LINKS = ("dest_dir_to_source", "dest_dir_elsewhere", "dest_file_to_source", "dest_file_elsewhere",
@@ -351,7 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, default=0, help="first index")
     ap.add_argument("--out", type=Path, default=OUT, help="where failing cases go")
     ap.add_argument("--replay", metavar="FAMILY:INDEX", help="run one case again, with its traceback")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: one input of each family asked for")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.inputs = 1
     warnings_off()
     try:
         if args.replay:

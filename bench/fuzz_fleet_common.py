@@ -10,18 +10,16 @@ import json
 import os
 import random
 import shutil
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the tests.support helpers
 
+from kvharness.fixtures import DATA  # noqa: E402
+from kvharness.fleet_tree import TREE_FILES  # noqa: E402
 from kvscope.core.cli.main import main as kvscope_main  # noqa: E402
-from tests.support.fixtures import DATA  # noqa: E402
-from tests.support.fleet_tree import TREE_FILES  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "fuzz-failures" / "fleet"
 FAMILIES = ("server", "trees", "workers", "signals")

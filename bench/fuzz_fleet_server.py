@@ -118,9 +118,9 @@ class ServerBench:
             return
         import psutil
 
+        from kvharness.fixtures import model_path
+        from kvharness.states import PROMPT
         from kvscope.core.engine.server import ServerProcess
-        from tests.support.fixtures import model_path
-        from tests.support.states import PROMPT
 
         self.srv = ServerProcess(model_path("llama"), build="0c1e5709", n_ctx=512)
         self.srv.__enter__()
@@ -142,10 +142,10 @@ BENCH: ServerBench | None = None
 
 
 def case_server(rng: random.Random, work: Path) -> dict[str, Any]:
+    from kvharness.fake_server import FakeServer
+    from kvharness.fixtures import model_path
     from kvscope.core.verify.result import VERDICTS
     from kvscope.core.verify.run import Verifier, VerifyError
-    from tests.support.fake_server import FakeServer
-    from tests.support.fixtures import model_path
 
     global BENCH
     if BENCH is None:

@@ -10,7 +10,6 @@ shared with the CI fuzz test.
 from __future__ import annotations
 
 import random
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,8 @@ from kvscope.core.model.profile import ModelProfile, load_model_profile
 from kvscope.core.reader.parse import read_state
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the tests.support helpers
-from tests.support.fuzz_mutations import apply_mutations as apply_byte_mutations  # noqa: E402  (shared with the CI test)
-from tests.support.fuzz_mutations import gguf_fields, gguf_kv_end  # noqa: E402
+from kvharness.fuzz_mutations import apply_mutations as apply_byte_mutations  # noqa: E402  (shared with the CI test)
+from kvharness.fuzz_mutations import gguf_fields, gguf_kv_end  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 MODELS = DATA / "llamacpp-2026-10-01"

@@ -38,6 +38,7 @@ Usage::
     .venv/bin/python bench/fuzz_long.py                      # 1,000,000 inputs on 2 cores
     .venv/bin/python bench/fuzz_long.py --inputs 20000 --seed 7
     .venv/bin/python bench/fuzz_long.py --seed 7 --replay 1234
+    .venv/bin/python bench/fuzz_long.py --quick              # a smoke run: 200 inputs, one process
 """
 
 from __future__ import annotations
@@ -435,7 +436,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fleet-inputs", type=int, default=0, metavar="N",
                     help="then N inputs of each process-level family of bench/fuzz_fleet.py (server, trees, "
                     "workers, signals; seconds each, one at a time) with the same seed (default 0: none)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run: 200 inputs on one process, with memory samples, sparse tails and races "
+                    "among them (every 50th, 50th and 40th)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.inputs, args.jobs, args.chunk = 200, 1, 100
+        args.mem_every, args.sparse_every, args.race_every = 50, 50, 40
 
     seed_paths = [str(p) for p in seed_files()]
     if args.replay is not None:
