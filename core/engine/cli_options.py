@@ -5,6 +5,8 @@ the engine's location, and :func:`parse_pairs`, the one parser of ``KEY=VALUE`` 
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 
 from kvscope.core.engine.builds import BUILDS
 from kvscope.core.errors import UsageError
@@ -22,6 +24,28 @@ def parse_pairs(items: list[str] | None, option: str) -> dict[str, str]:
             raise UsageError(f"{option} {item!r}: expected KEY=VALUE")
         out[key.strip()] = value.strip()
     return out
+
+
+MAX_SECONDS = 10_000_000.0  # about 115 days: longer is no limit a clock or a poll() can take
+
+
+def seconds(zero_means: str | None = None) -> Callable[[str], float]:
+    """The argparse ``type=`` of every option in seconds (``--timeout``, ``--file-timeout``): a finite number
+    above 0 and at most :data:`MAX_SECONDS`, or 0 too where ``zero_means`` says what 0 does (``"no limit"``).
+    ``nan``, ``inf``, negatives and words are a usage error (one line, exit 2), not an internal error later."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value) and (value > 0 or (value == 0 and zero_means is not None)) and value <= MAX_SECONDS:
+            return value
+        zero = f" (or 0: {zero_means})" if zero_means is not None else ""
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds: give one above 0 and at most "
+                                         f"{MAX_SECONDS:.0f}{zero}")
+
+    parse.__name__ = "seconds"
+    return parse
 
 
 def add_engine_location(p: argparse.ArgumentParser, build_default: str) -> None:

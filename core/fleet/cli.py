@@ -36,6 +36,8 @@ DEFAULT_FILE_TIMEOUT = 600.0  # seconds one file may take on a worker before the
 
 
 def _executor_args(p: argparse.ArgumentParser) -> None:
+    from kvscope.core.engine.cli_options import seconds  # stdlib only: the one check of every option in seconds
+
     p.add_argument("--executor", choices=EXECUTORS, default=None,
                    help="local: worker processes on this machine (default); dask: a dask.distributed cluster")
     # the name before --executor ("engine" is llama.cpp); accepted, with a note, for one release
@@ -45,7 +47,7 @@ def _executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: all cores; with --scheduler: "
                    "the cluster's own)")
     p.add_argument("--batch", type=int, metavar="N", help="with --executor dask: files per task (default 16)")
-    p.add_argument("--file-timeout", type=float, default=DEFAULT_FILE_TIMEOUT, metavar="S",
+    p.add_argument("--file-timeout", type=seconds("no limit"), default=DEFAULT_FILE_TIMEOUT, metavar="S",
                    help="a worker with no result for one file after S seconds (stopped, hung) is killed and "
                    f"that file reported (default {DEFAULT_FILE_TIMEOUT:g}; 0: no limit; with --scheduler: the "
                    "cluster's own worker-ttl applies)")
@@ -132,16 +134,61 @@ def _choose_executor(args: argparse.Namespace) -> None:
     args.executor = args.executor or "local"
 
 
+SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss")  # dask.distributed's network transports
+
+
+def check_scheduler(address: str) -> str:
+    """``--scheduler``'s address checked before anything connects: ``[SCHEME://]HOST:PORT`` with SCHEME one of
+    :data:`SCHEDULER_SCHEMES` (default tcp), a host name or IP address, a port 1-65535, nothing else.
+    :class:`UsageError` (one line) otherwise: dask took ``tcp://127.0.0.1`` (no port) for an address, stalled
+    for a minute and ended in its own traceback. Returns the address with its scheme."""
+    from urllib.parse import urlsplit
+
+    from kvscope.core.textsafe import safe_text
+
+    shown = safe_text(address, 200)
+    scheme, sep, _ = address.partition("://")
+    full = address if sep else f"tcp://{address}"
+    scheme = scheme.lower() if sep else "tcp"
+    if scheme not in SCHEDULER_SCHEMES:
+        raise UsageError(f"--scheduler {shown}: unknown scheme {safe_text(scheme, 40)!r} (give tcp://HOST:PORT; "
+                         f"known: {', '.join(SCHEDULER_SCHEMES)})")
+    try:
+        parts = urlsplit(full)
+        port = parts.port
+    except ValueError as e:
+        raise UsageError(f"--scheduler {shown}: not an address: {e} (give tcp://HOST:PORT)") from None
+    host = parts.hostname or ""
+    if not host or parts.username is not None or parts.password is not None \
+            or any(not (c.isascii() and (c.isalnum() or c in "-._:")) for c in host):
+        raise UsageError(f"--scheduler {shown}: no host name (give tcp://HOST:PORT)")
+    if port is None or port == 0:
+        raise UsageError(f"--scheduler {shown}: no port (give tcp://HOST:PORT, e.g. tcp://{host}:8786)")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise UsageError(f"--scheduler {shown}: only SCHEME://HOST:PORT, no path or query")
+    return f"{scheme}://{parts.netloc}"
+
+
 def _check_common(args: argparse.Namespace) -> None:
     _choose_executor(args)
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     if args.batch is not None and args.batch < 1:
         raise UsageError("--batch must be at least 1")
-    if not args.file_timeout >= 0:  # NaN too
+    if not 0 <= args.file_timeout < float("inf"):  # the parser's type checks it; a caller's Namespace may not
         raise UsageError("--file-timeout must be 0 (no limit) or a number of seconds")
     if args.scheduler is not None and args.executor != "dask":
         raise UsageError("--scheduler needs --executor dask")
+    if args.scheduler is not None:
+        args.scheduler = check_scheduler(args.scheduler)
+    if args.jobs is not None and args.scheduler is None:
+        from kvscope.core.fleet.executors import JOBS_PER_CORE, MIN_JOB_LIMIT, job_limit
+
+        limit = job_limit()
+        if args.jobs > limit:  # and the local executor starts no more workers than there are files
+            print(f"kvscope: note: --jobs {args.jobs} capped to {limit} worker processes ({JOBS_PER_CORE} per core, "
+                  f"at least {MIN_JOB_LIMIT})", file=sys.stderr)
+            args.jobs = limit
     if args.model is not None:
         from kvscope.core.model.profile import ModelProfileError, load_model_profile
 
@@ -164,8 +211,14 @@ def _session(args: argparse.Namespace, dest: str | None = None) -> Iterator[tupl
             source = open_source(args.source)
             if dest is not None and source.local:
                 source.exclude(dest, "a link into DEST (--out): not walked, so no run migrates its own outputs")
-            executor = make_executor(args.executor, args.jobs, args.scheduler, args.batch,
-                                     args.file_timeout or None)
+            jobs = args.jobs
+            if args.executor == "dask" and args.scheduler is None:  # its cluster starts first: no more
+                from itertools import islice  # workers than the files it will have
+
+                from kvscope.core.fleet.executors import bounded_jobs
+
+                jobs = max(1, sum(1 for _ in islice(source.walk(), bounded_jobs(jobs))))
+            executor = make_executor(args.executor, jobs, args.scheduler, args.batch, args.file_timeout or None)
         except (SourceError, ExecutorError) as e:
             raise UsageError(str(e)) from None
         try:

@@ -55,7 +55,7 @@ from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar
 
-from kvscope.core.fleet.executors import ExecutorError, Result, default_jobs, run_batch
+from kvscope.core.fleet.executors import ExecutorError, Result, bounded_jobs, run_batch
 from kvscope.core.fleet.localpool import death_reason, timeout_reason
 from kvscope.core.fleet.stopsignals import deferred
 
@@ -208,7 +208,7 @@ class DaskPool:
                 with dask.config.set({"distributed.scheduler.worker-saturation": 1.0,
                                       "temporary-directory": scratch}), deferred():  # the scheduler's scratch too
                     self._cluster = distributed.LocalCluster(
-                        n_workers=self.jobs or default_jobs(), threads_per_worker=1, processes=True,
+                        n_workers=bounded_jobs(self.jobs), threads_per_worker=1, processes=True,
                         dashboard_address=None, silence_logs=logging.CRITICAL, host="127.0.0.1",
                         # the scheduler's HTTP routes (/health, /metrics) listen even without a dashboard,
                         # on 8787 unless told: a free port on loopback, so a second cluster does not warn

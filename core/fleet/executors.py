@@ -47,6 +47,21 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+JOBS_PER_CORE = 4  # worker processes per usable core at most, however many --jobs asks for
+MIN_JOB_LIMIT = 8  # ... and never fewer than this (a small machine reading a slow store)
+
+
+def job_limit() -> int:
+    """The most worker processes an executor starts on this machine: :data:`JOBS_PER_CORE` per core
+    this process may use, at least :data:`MIN_JOB_LIMIT` (``--jobs 1000000000`` is capped to it)."""
+    return max(MIN_JOB_LIMIT, JOBS_PER_CORE * default_jobs())
+
+
+def bounded_jobs(jobs: int | None) -> int:
+    """``jobs`` (None: :func:`default_jobs`) within ``1..``:func:`job_limit`."""
+    return max(1, min(jobs if jobs is not None else default_jobs(), job_limit()))
+
+
 def run_batch(fn: Callable[[Any], Result], items: list[Any]) -> list[Result]:
     """``fn`` over ``items`` in order (one task of a remote executor)."""
     return [fn(item) for item in items]

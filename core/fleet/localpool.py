@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
 
-from kvscope.core.fleet.executors import ExecutorError, Result
+from kvscope.core.fleet.executors import ExecutorError, Result, bounded_jobs
 
 T = TypeVar("T")
 BATCH = 8  # items per message to a worker
@@ -175,7 +175,7 @@ class LocalPool:
     name = "local"
 
     def __init__(self, jobs: int, timeout: float | None = None) -> None:
-        self.jobs = max(1, jobs)
+        self.jobs = bounded_jobs(jobs)  # at most job_limit(); and never more started than items given (map)
         self.timeout = timeout if timeout else None  # seconds per item; None: no deadline
         self.workers_lost = 0
         self.restarts = 0  # times the pool was restarted after its fork server died
@@ -250,8 +250,6 @@ class LocalPool:
         source = iter(items)
         retry: deque[T] = deque()  # items of a dead worker that it had not started
         exhausted = False
-        if not self._workers:
-            self._workers = [self._start() for _ in range(self.jobs)]
 
         def take() -> T | None:
             nonlocal exhausted
@@ -266,6 +264,22 @@ class LocalPool:
                 return None
 
         while True:
+            # workers start as items come, one item for each new one, up to ``jobs``: never more workers
+            # than files (--jobs 1000000000 on 4 files starts 4 workers, not a billion one after another)
+            while len(self._workers) < self.jobs:
+                first = take()
+                if first is None:
+                    break
+                w = self._start()
+                self._workers.append(w)
+                try:
+                    w.conn.send((fn, [first]))
+                except OSError:  # it died before its first item: that item goes to the next one
+                    retry.appendleft(first)
+                    self._replace(w)
+                    continue
+                w.since = time.monotonic()
+                w.held.append(first)
             for w in self._workers:
                 if len(w.held) >= LOW_WATER:
                     continue
@@ -354,7 +368,7 @@ class LocalPool:
         n = len(in_flight)
         self.events.append(f"{what}: its workers were restarted and the {n} file{'' if n == 1 else 's'} in "
                            "flight run again")
-        self._workers = [self._start() for _ in range(self.jobs)]
+        # the new workers start as the loop of :meth:`map` hands them the files put back in ``retry``
 
     def _collect(self, w: _Worker, on_error: Callable[[T, str], Result], retry: deque[T]) -> Iterator[Result]:
         """Every answer ``w`` has sent; if it died, the error for its current item and a replacement."""

@@ -10,11 +10,15 @@ What is walked: regular files. A folder that cannot be listed (no permission, an
 an ``unreadable`` entry of its own, so ``scan`` and ``migrate`` report it and exit 1. Hidden
 folders (``.name``), kvscope's temporary files (:func:`kvscope.core.fsutil.is_temp_name`), the
 migration manifest, symlinked files, FIFOs and other special files are left out. A symlinked
-folder is followed once: every folder is walked under the first path that reaches its real path,
-so a link back to an ancestor (or to itself) cannot loop and two links to one folder do not scan
-it twice. A folder excluded with :meth:`Source.exclude` (migrate's DEST) is never entered,
-however it is reached. Object stores have no links; there a depth limit guards against
-pathological listings.
+folder inside SOURCE is followed once: every folder is walked under the first path that reaches its
+real path, so a link back to an ancestor (or to itself) cannot loop and two links to one folder do
+not scan it twice. A link to a folder outside SOURCE (``/``, ``/proc/self``, an ancestor of SOURCE,
+another tree) is not followed: it is a ``skipped`` entry, ``link leaves SOURCE (-> TARGET)``, so a
+scan reads SOURCE's files and no others, and the walk is bounded by SOURCE itself (once a scan of a
+tree holding a link to ``/`` walked the whole machine, ``/proc`` included, and never ended). Folders
+more than :data:`MAX_DEPTH` deep are reported ``skipped`` too. A folder excluded with
+:meth:`Source.exclude` (migrate's DEST) is never entered, however it is reached. Object stores have no
+links; there a depth limit guards against pathological listings.
 
 An :class:`Entry` is small and picklable; workers (local processes or Dask workers) open it with
 :func:`open_entry` (local files by path, read-only; others through fsspec).
@@ -132,6 +136,12 @@ class Source:
         return sum(1 for _ in self.walk())
 
     # -- local ---------------------------------------------------------------------------------
+    @staticmethod
+    def _inside(path: str, real_root: str) -> bool:
+        """Whether ``path`` (a link) leads to SOURCE itself or a folder inside it, by real paths."""
+        real = os.path.realpath(path)
+        return real == real_root or real.startswith(real_root.rstrip("/") + "/")
+
     def _walk_local(self) -> Iterator[Entry]:
         seen: set[tuple[int, int]] = set()  # (device, inode) of every folder walked
         try:
@@ -139,6 +149,7 @@ class Source:
         except OSError as e:
             yield _unreadable(self.root, "", e)
             return
+        real_root = os.path.realpath(self.root)
         seen.add((st.st_dev, st.st_ino))
         stack: list[Iterator[tuple[str, str]]] = [iter([(self.root, "")])]
         depth_first: list[tuple[str, str]] = []
@@ -166,6 +177,10 @@ class Source:
                             continue
                         dst = d.stat(follow_symlinks=True)
                         key = (dst.st_dev, dst.st_ino)
+                        if link and not self._inside(d.path, real_root):  # to /, /proc/self, an ancestor...
+                            why = self._exclusion(d.path, key, link) if self._excluded else None
+                            yield Entry(d.path, child_rel, 0, None, True, "skipped", why or _leaves(d.path))
+                            continue
                         if key in seen:
                             continue  # a loop, or a folder already reached by another path
                         seen.add(key)
@@ -185,7 +200,10 @@ class Source:
                     continue
                 if stat.S_ISREG(fst.st_mode):
                     yield Entry(d.path, child_rel, int(fst.st_size), fst.st_mtime, True)
-            if depth_first and len(stack) < MAX_DEPTH:
+            if depth_first and len(stack) >= MAX_DEPTH:  # said, not dropped in silence
+                for path, child_rel in depth_first:
+                    yield Entry(path, child_rel, 0, None, True, "skipped", _too_deep())
+            elif depth_first:
                 stack.append(iter(list(depth_first)))
 
     # -- fsspec ------------------------------------------------------------------------------
@@ -217,8 +235,24 @@ class Source:
                 elif info.get("type") == "file":
                     mtime = info.get("mtime") or info.get("LastModified") or info.get("updated")
                     yield Entry(self.url(name), child_rel, int(info.get("size") or 0), _as_timestamp(mtime), False)
-            if subfolders and len(stack) < MAX_DEPTH:
+            if subfolders and len(stack) >= MAX_DEPTH:
+                for name, child_rel in subfolders:
+                    yield Entry(self.url(name), child_rel, 0, None, False, "skipped", _too_deep())
+            elif subfolders:
                 stack.append(iter(subfolders))
+
+
+def _leaves(path: str) -> str:
+    """The reason of a link to a folder outside SOURCE, which the walk does not follow."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    return f"link leaves SOURCE (-> {target}): not followed"
+
+
+def _too_deep() -> str:
+    return f"folder not walked: more than {MAX_DEPTH} folders deep"
 
 
 def _unreadable(ref: str, rel: str, e: Exception, local: bool = True) -> Entry:

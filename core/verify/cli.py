@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from kvscope.core.engine.choices import VERIFY_ENGINES
-from kvscope.core.engine.cli_options import add_engine_location, parse_pairs
+from kvscope.core.engine.cli_options import add_engine_location, parse_pairs, seconds
 from kvscope.core.errors import EXIT_BAD_INPUT as EXIT_SETUP
 from kvscope.core.errors import EXIT_FINDINGS as EXIT_VERDICT
 from kvscope.core.errors import EXIT_OK, UsageError, error_line
@@ -53,7 +53,8 @@ def register(subparsers: Any) -> None:
                    "restore and after the prefill, compared step by step (default 8; the first is the next token)")
     p.add_argument("--no-calibrate", action="store_true", help="skip the calibration (the prefills under other "
                    "schedules that measure the engine's own variation): the fixed tolerances decide")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per engine call (default 600)")
+    p.add_argument("--timeout", type=seconds(), default=600.0, metavar="S",
+                   help="seconds per engine call (default 600)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_verify)
 

@@ -28,6 +28,8 @@ COMMANDS = ("repair",)
 
 def register(subparsers: Any) -> None:
     """Add the ``repair`` subcommand to an argparse subparsers object."""
+    from kvscope.core.engine.cli_options import seconds  # stdlib only
+
     p = subparsers.add_parser(
         "repair", help="rebuild a healthy state of the same kind from the file's own tokens",
         description="Re-prefill FILE's tokens in the pinned llama.cpp build that writes its layout generation, save "
@@ -40,7 +42,8 @@ def register(subparsers: Any) -> None:
                    "the file's layout generation)")
     p.add_argument("--tokens", metavar="IDS", help="the tokens (a blob carries none): comma-separated ids, or @FILE "
                    "holding a JSON list or {seq: [ids]}")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per engine call (default 600)")
+    p.add_argument("--timeout", type=seconds(), default=600.0, metavar="S",
+                   help="seconds per engine call (default 600)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_repair)
 
