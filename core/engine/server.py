@@ -10,6 +10,7 @@ and a client makes at most ``max_requests`` of them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -84,17 +85,38 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+HELP_TIMEOUT_S = 30.0  # seconds ``llama-server --help`` may take when the caller gives no --timeout
+
+
 @cache
-def _help_text(binary: str, mtime: float) -> str:
-    r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
-                       env={k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIXES)})
-    return r.stdout + r.stderr
+def _help_text(binary: str, mtime: float, timeout_s: float) -> str:
+    """``binary --help``'s output, run in its own process group with its output in a file (a pipe would be
+    held open by a child it leaves). No answer within ``timeout_s``: the group is killed and
+    :class:`ServerSetupError` says so in one line (it was an internal error after a fixed 30 s, the
+    process left running). Whatever the probe leaves running is killed too."""
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen([binary, "--help"], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                env={k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIXES)},
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise ServerSetupError(f"{binary} --help gave no answer within {timeout_s:g} s (it was stopped): not a "
+                                   "llama-server kvscope can run") from None
+        finally:
+            if proc.poll() is None:  # not reaped yet, so its pid (the group's id) cannot have been reused
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # the group: the probe and anything it started
+                proc.wait()
+        out.seek(0)
+        return out.read(1 << 20).decode("utf-8", "replace")
 
 
-def server_flags(binary: str | os.PathLike[str]) -> set[str]:
-    """Which of the optional flags kvscope uses (``--no-webui``, ``--offline``) this binary has."""
+def server_flags(binary: str | os.PathLike[str], timeout_s: float = HELP_TIMEOUT_S) -> set[str]:
+    """Which of the optional flags kvscope uses (``--no-webui``, ``--offline``) this binary has (asked with
+    ``--help``, given ``timeout_s`` seconds; :class:`ServerSetupError` when it does not answer)."""
     path = os.fspath(binary)
-    text = _help_text(path, os.stat(path).st_mtime)
+    text = _help_text(path, os.stat(path).st_mtime, float(timeout_s))
     return {f for f in ("--no-webui", "--offline") if f in text}
 
 
@@ -229,11 +251,13 @@ class ServerProcess:
     def __init__(self, model: str | os.PathLike[str], *, build: str | None = None,
                  binary: str | os.PathLike[str] | None = None, slot_dir: str | os.PathLike[str] | None = None,
                  args: Sequence[str] = (), timeout_s: float = 60.0, n_parallel: int = 1, n_ctx: int | None = None,
-                 threads: int | None = 2, env: Mapping[str, str] | None = None) -> None:
+                 threads: int | None = 2, env: Mapping[str, str] | None = None,
+                 help_timeout_s: float = HELP_TIMEOUT_S) -> None:
         self.model = os.path.abspath(model)
         if not os.path.isfile(self.model):
             raise ServerSetupError(f"{model}: no such model file")
         self.build, self.binary = self._resolve_binary(build, binary)
+        flags = server_flags(self.binary, help_timeout_s)  # before anything is made that would need removing
         self.timeout_s = timeout_s
         self._tmp = tempfile.mkdtemp(prefix="kvscope-server-")
         janitor().watch_dir(self._tmp)  # removed even when kvscope is killed
@@ -245,7 +269,6 @@ class ServerProcess:
         os.makedirs(self.slot_dir, exist_ok=True)
         self.log_path = os.path.join(self._tmp, "server.log")
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed by _stop)
-        flags = server_flags(self.binary)
         run_env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIXES)}
         run_env["GGML_NO_BACKTRACE"] = "1"  # an assert would otherwise attach gdb for seconds
         run_env.update(env or {})

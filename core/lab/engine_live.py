@@ -307,7 +307,7 @@ class ServerLive:
                 self._process = ServerProcess(self.spec.model, build=None if self.binary else self.build,
                                               binary=self.binary, n_parallel=ctx.n_seq_max, n_ctx=ctx.n_ctx,
                                               threads=ctx.n_threads, args=server_ctx_args(ctx), env=dict(ctx.env),
-                                              timeout_s=120.0)
+                                              timeout_s=120.0, help_timeout_s=self.timeout_s)
             except ServerError as e:
                 raise EngineLabError(str(e)) from None
             self.client = self._process.client(max_requests=self.max_requests, timeout_s=self.timeout_s)
