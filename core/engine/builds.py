@@ -17,18 +17,22 @@ marked unverified, and ``kvscope llama-build --build NAME --rebuild`` replaces i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from types import FrameType
+from typing import IO, Any
 
 from kvscope.core.engine.trained_model import ModelError
 from kvscope.core.errors import SetupError
@@ -61,6 +65,48 @@ TARGETS = ("llama", "llama-server")
 
 class BuildError(SetupError):
     """A build could not be made: one line saying why."""
+
+
+class BuildStopped(BaseException):
+    """``llama-build`` got SIGTERM or SIGHUP (a BaseException, as KeyboardInterrupt: no ``except Exception`` eats
+    it): raised in the main thread so that every ``finally`` runs (cmake's process group killed, the
+    ``.building-*`` folder removed) before the command exits ``128 + signal``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+def _raise_stopped(signum: int, frame: FrameType | None) -> None:
+    for sig in (signal.SIGINT, *STOP_SIGNALS):  # the cleanup that follows runs to its end
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(sig, signal.SIG_IGN)
+    raise BuildStopped(signum)
+
+
+@contextlib.contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    """Within the block SIGTERM and SIGHUP raise :class:`BuildStopped` (SIGINT raises KeyboardInterrupt as
+    always); off the main thread, or for a signal the caller ignores (nohup), nothing changes. Without it
+    SIGTERM killed kvscope at once and left cmake and the compilers running, and the ``.building-*`` folder."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, Any] = {}
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            continue
+        with contextlib.suppress(ValueError, OSError):
+            previous[sig] = signal.signal(sig, _raise_stopped)
+    try:
+        yield
+    finally:
+        for sig, prev in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
 
 
 def by_name(name: str) -> LlamaBuild:
@@ -323,15 +369,46 @@ def _build(build: LlamaBuild, jobs: int | None, sdist: Path | None, root: Path) 
         assert got is not None
         return got
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        for _ in range(20):  # once more should a process of the killed build still have been writing into it
+            shutil.rmtree(work, ignore_errors=True)
+            if not work.exists():
+                break
+            time.sleep(0.1)
 
 
 def _run(cmd: Sequence[str], logfile: Path) -> None:
+    """Run ``cmd`` (cmake) in a process group of its own, its output into ``logfile``. Should the wait be cut
+    short (Ctrl-C, :class:`BuildStopped`), the whole group is killed, cmake and every make, compiler and
+    linker it started, before the exception goes on (the caller's ``finally`` then removes the folder they
+    were writing into): the group, not the leader alone, since cmake's children do not die with it."""
     with open(logfile, "w") as fh:
-        r = subprocess.run(list(cmd), stdout=fh, stderr=subprocess.STDOUT)
-    if r.returncode != 0:
+        proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # a terminal's Ctrl-C reaches kvscope, which stops it
+        try:
+            rc = proc.wait()
+        except BaseException:
+            _kill_group(proc)
+            raise
+    if rc != 0:
         tail = logfile.read_text(errors="replace").strip().splitlines()[-5:]
-        raise BuildError(f"{cmd[0]} failed ({r.returncode}): " + " | ".join(tail))
+        raise BuildError(f"{cmd[0]} failed ({rc}): " + " | ".join(tail))
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``proc``'s process group (``proc`` leads it, and is not reaped yet: the id is still its own),
+    then reap ``proc``; the others, reparented, are reaped by init."""
+    if proc.poll() is None:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(BaseException):
+        proc.wait(timeout=30)
+    end = time.monotonic() + 10.0  # until the group is gone: a compiler may still be leaving a file behind
+    while time.monotonic() < end:
+        try:
+            os.killpg(proc.pid, 0)
+        except OSError:
+            return
+        time.sleep(0.02)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -369,6 +446,17 @@ def _state(b: LlamaBuild) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``kvscope llama-build``: 0 built, 2 a failure (one line), 130 Ctrl-C, 128 + signal for SIGTERM/SIGHUP
+    (cmake and its compilers stopped, no ``.building-*`` folder left)."""
+    try:
+        with stopped_by_signals():
+            return _run_command(args)
+    except BuildStopped as e:
+        print(f"kvscope llama-build: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
+        return 128 + e.signum
+
+
+def _run_command(args: argparse.Namespace) -> int:
     try:
         wanted = [by_name(n) for n in args.build] if args.build else list(BUILDS)
         if args.list:
