@@ -28,8 +28,8 @@ EPILOG = ("exit status: 0 the report is written and the file has no error findin
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="the state file to report on")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="report folder to write (replaced as a "
-                   "whole when it holds an earlier report)")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="report folder to write (new, empty, or "
+                   "an earlier report: only the report's own files are replaced, anything else in it is kept)")
     p.add_argument("--model", metavar="GGUF", help="the model that wrote the state (model checks, token text, heads)")
     p.add_argument("--compare", metavar="OTHER", help="add a structural diff against OTHER")
     p.add_argument("--lab", action="store_true", help="run the lab's standard catalog with FILE as the state to "

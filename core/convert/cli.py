@@ -28,7 +28,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("rewrite", help="write a state file back through the memory core (same or another "
                               "layout generation)")
     p.add_argument("file")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="file to write (never the input)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="file to write (never the file or the "
+                   "model, by any path; a new name or a regular file, replaced)")
     p.add_argument("--model", metavar="GGUF", help="the model that wrote the state (layer mapping, sliding window, "
                    "partial blobs)")
     p.add_argument("--layout", metavar="GEN", help="target layout generation (default: the file's own)")

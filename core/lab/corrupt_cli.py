@@ -50,7 +50,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("file", metavar="FILE", help="a session file, sequence (slot) file, or state blob")
     p.add_argument("--corrupt", action="append", required=True, metavar="SPEC", help="a catalog name or "
                    "KIND:key=value,... (repeatable: applied in order)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="the damaged copy (never FILE itself)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="the damaged copy (never FILE or the "
+                   "model, by any path; a new name or a regular file, replaced)")
     p.add_argument("--model", metavar="GGUF", help="the model that wrote the state (layer numbers for il=, "
                    "per-layer types)")
     p.add_argument("--list", action=_ListCatalog, help="print the catalog's names and specs, and exit")

@@ -37,7 +37,8 @@ def register(subparsers: Any) -> None:
                     "save), verify it, and only then write it to OUT (atomically; never over FILE).")
     p.add_argument("file", metavar="FILE", help="a session file, sequence (slot) file, or state blob")
     p.add_argument("--model", required=True, metavar="GGUF", help="the model the state was written with")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="the rebuilt file (never FILE itself)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="the rebuilt file (never FILE, the "
+                   "model or the --tokens @FILE, by any path; a new name or a regular file, replaced)")
     p.add_argument("--build", metavar="NAME", help="the pinned build to rebuild with (default: the one that writes "
                    "the file's layout generation)")
     p.add_argument("--tokens", metavar="IDS", help="the tokens (a blob carries none): comma-separated ids, or @FILE "
