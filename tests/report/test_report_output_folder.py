@@ -119,3 +119,19 @@ def test_dir_naming_an_input_or_a_special_file_is_refused(target: str, tmp_path:
         assert stat.S_ISFIFO(os.lstat(out).st_mode)
     if target == "devnull":
         assert stat.S_ISCHR(os.lstat(out).st_mode)
+
+
+def test_a_folder_of_the_users_under_a_report_name_is_refused(tmp_path: Path) -> None:
+    """The user's folder named like a report file is neither replaced nor removed: the run writes nothing."""
+    dest = tmp_path / "report"
+    build_report(ReportOptions(str(NAN_FILE)), dest)
+    (dest / "report.md").unlink()
+    (dest / "report.md").mkdir()
+    (dest / "report.md" / "draft.txt").write_text("mine")
+    before = sorted(p.name for p in dest.iterdir())
+    html = (dest / "report.html").read_bytes()
+    with pytest.raises(ReportError, match="a folder, not a regular file"):
+        build_report(ReportOptions(str(NAN_FILE), str(MODEL)), dest)
+    assert sorted(p.name for p in dest.iterdir()) == before and (dest / "report.html").read_bytes() == html
+    assert (dest / "report.md" / "draft.txt").read_text() == "mine"
+    assert not [p for p in tmp_path.rglob("*") if p.name.startswith(TEMP_PREFIX)]
