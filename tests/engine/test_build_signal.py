@@ -13,7 +13,6 @@ The run is real: ``kvscope llama-build`` as a child in its own session, with a f
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import time
 from pathlib import Path
