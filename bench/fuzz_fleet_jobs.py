@@ -5,8 +5,9 @@ three links to folders drawn from: ``/``, ``/proc/self``, an ancestor of SOURCE,
 folder of SOURCE (loops), a folder outside SOURCE holding a state file; ``--jobs`` drawn from
 {0, 1, 2, huge, negative}; one case in ten on kvscope's own Dask cluster; and, one case in four,
 ``--executor dask --scheduler`` with a hostile address (no port, a port out of range, a bad scheme,
-control and bidi characters, a path, user:password, an empty host, a very long name). It runs the real command in this process (``run_cli``) while a sampler thread
-counts the worker processes it starts, and checks:
+control and bidi characters, a path, user:password, an empty host, a very long name). It runs the real
+command in this process (``run_cli``) while a sampler thread counts the worker processes it starts, and
+checks:
 
 - ``--jobs`` below 1, and every hostile ``--scheduler``: exit 2, one line starting ``kvscope: ``, within
   a few seconds (no connection tried), no worker started;
