@@ -4,7 +4,7 @@ Each case draws a command (``repair``, ``corrupt``, ``rewrite``, ``report``) and
 command's inputs (the state, the model, the ``--tokens @FILE``) by its path, a symlink, a hard link,
 ``/proc/self/fd/N`` or a ``..`` detour; a FIFO; a character device (``/dev/null``, ``/dev/zero``); a folder
 (empty, or holding a file of the user's), or for ``report`` an earlier report with the user's files in it;
-a regular file that is no input; a fresh path. It runs the real
+a regular file that is no input, by its path or by ``/proc/self/fd/N``; a fresh path. It runs the real
 command in this process and checks:
 
 - an input (by any path), a FIFO, a device, a folder where a file goes and a file where a folder goes are
@@ -43,8 +43,8 @@ from fuzz_fleet_common import DATA, MODEL, captured, check, kvscope_main  # noqa
 STATE = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
 COMMANDS = ("repair", "corrupt", "rewrite", "report")
 FORMS = ("path", "symlink", "hardlink", "procfd", "dotdot")
-TARGETS = ("input", "fifo", "device", "folder", "user_folder", "earlier_report", "regular", "fresh")
-WEIGHTS = (6, 2, 2, 1, 1, 1, 1, 2)  # earlier_report: for report (item 3); for the others it is user_folder
+TARGETS = ("input", "fifo", "device", "folder", "user_folder", "earlier_report", "regular", "proc_other", "fresh")
+WEIGHTS = (6, 2, 2, 1, 1, 1, 1, 1, 2)  # earlier_report: for report (item 3); for the others it is user_folder
 DEVICES = {"null": (1, 3), "zero": (1, 5)}
 FIFO_S = 30.0  # a refusal takes well under this; a command blocked opening the FIFO is freed after it
 TEMP_PREFIX = ".kvscope-tmp-"
@@ -184,6 +184,12 @@ def case_outputs(rng: random.Random, work: Path) -> dict[str, Any]:
         (place / "dir" / "sub").mkdir()
         (place / "dir" / "sub" / "deep.txt").write_text("deep")
         expect = ""
+    elif target == "proc_other":  # /proc/self/fd/N of a file that is no input: no place to write to
+        other = place / "other.bin"
+        other.write_bytes(b"an earlier output")
+        fd = os.open(other, os.O_RDONLY)
+        out = f"/proc/self/fd/{fd}"
+        expect = "is a /proc name"
     elif target == "regular":
         out = str(tokens if cmd != "repair" and rng.random() < 0.5 else place / "old.bin")
         if out != str(tokens):

@@ -103,9 +103,10 @@ def output_problem(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLi
     """Why ``out`` must not be written by a command that reads ``inputs`` (None: it may be); never opens it.
 
     Refused: ``out`` names one of ``inputs`` by any path (:func:`same_file`: the same path once links are
-    resolved, ``/proc/self/fd/N`` included, or the same inode); ``out`` exists and is not a regular file (a
-    FIFO, a device node, a socket, a folder), or with ``folder`` exists and is not a folder. A path that does
-    not exist, a dangling symlink, or one ``stat`` cannot look at is left to the write to report."""
+    resolved, ``/proc/self/fd/N`` included, or the same inode); ``out`` lies in a folder of ``/proc`` (an
+    ``fd/N`` of another file: the write's temporary file cannot be made there); ``out`` exists and is not a
+    regular file (a FIFO, a device node, a socket, a folder), or with ``folder`` exists and is not a folder.
+    A path that does not exist, a dangling symlink, or one ``stat`` cannot look at is left to the write."""
     target = os.fspath(out)
     for item in inputs:
         if item is None:
@@ -114,6 +115,9 @@ def output_problem(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLi
         if same_file(target, source):
             named = "" if target == source else f" {safe_text(source)}"
             return f"{safe_text(target)}: is the input{named}: an output never replaces an input (give another path)"
+    where = os.path.realpath(os.path.dirname(os.path.abspath(target)))
+    if where == "/proc" or where.startswith("/proc/"):  # /proc/self/fd/N of a file that is no input
+        return f"{safe_text(target)}: is a /proc name, not a place to write to (give the file's own path)"
     try:
         st = os.stat(target)
     except (OSError, ValueError):

@@ -241,3 +241,31 @@ def test_a_name_with_a_newline_stays_one_line(tmp_path: Path) -> None:
     odd.write_bytes(b"x")
     reason = output_problem(odd, [odd])
     assert reason is not None and "\n" not in reason and "a\\nb" in reason
+
+
+@pytest.mark.parametrize("command", ["repair", "corrupt", "rewrite"])
+def test_a_proc_fd_of_another_file_is_refused(command: str, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``/proc/self/fd/N`` of a file that is no input: the write's temporary cannot be made in /proc/self/fd
+    (repair found it out only after the engine had run, with a traceback); refused first, in one line."""
+    ins = Inputs(tmp_path)
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"not an input")
+    fd = os.open(other, os.O_RDONLY)
+    try:
+        code = main(_argv(command, ins, f"/proc/self/fd/{fd}"))
+    finally:
+        os.close(fd)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "is a /proc name" in err, err
+    assert other.read_bytes() == b"not an input" and ins.unchanged()
+    assert output_problem(f"/proc/{os.getpid()}/root{other}", []) is None  # a real folder through /proc: fine
+
+
+def test_repair_into_a_missing_folder_is_refused_before_any_engine(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    ins = Inputs(tmp_path)
+    assert main(_argv("repair", ins, str(tmp_path / "no" / "such" / "out.seqstate"))) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no folder" in err, err
+    assert not (tmp_path / "no").exists() and ins.unchanged()

@@ -35,6 +35,7 @@ from kvscope.core.fsutil import check_output, write_atomic
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import ReadError, read_state
 from kvscope.core.reader.records import ParseResult
+from kvscope.core.textsafe import safe_text
 from kvscope.core.verify.engines import EngineUnavailable, LlamaCppEngine, ServerEngine
 from kvscope.core.verify.params import PER_SEQ_KINDS, ContextPlan, ParamsError, context_for, source_seq
 from kvscope.core.verify.prefill import PrefillPlan, plan_prefill
@@ -171,6 +172,9 @@ def repair(path: str | os.PathLike[str], model: str | os.PathLike[str], out: str
     or the model, and is refused before anything is read when it exists and is not a regular file."""
     path, model, out = os.fspath(path), os.fspath(model), os.fspath(out)
     check_output(out, [path, model, *inputs], error=RepairError)
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):  # found now, not after minutes of engine work
+        raise RepairError(f"{safe_text(out)}: no folder {safe_text(folder)} to write it in")
     prof = _profile(model)
     t0 = time.perf_counter()
     try:
@@ -222,7 +226,10 @@ def repair(path: str | os.PathLike[str], model: str | os.PathLike[str], out: str
                               f"{v.reasons[0] if v.reasons else 'no reason'}): not written")
         with open(rebuilt, "rb") as fh:
             data = fh.read()
-        write_atomic(out, data, "repair")
+        try:
+            write_atomic(out, data, "repair")
+        except OSError as e:
+            raise RepairError(f"{safe_text(out)}: cannot write: {e.strerror or e}") from None
         result.size = len(data)
     finally:
         shutil.rmtree(work, ignore_errors=True)
