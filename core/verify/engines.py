@@ -316,7 +316,8 @@ class ServerEngine(VerifyEngine):
             try:
                 self._process = ServerProcess(model, build=None if binary else build, binary=binary,
                                               n_parallel=ctx.n_seq_max, n_ctx=ctx.n_ctx, threads=ctx.n_threads,
-                                              args=server_args(ctx), env=dict(ctx.env), timeout_s=120.0)
+                                              args=server_args(ctx), env=dict(ctx.env), timeout_s=120.0,
+                                              help_timeout_s=timeout_s)
             except ServerError as e:
                 raise EngineUnavailable(str(e)) from None
             self.client = self._process.client(max_requests=max_requests, timeout_s=timeout_s)
