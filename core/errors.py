@@ -2,7 +2,8 @@
 
 A failure the user must read (bad input, a usage error, a missing engine) is a :class:`KvscopeError`:
 it carries the process ``exit_code`` and a one-line :attr:`~KvscopeError.message` (escaped: a file
-name or a string from a file cannot split it or reorder it on screen). The command line prints
+name or a string from a file cannot split it or reorder it on screen; a value thousands of digits long,
+echoed back, is cut to its start and its length: :func:`cut_long_values`). The command line prints
 :func:`error_line` of it and exits with its code; the app shows the same message. The exception
 classes of the other modules derive from these (keeping ``ValueError`` beside where callers catch
 that), so one ``except KvscopeError`` catches every failure kvscope means to report.
@@ -20,6 +21,7 @@ device...), so that no message says "no such file" for something that exists.
 from __future__ import annotations
 
 import os
+import re
 import stat
 
 from kvscope.core.textsafe import safe_text
@@ -44,7 +46,7 @@ class KvscopeError(Exception):
     def message(self) -> str:
         """The reason as one printable line (control and bidi characters escaped, long ones cut)."""
         text = self._message if self._message is not None else (str(self) or type(self).__name__)
-        return safe_text(text, MESSAGE_LIMIT)
+        return safe_text(cut_long_values(text), MESSAGE_LIMIT)
 
     @message.setter
     def message(self, text: str) -> None:  # subclasses that keep a message of their own (an HTTP error's)
@@ -74,7 +76,19 @@ def error_line(error: BaseException | str) -> str:
     if isinstance(error, KvscopeError):
         return PREFIX + error.message
     text = error if isinstance(error, str) else (str(error) or type(error).__name__)
-    return PREFIX + safe_text(text, MESSAGE_LIMIT)
+    return PREFIX + safe_text(cut_long_values(text), MESSAGE_LIMIT)
+
+
+VALUE_LIMIT = 256  # a run of letters and digits this long is a value echoed back (a file name has at most 255)
+_LONG_VALUE = re.compile(rf"\w{{{VALUE_LIMIT},}}")
+
+
+def cut_long_values(text: str) -> str:
+    """``text`` with every run of letters and digits of :data:`VALUE_LIMIT` or more (a 100,000-digit number
+    given as an option and echoed back) cut to its first 60 characters and its length."""
+    if len(text) < VALUE_LIMIT:
+        return text
+    return _LONG_VALUE.sub(lambda m: f"{m.group(0)[:60]}... ({len(m.group(0))} characters)", text)
 
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),

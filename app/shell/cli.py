@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvscope.core.engine.choices import VERIFY_ENGINES
-from kvscope.core.errors import EXIT_BAD_INPUT
+from kvscope.core.errors import EXIT_BAD_INPUT, KvscopeError, UsageError, error_line, path_kind
 
 # the views of a file's page, in tab order (the page, app/shell/document_widget.py, takes them from here)
 VIEW_NAMES = ("overview", "tree", "bytemap", "hex", "cells", "layers", "tokens", "findings", "diff", "lab")
@@ -56,11 +56,18 @@ def _no_display() -> bool:
     return False
 
 
+MAX_SIDE = 8192  # pixels per side of a --screenshot (Qt's raster engine needs 4 bytes a pixel: 256 MiB here)
+
+
 def _parse_size(text: str) -> tuple[int, int]:
-    try:
-        w, h = (int(x) for x in text.lower().split("x"))
-    except ValueError:
-        return 1400, 900
+    """``WxH`` for ``--size``: each side 1 to :data:`MAX_SIDE` (raised to the window's least, 400x300);
+    UsageError otherwise, before Qt starts (a 100000x100000 window printed thousands of Qt warnings)."""
+    parts = text.strip().lower().split("x")
+    if len(parts) != 2 or not all(p.strip().isdecimal() and p.strip().isascii() for p in parts):
+        raise UsageError(f"--size {text}: expected WIDTHxHEIGHT in pixels, such as 1400x900")
+    w, h = (int(p) if len(p.strip()) <= 9 else MAX_SIDE + 1 for p in parts)  # no int() of 100,000 digits
+    if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE):
+        raise UsageError(f"--size {text}: each side must be 1 to {MAX_SIDE} pixels")
     return max(400, w), max(300, h)
 
 
@@ -68,8 +75,8 @@ def cmd_gui(args: argparse.Namespace) -> int:
     """Run the window (``--screenshot``: render, save, exit). Returns a process exit code."""
     for f in [*args.files, *([args.model] if args.model else []), *([args.diff] if args.diff else []),
               *([args.lab_restore] if args.lab_restore else [])]:
-        if not os.path.isfile(f):
-            print(f"kvscope: {f}: no such file", file=sys.stderr)
+        if not os.path.isfile(f):  # a folder, a FIFO or a device says what it is, not "no such file"
+            print(error_line(f"{f}: {path_kind(f)}"), file=sys.stderr)
             return EXIT_BAD_INPUT
     if args.screenshot:  # the one output rule: never an input (by any path), never a FIFO, device or folder
         from kvscope.core.fsutil import output_problem
@@ -78,6 +85,8 @@ def cmd_gui(args: argparse.Namespace) -> int:
         if refused is not None:
             print(f"kvscope: {refused}", file=sys.stderr)
             return EXIT_BAD_INPUT
+    if args.screenshot:
+        _parse_size(args.size)  # a bad --size is refused before Qt starts
     if args.screenshot and _no_display():
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
     try:
@@ -152,7 +161,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as e:
         return int(e.code) if isinstance(e.code, int) else EXIT_BAD_INPUT
-    return cmd_gui(args)
+    try:
+        return cmd_gui(args)
+    except KvscopeError as e:
+        print(error_line(e), file=sys.stderr)
+        return e.exit_code
 
 
 if __name__ == "__main__":

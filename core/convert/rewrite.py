@@ -66,8 +66,10 @@ def rewrite_file(
     refused = output_problem(out, [src, *inputs])
     if refused is not None:
         return RewriteOutcome(BAD_INPUT, refused)
-    if not os.path.isfile(src):
-        return RewriteOutcome(BAD_INPUT, f"{src}: no such file")
+    if not os.path.isfile(src):  # a folder, a FIFO or a device says what it is, not "no such file"
+        from kvscope.core.errors import path_kind
+
+        return RewriteOutcome(BAD_INPUT, f"{src}: {path_kind(src)}")
     if layout is not None and generation_named(layout) is None:
         from kvscope.core.reader.layouts import GENERATION_BY_NAME
 

@@ -73,6 +73,11 @@ def write_scenario(folder: str | Path, model: str | Path, params: ContextParams,
     for s in wanted:
         if not 0 <= s < params.n_seq_max:
             raise EngineLabError(f"sequence {s} is out of range for n_seq_max = {params.n_seq_max}")
+    from kvscope.core.errors import path_kind
+
+    what = path_kind(model)
+    if what != "a regular file":  # before resolve(): a symlink loop raised RuntimeError there (an internal error)
+        raise EngineLabError(f"{model}: {what} (--model names the GGUF model file)")
     model_path = Path(model).resolve()
     try:
         size, sha = _sha256_regular(model_path)
@@ -96,11 +101,33 @@ def write_scenario(folder: str | Path, model: str | Path, params: ContextParams,
             doc = _write(p, tmp, rel, model_path, size, sha, dict(sorted(toks.items())), params, target, next_token,
                          dict(prompts or {}), n_threads, empty_target)
         (tmp / "context.json").write_text(json.dumps(doc, indent=1) + "\n")
+        _folder_mode(tmp)  # a scenario folder to share, as any folder the user makes: not 0700
         os.rename(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest
+
+
+def decode_refusal(seq: int, n_tokens: int, failure: str | None, rc: Any, params: ContextParams) -> str:
+    """Why llama.cpp did not decode a sequence's prompt, in words (``llama_decode``'s return codes: 1 no room
+    in the context, 2 aborted, negative an invalid batch or an error), never "ok rc=1"."""
+    what = f"llama.cpp could not decode sequence {seq}'s {n_tokens} tokens"
+    if failure is not None:
+        return f"{what}: {failure}"
+    if rc == 1:
+        return (f"{what}: they do not fit the context (llama_decode found no free cells; n_ctx {params.n_ctx}, "
+                f"n_seq_max {params.n_seq_max}): give a shorter prompt or a larger --ctx-param n_ctx")
+    if rc == 2:
+        return f"{what}: the decode was aborted"
+    return f"{what}: llama_decode returned {rc} (an invalid batch or an error in llama.cpp)"
+
+
+def _folder_mode(path: Path) -> None:
+    """A new folder's mode as ``mkdir`` gives it (0777 less the umask): ``mkdtemp`` made it 0700."""
+    from kvscope.core.fsutil import current_umask
+
+    os.chmod(path, 0o777 & ~current_umask())
 
 
 def _write(p: LlamaProcess, tmp: Path, rel: str, model: Path, size: int, sha: str, seqs: dict[int, list[int]],
@@ -109,11 +136,18 @@ def _write(p: LlamaProcess, tmp: Path, rel: str, model: Path, size: int, sha: st
     info = p.info()
     live_seqs = [s for s in seqs if not (empty_target and s == target)]
 
+    room = info.get("n_ctx_seq") or info.get("n_ctx") or params.n_ctx
+    for s in seqs:  # a prompt longer than a sequence's cells is refused before llama.cpp is asked to decode it
+        if isinstance(room, int) and len(seqs[s]) > room:
+            raise EngineLabError(f"sequence {s}'s prompt is {len(seqs[s])} tokens, more than the {room} cells a "
+                                 f"sequence has in this context (n_ctx {params.n_ctx}, n_seq_max "
+                                 f"{params.n_seq_max}): give a shorter prompt or a larger --ctx-param n_ctx")
+
     def decode(s: int) -> None:
         o = p.decode(s, seqs[s], pos0=0)
         if not o.ok or o.rc != 0:
-            raise EngineLabError(f"llama.cpp could not decode sequence {s}'s {len(seqs[s])} tokens: {o.summary()} "
-                                 f"rc={o.rc}")
+            raise EngineLabError(decode_refusal(s, len(seqs[s]), o.summary() if not o.ok else None, o.rc,
+                                                params))
 
     for s in live_seqs:
         decode(s)

@@ -461,6 +461,8 @@ def load_scenario(path: str | Path, *, model: str | Path | ModelProfile | None =
             raise ScenarioError(f"{cj_path}: {e}") from None
     elif p.is_dir() or p.suffix == ".json":
         raise ScenarioError(f"{cj_path}: no such file (a lab scenario folder has a context.json)")
+    if cj is None and model is None:
+        _no_model_why(p)
     prof = _profile(model, cj, folder)
     state: RestoreInput | None = None
     seqs: dict[int, RestoreInput] | None = None
@@ -496,6 +498,26 @@ def load_scenario(path: str | Path, *, model: str | Path | ModelProfile | None =
     return create_scenario(prof, params, inp, into, live_state=state, live_seqs=seqs, layout=layout,
                            build_date=str(date) if date else None, name=name, folder=folder, overrides=overrides,
                            device=device)
+
+
+def _no_model_why(p: Path) -> None:
+    """``--context FILE`` with no context.json beside it and no ``--model``: ScenarioError saying what FILE is
+    (a FIFO, a device, not a state file) before asking for the model, which only a state file needs."""
+    from kvscope.core.errors import path_kind
+
+    what = path_kind(p)
+    if what != "a regular file":
+        raise ScenarioError(f"{p}: {what}")
+    try:
+        res = read_state(str(p))
+    except (ValueError, OSError) as e:
+        raise ScenarioError(f"{p}: {e}") from None
+    if res.kind == "unknown":
+        why = res.findings[0].message if res.findings else "not a llama.cpp state file"
+        raise ScenarioError(f"{p}: {why}; --context takes a whole-context state, a lab scenario folder or its "
+                            "context.json")
+    raise ScenarioError(f"{p}: no model: no context.json beside it names one; give --model (the GGUF the state was "
+                        "written with)")
 
 
 def _scenario_name(folder: Path) -> str:
