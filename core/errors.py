@@ -46,7 +46,7 @@ class KvscopeError(Exception):
     def message(self) -> str:
         """The reason as one printable line (control and bidi characters escaped, long ones cut)."""
         text = self._message if self._message is not None else (str(self) or type(self).__name__)
-        return safe_text(cut_long_values(text), MESSAGE_LIMIT)
+        return safe_text(cut_long_values(without_class_names(text)), MESSAGE_LIMIT)
 
     @message.setter
     def message(self, text: str) -> None:  # subclasses that keep a message of their own (an HTTP error's)
@@ -77,6 +77,19 @@ def error_line(error: BaseException | str) -> str:
         return PREFIX + error.message
     text = error if isinstance(error, str) else (str(error) or type(error).__name__)
     return PREFIX + safe_text(cut_long_values(text), MESSAGE_LIMIT)
+
+
+# ``UnicodeEncodeError: `` or ``OverflowError: `` put before a reason by code that formatted an exception
+_CLASS_NAME = re.compile(r"\b(?:[A-Z][A-Za-z0-9]*(?:Error|Exception)|KeyboardInterrupt|StopIteration): ")
+
+
+def without_class_names(text: str) -> str:
+    """``text`` without the Python exception class names put before a reason (``OverflowError: int too big``
+    reads ``int too big``): a user's message says what is wrong, not which Python class said it. Only the
+    messages of :class:`KvscopeError` lose them; an internal error's line keeps its class (it is a bug report)."""
+    if "Error: " not in text and "Exception: " not in text and ": " not in text:
+        return text
+    return _CLASS_NAME.sub("", text)
 
 
 VALUE_LIMIT = 256  # a run of letters and digits this long is a value echoed back (a file name has at most 255)

@@ -209,3 +209,23 @@ def builds() -> object:
     return need_build("0c1e5709")
 
 
+
+
+def test_a_user_message_names_no_exception_class(capsys: pytest.CaptureFixture[str]) -> None:
+    """Code that formats ``f"{type(e).__name__}: {e}"`` into a KvscopeError (the engine worker's reply, a fleet
+    reason): the user reads the reason, not the class; an internal error's line keeps it (a bug report)."""
+    import argparse
+
+    from kvscope.core.cli.plumbing import run_command
+    from kvscope.core.errors import InputError, without_class_names
+
+    def worker_said(_: argparse.Namespace) -> int:
+        raise InputError("llama.cpp cannot start on m.gguf: UnicodeEncodeError: 'utf-8' codec can't encode "
+                         "character '\\udcff': surrogates not allowed; OverflowError: int too big to convert")
+
+    assert run_command(worker_said, argparse.Namespace(command="lab")) == 2
+    line = _one_line(capsys)
+    assert line == ("kvscope: llama.cpp cannot start on m.gguf: 'utf-8' codec can't encode character '\\udcff': "
+                    "surrogates not allowed; int too big to convert")
+    assert without_class_names("internal: KeyError: 'x'") == "internal: 'x'"
+    assert without_class_names("ModelErrors: a") == "ModelErrors: a"  # not a class name: kept
