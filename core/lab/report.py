@@ -10,11 +10,12 @@ others ✓/✗ · dense probe``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvscope.core.analysis.verdict import plural
-from kvscope.core.textsafe import markdown_code, markdown_text
+from kvscope.core.textsafe import markdown_code, markdown_text, safe_text
 
 HAZARD = "short_read_hazard"
 AS_IS = "as-is"
@@ -186,14 +187,14 @@ def diff_text(d: float | None, nonfinite: str = "**NaN**", digits: int = 3) -> s
     return "=" if d == 0.0 else f"{d:.{digits}g}"
 
 
-def _state_text(r: CellResult) -> str:
+def _state_text(r: CellResult, esc: Callable[[object], str]) -> str:
     t = r.target
     states = {c.state for c in t.components.values()}
     if len(t.components) > 1 and len(states) > 1:
         text = ", ".join(f"{role} {c.state}" for role, c in t.components.items())
     else:
         text = t.state
-    return markdown_text(f"{text} [{t.pos_min},{t.pos_max}]")
+    return esc(f"{text} [{t.pos_min},{t.pos_max}]")
 
 
 def _kernel(r: CellResult) -> str:
@@ -204,19 +205,21 @@ def _kernel(r: CellResult) -> str:
     return "dense"
 
 
-def cell_text(r: CellResult | None) -> str:
-    """``return · target state [pos] · others ✓/✗ · dense probe`` (``⚠`` marks NaN/Inf left in free cells)."""
+def cell_text(r: CellResult | None, esc: Callable[[object], str] = safe_text) -> str:
+    """``return · target state [pos] · others ✓/✗ · dense probe`` (``⚠`` marks NaN/Inf left in free cells); the
+    values in it (an error, the target's state) escaped by ``esc``: one terminal line by default (the app's
+    matrix), :func:`~kvscope.core.textsafe.markdown_text` in the Markdown table."""
     if r is None:
         return "–"
     if r.error is not None:
-        return "error: " + markdown_text((r.error.splitlines() or [""])[0][:60])
+        return "error: " + esc((r.error.splitlines() or [""])[0][:60])
     if r.hazard:
         return "⚠ short read: undefined (uninitialised memory / abort)"
     ret = r.restore.returned
     ret_s = str(ret).lower() if isinstance(ret, bool) else str(ret)
     intact = r.others_intact
     others = "–" if intact is None else ("✓" if intact else "✗")
-    text = f"{ret_s} · {_state_text(r)} · {others} · {diff_text(r.others_diff(_kernel(r)))}"
+    text = f"{ret_s} · {_state_text(r, esc)} · {others} · {diff_text(r.others_diff(_kernel(r)))}"
     if r.stale_nonfinite:
         text += " ⚠"
     return text
@@ -244,7 +247,7 @@ def render_markdown(run: LabRun) -> str:
     lines.append("| case | " + " | ".join(f"{md(p)} · {md(r)}" for p, r in cols) + " |")
     lines.append("|---|" + "---|" * len(cols))
     for name, _ in run.cases:
-        cells = [cell_text(run.cell(name, p, r)) for p, r in cols]
+        cells = [cell_text(run.cell(name, p, r), markdown_text) for p, r in cols]
         label = md(name) if name == AS_IS else markdown_code(name)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += [
