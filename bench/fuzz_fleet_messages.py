@@ -49,7 +49,12 @@ NAMES = ("a\x1b[31mred\x1b[0m", "b\u202eevil\u2066", "c|pipe|", "d\nnew\rline", 
 def _special(work: Path, rng: random.Random) -> tuple[str, str]:
     """A path that is not a regular file: (path, what it is)."""
     kind = rng.choice(["folder", "fifo", "dev_zero", "dev_null", "missing", "random", "empty", "hostile_name",
-                       "symlink_loop", "unreadable_dir"])
+                       "symlink_loop", "unreadable_dir", "nested_json"])
+    if kind == "nested_json":  # a tokens file (or anything else) 100,000 lists deep
+        p = work / "nested.json"
+        depth = rng.choice([1000, 100_000])
+        p.write_text("[" * depth + "1" + "]" * depth)
+        return str(p), kind
     if kind == "folder":
         p = work / "a-folder"
         p.mkdir(exist_ok=True)
@@ -134,6 +139,7 @@ def _draw(rng: random.Random, work: Path) -> tuple[list[str], str]:
         (["verify", state, "--model", special], f"verify --model {what}"),
         (["verify", state, "--model", model, "--timeout", num], "verify --timeout number"),
         (["verify", state, "--model", model, "--tokens", num], "verify --tokens number"),
+        (["verify", state, "--model", model, "--tokens", "@" + special], f"verify --tokens @{what}"),
         (["verify", state, "--model", model, "--next-token", num], "verify --next-token number"),
         (["verify", state, "--model", model, "--steps", num], "verify --steps number"),
         (["repair", special, "--model", model, "-o", out], f"repair {what}"),
