@@ -41,7 +41,8 @@ EXCEPTION_NAMES = sorted({n for n, v in vars(builtins).items() if isinstance(v, 
                          | {"JSONDecodeError", "UnpicklingError", "ArgumentTypeError", "ArgumentError",
                             "CalledProcessError", "TimeoutExpired", "ParserError"})
 _NAME_RE = re.compile(r"\b(" + "|".join(map(re.escape, EXCEPTION_NAMES)) + r")\b")
-NUMBERS = ("nan", "inf", "-inf", "-1", "-0", "1e309", "0x" + "f" * 5000, "9" * 5000, "9" * 100_000, "1_000",
+NUMBERS = ("nan", "inf", "-inf", "-1", "-0", "1e309", "0x" + "f" * 5000, "0x" + "f" * 100_000,
+           "9" * 5000, "9" * 100_000, "1_000",
            "\u0661\u0662", "0", "4294967297", "-9223372036854775809", "", " ", "1.5")
 NAMES = ("a\x1b[31mred\x1b[0m", "b\u202eevil\u2066", "c|pipe|", "d\nnew\rline", "e\x00nul", "f\udcff", "![x](http://a)")
 

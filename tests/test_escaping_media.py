@@ -10,8 +10,8 @@ import struct
 from pathlib import Path
 
 import pytest
-from kvharness.fixtures import DATA, model_path
 
+from kvharness.fixtures import DATA, model_path
 from kvscope.core.cli.main import main
 from kvscope.core.textsafe import markdown_code, markdown_fence, markdown_text, safe_text
 
@@ -136,3 +136,20 @@ def test_one_function_per_medium() -> None:
     assert markdown_fence("a\n```\nb") == ["````text", "a", "```", "b", "````"]
     for lead, want in (("- x", "\\- x"), ("1. x", "1\\. x"), ("= x", "\\= x"), ("  + x", "  \\+ x")):
         assert markdown_text(lead) == want
+
+
+def test_lab_prompt_stderr_line_escapes_the_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``lab --prompt``'s "wrote the scenario FOLDER" line on stderr printed the folder's name raw (real llama.cpp
+    writes the scenario; the Markdown that follows escapes the same name)."""
+    from tests.support.llama_builds import need_build
+
+    need_build("0c1e5709")
+    folder = tmp_path / HOSTILE
+    code = main(["lab", "--context", str(folder), "--model", str(TINY_LLAMA), "--build", "0c1e5709", "--prompt",
+                 "the quick brown fox", "--prompt", "a lazy dog", "--as-is", "--policy", "contained"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert not any(c in err + out for c in RAW)
+    wrote = next(line for line in err.splitlines() if "wrote the scenario" in line)
+    assert safe_text(folder) in wrote
+    assert out.splitlines()[0] == "### kvscope lab: " + markdown_text(folder.name)
