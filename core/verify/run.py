@@ -138,7 +138,9 @@ class Verifier:
         prof = self.profile
         if prof is None:
             if not os.path.isfile(self.model):
-                raise VerifyError(f"{self.model}: no such model file")
+                from kvscope.core.errors import path_kind
+
+                raise VerifyError(f"{self.model}: {path_kind(self.model)} (--model names the GGUF model file)")
             try:
                 prof = load_model_profile(self.model)
             except ModelProfileError as e:
@@ -157,8 +159,9 @@ class Verifier:
             raise VerifyError(str(e).replace(self._snapshot.path, self.path)) from None
         res = found.result
         if not found.is_state:
-            why = next((f.message for f in res.findings), "unknown format")
-            raise VerifyError(f"{self.path}: not a llama.cpp state file ({why})")
+            why = found.not_state_reason()  # says "not a llama.cpp state file (...)" itself: not nested again
+            raise VerifyError(f"{self.path}: {why}" if "state file" in why else
+                              f"{self.path}: not a llama.cpp state file ({why})")
         return prof, res
 
     def _choose_build(self, res: ParseResult) -> tuple[str | None, str]:
