@@ -154,7 +154,10 @@ class LlamaLive:
         for s in sorted(self.spec.seqs):
             o = p.decode(s, self.spec.seqs[s], pos0=0)
             if o.rc != 0:
-                raise EngineLabError(f"llama.cpp could not decode sequence {s}'s prompt: {o.summary()} rc={o.rc}")
+                why = (f"its {len(self.spec.seqs[s])} tokens do not fit the context (llama_decode found no free "
+                       f"cells; n_ctx {self.spec.ctx.n_ctx}, n_seq_max {self.spec.ctx.n_seq_max})"
+                       if o.ok and o.rc == 1 else f"{o.summary()} (llama_decode returned {o.rc})")
+                raise EngineLabError(f"llama.cpp could not decode sequence {s}'s prompt: {why}")
         self.seq_blobs = {s: p.state_seq_get_data(s) for s in sorted(self.spec.seqs)}
         blob = p.state_get_data()
         if self.live_blob and blob != self.live_blob:
