@@ -35,7 +35,7 @@ from types import FrameType
 from typing import IO, Any
 
 from kvscope.core.engine.trained_model import ModelError
-from kvscope.core.errors import SetupError
+from kvscope.core.errors import SetupError, error_line
 from kvscope.core.fsutil import lock_exclusive
 from kvscope.core.pinned_builds import BUILDS, LlamaBuild
 
@@ -475,11 +475,8 @@ def _run_command(args: argparse.Namespace) -> int:
 
             print(f"{GEMMA3_270M.name}\t{ensure_model(GEMMA3_270M)}")
         return 0
-    except BuildError as e:
-        print(f"kvscope llama-build: {e}", file=sys.stderr)
-        return 2
-    except ModelError as e:
-        print(f"kvscope llama-build: {e}", file=sys.stderr)
+    except (BuildError, ModelError) as e:  # a failure: the one line every command writes (kvscope: ...)
+        print(error_line(f"llama-build: {e}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -24,7 +24,7 @@ def test_an_existing_build_is_reused(builds: dict[str, InstalledBuild], capsys: 
 def test_unknown_build_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["llama-build", "--build", "b1"]) == 2
     err = capsys.readouterr().err
-    assert err == "kvscope llama-build: unknown llama.cpp build 'b1' (known: 0c1e5709, b11434)\n"
+    assert err == "kvscope: llama-build: unknown llama.cpp build 'b1' (known: 0c1e5709, b11434)\n"
 
 
 def test_help_lists_the_command(capsys: pytest.CaptureFixture[str]) -> None:

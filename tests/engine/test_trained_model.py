@@ -49,7 +49,7 @@ def test_a_missing_model_names_the_command(tmp_path: Path, monkeypatch: pytest.M
 
 def test_model_only_refuses_build_options(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["llama-build", "--model-only", "--build", "b11434"]) == 2
-    assert capsys.readouterr().err == "kvscope llama-build: --model-only builds nothing: drop --build/--sdist\n"
+    assert capsys.readouterr().err == "kvscope: llama-build: --model-only builds nothing: drop --build/--sdist\n"
 
 
 def test_a_chunk_of_the_wrong_size_is_refused(tmp_path: Path) -> None:
