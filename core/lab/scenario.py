@@ -459,6 +459,8 @@ def load_scenario(path: str | Path, *, model: str | Path | ModelProfile | None =
             cj = json.loads(read_regular(cj_path).decode("utf-8"))
         except ValueError as e:  # UnicodeDecodeError and JSONDecodeError alike
             raise ScenarioError(f"{cj_path}: {e}") from None
+        except RecursionError:  # lists in lists 100,000 deep: not a context.json (was an internal error)
+            raise ScenarioError(f"{cj_path}: not a lab scenario's context.json (nested too deeply)") from None
     elif p.is_dir() or p.suffix == ".json":
         raise ScenarioError(f"{cj_path}: no such file (a lab scenario folder has a context.json)")
     if cj is None and model is None:

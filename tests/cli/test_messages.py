@@ -229,3 +229,11 @@ def test_a_user_message_names_no_exception_class(capsys: pytest.CaptureFixture[s
                     "surrogates not allowed; int too big to convert")
     assert without_class_names("internal: KeyError: 'x'") == "internal: 'x'"
     assert without_class_names("ModelErrors: a") == "ModelErrors: a"  # not a class name: kept
+
+
+def test_lab_context_json_nested_too_deeply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A context.json of lists 100,000 deep was an internal error (RecursionError); found by the messages fuzz."""
+    path = tmp_path / "context.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["lab", "--context", str(path)]) == 2
+    assert _one_line(capsys) == f"kvscope: {path}: not a lab scenario's context.json (nested too deeply)"
