@@ -39,7 +39,7 @@ def is_report(folder: Path) -> bool:
     """True when ``folder`` holds a report.json written by kvscope report."""
     try:
         meta = json.loads((folder / "report.json").read_text(encoding="utf-8")).get("report")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):  # RecursionError: JSON nested 100,000 deep
         return False
     return isinstance(meta, dict) and meta.get("generator") == GENERATOR
 

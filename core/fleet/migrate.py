@@ -265,8 +265,8 @@ class Manifest:
                 for line in fh:
                     try:
                         rec = json.loads(line)
-                    except ValueError:
-                        continue  # a line cut by a crash
+                    except (ValueError, RecursionError):
+                        continue  # a line cut by a crash (or nested too deeply to be one of ours)
                     if isinstance(rec, dict) and isinstance(rec.get("rel"), str):
                         self.records[rec["rel"]] = {k: rec[k] for k in _RECORD_KEYS if k in rec}
         except FileNotFoundError:

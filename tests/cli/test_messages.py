@@ -237,3 +237,28 @@ def test_lab_context_json_nested_too_deeply(tmp_path: Path, capsys: pytest.Captu
     path.write_text("[" * 100_000 + "]" * 100_000)
     assert main(["lab", "--context", str(path)]) == 2
     assert _one_line(capsys) == f"kvscope: {path}: not a lab scenario's context.json (nested too deeply)"
+
+
+def test_report_folder_with_a_deeply_nested_report_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``report -o DIR`` where DIR/report.json is lists 100,000 deep: not a report of ours, refused as any folder
+    that is not one (was an internal error, RecursionError)."""
+    pytest.importorskip("PySide6")
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "report.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["report", str(STATE), "-o", str(out)]) == 2
+    line = _one_line(capsys)
+    assert "internal error" not in line and str(out) in line, line
+
+
+def test_migrate_journal_nested_too_deeply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A DEST journal line nested 100,000 deep is skipped like a cut line (was an internal error, RecursionError)."""
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    dest.mkdir()
+    (src / "a.seqstate").write_bytes(STATE.read_bytes())
+    (dest / ".kvscope-migrate.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    code = main(["migrate", str(src), "--layout", "2026-10", "--out", str(dest), "--jobs", "1"])
+    err = capsys.readouterr().err
+    assert code in (0, 1) and "internal error" not in err, err
+    assert (dest / "a.seqstate").read_bytes() == STATE.read_bytes()
