@@ -13,7 +13,7 @@ Usage::
 
     .venv/bin/python bench/bench_engine.py                     # 8 layers x 512, 4,096 tokens (128 MiB)
     .venv/bin/python bench/bench_engine.py --tokens 8192 --build b11434
-    .venv/bin/python bench/bench_engine.py --quick             # a smoke run: 256 tokens, 2 x 128
+    .venv/bin/python bench/bench_engine.py --quick             # a smoke run: 1,024 tokens, 2 x 128
 """
 
 from __future__ import annotations
@@ -197,10 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embd", type=int, default=512)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--quick", action="store_true",
-                    help="a smoke run: 256 tokens, 2 layers of 128 (every measurement once, figures mean little)")
+                    help="a smoke run: 1,024 tokens, 2 layers of 128 (a 2 MiB state: over the 1 MiB inline limit, as in the full run)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.tokens, args.embd, args.layers = 256, 128, 2
+        args.tokens, args.embd, args.layers = 1024, 128, 2
     with tempfile.TemporaryDirectory() as tmp:
         model = write_model(Path(tmp) / "bench-llama.gguf", args.embd, args.layers, 8, 2 * args.embd)
         n_ctx = max(512, -(-(args.tokens + 1) // 256) * 256)
