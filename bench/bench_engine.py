@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embd", type=int, default=512)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--quick", action="store_true",
-                    help="a smoke run: 1,024 tokens, 2 layers of 128 (a 2 MiB state: over the 1 MiB inline limit, as in the full run)")
+                    help="a smoke run: 1,024 tokens, 2 layers of 128 (a 2 MiB state: past the 1 MiB inline "
+                    "limit, as in the full run)")
     args = ap.parse_args(argv)
     if args.quick:
         args.tokens, args.embd, args.layers = 1024, 128, 2

@@ -43,7 +43,8 @@ def test_bench_engine_quick(tmp_path: Path) -> None:
 def test_bench_verify_quick(tmp_path: Path) -> None:
     (doc,) = _json_objects(run_bench("bench_verify.py", "--out", str(tmp_path), cwd=tmp_path))
     assert doc["verdicts"] == ["ok"] and doc["tokens"] == 256, doc
-    assert {"ratio_best", "ratio_median", "ratio_with_start_best", "cpu_ratio_median", "goal_ratio", "rss"} <= doc.keys()
+    assert {"ratio_best", "ratio_median", "ratio_with_start_best", "cpu_ratio_median", "goal_ratio",
+            "rss"} <= doc.keys()
     assert {"kvscope_peak_mb", "llama_child_peak_mb", "limit_mb"} <= doc["rss"].keys()
 
 
