@@ -98,6 +98,21 @@ def _special(work: Path, rng: random.Random) -> tuple[str, str]:
     return str(p), "hostile_name"
 
 
+def _nested_folder(work: Path, name: str) -> str:
+    """A folder holding ``name``: JSON lists 100,000 deep (a report folder's report.json, a migrate journal)."""
+    folder = work / f"nested-{name.strip('.')}"
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    return str(folder)
+
+
+def _one_state(work: Path) -> str:
+    folder = work / "one-state"
+    folder.mkdir(exist_ok=True)
+    shutil.copyfile(STATE, folder / "a.seqstate")
+    return str(folder)
+
+
 def _draw(rng: random.Random, work: Path) -> tuple[list[str], str]:
     """One command line and what is hostile in it."""
     out = str(work / f"out-{rng.randrange(10**6)}")
@@ -155,6 +170,9 @@ def _draw(rng: random.Random, work: Path) -> tuple[list[str], str]:
         (["report", special, "-o", out], f"report {what}"),
         (["report", state, "-o", out, "--model", special], f"report --model {what}"),
         (["report", state, "-o", out, "--lab-into", num], "report --lab-into number"),
+        (["report", state, "-o", _nested_folder(work, "report.json")], "report -o DIR with a nested report.json"),
+        (["migrate", _one_state(work), "--layout", "2026-10", "--out", _nested_folder(work, ".kvscope-migrate.jsonl")],
+         "migrate with a nested journal line"),
     ]
     return rng.choice(choices)
 
