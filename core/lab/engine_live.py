@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass, field, replace
@@ -28,9 +29,11 @@ import numpy as np
 import numpy.typing as npt
 
 from kvscope.core.engine.builds import BuildError, by_name
+from kvscope.core.engine.janitor import janitor
 from kvscope.core.engine.llamacpp import CtxParams, LlamaProcess, Outcome
 from kvscope.core.engine.server import ServerClient, ServerError, ServerProcess
 from kvscope.core.errors import SetupError
+from kvscope.core.fsutil import temporary_folder
 from kvscope.core.lab.scenario import RestoreInput, Scenario, ScenarioError, create_scenario
 from kvscope.core.memory import ContextParams
 from kvscope.core.model.profile import ModelProfile
@@ -120,9 +123,17 @@ class LlamaLive:
         self.seq_blobs: dict[int, bytes] = {}  # each live sequence's llama_state_seq_get_data
         self.baseline: dict[int, F32A | None] = {}  # each sequence's next-token logits after the live prefill
         self.variation: dict[int, F32A | None] = {}  # ... after the same tokens fed under verify's tail schedule
-        self._tmp = tempfile.mkdtemp(prefix="kvscope-lab-")
+        # removed on SIGTERM/SIGINT/SIGHUP too (fsutil), and by the janitor should kvscope be killed outright
+        self._scratch = contextlib.ExitStack()
+        self._tmp = self._scratch.enter_context(temporary_folder(tempfile.gettempdir(), "lab"))
+        os.chmod(self._tmp, 0o700)  # copies of the states: the user's alone
+        janitor().watch_dir(self._tmp)
         self._want_baseline = baseline
-        self._start()
+        try:
+            self._start()
+        except BaseException:  # the engine did not start: nothing would close this
+            self.close()
+            raise
 
     @property
     def writes(self) -> str | None:
@@ -259,9 +270,9 @@ class LlamaLive:
         if self._proc is not None:
             self._proc.close()
             self._proc = None
-        for f in os.listdir(self._tmp):
-            os.unlink(os.path.join(self._tmp, f))
-        os.rmdir(self._tmp)
+        shutil.rmtree(self._tmp, ignore_errors=True)
+        self._scratch.close()
+        janitor().forget("dir", self._tmp)
 
 
 def _decode_next(p: LlamaProcess, seq: int, token: int) -> F32A | None:
@@ -298,8 +309,13 @@ class ServerLive:
     def __post_init__(self) -> None:
         self._process: ServerProcess | None = None
         self._names: list[str] = []
+        self._watched: list[str] = []  # slot folders whose kvscope-lab-PID-* files the janitor deletes if we die
         self.clean_slots: dict[int, bytes] = {}
-        self._start()
+        try:
+            self._start()
+        except BaseException:  # what it saved in the slot folder goes (nothing else would close this)
+            self.close()
+            raise
 
     def _start(self) -> None:
         ctx = self.spec.ctx
@@ -320,6 +336,9 @@ class ServerLive:
             self.client = ServerClient(self.url, self.slot_dir, max_requests=self.max_requests,
                                        timeout_s=self.timeout_s)
         self.dir = str(self.client.slot_dir)
+        if self.dir not in self._watched:  # a user's server's slot folder: our copies go even on SIGTERM or SIGKILL
+            janitor().watch_files(self.dir, self._pattern)
+            self._watched.append(self.dir)
         for s in sorted(self.spec.seqs):
             self.client.slot_erase(s)
             self.client.complete(self.spec.seqs[s], n_predict=0, id_slot=s)
@@ -335,6 +354,10 @@ class ServerLive:
                                  "start")
         self.restarts += 1
         self._start()
+
+    @property
+    def _pattern(self) -> str:
+        return f"kvscope-lab-{os.getpid()}-*.bin"
 
     def _name(self) -> str:
         name = f"kvscope-lab-{os.getpid()}-{uuid.uuid4().hex[:8]}.bin"
@@ -367,6 +390,9 @@ class ServerLive:
         if self._process is not None:
             self._process.close()
             self._process = None
+        for folder in self._watched:
+            janitor().forget("files", f"{os.path.abspath(folder)}/{self._pattern}")
+        self._watched.clear()
 
 
 # ---------------------------------------------------------------------------------------------
