@@ -19,6 +19,7 @@ Anything that prevents a faithful rebuild raises :class:`RepairError` (one line)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -30,8 +31,9 @@ from typing import Any
 
 from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.choose import build_for_layout
+from kvscope.core.engine.janitor import janitor
 from kvscope.core.engine.llamacpp import EngineError, LlamaProcess
-from kvscope.core.fsutil import check_output, write_atomic
+from kvscope.core.fsutil import check_output, temporary_folder, write_atomic
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import ReadError, read_state
 from kvscope.core.reader.records import ParseResult
@@ -195,7 +197,10 @@ def repair(path: str | os.PathLike[str], model: str | os.PathLike[str], out: str
     result = RepairResult(path, out, res.kind, res.layout.name, name, "",
                           {s: len(t) for s, t in plan.seqs.items()})
     result.seconds["parse"] = time.perf_counter() - t0
-    work = tempfile.mkdtemp(prefix="kvscope-repair-")
+    scratch = contextlib.ExitStack()  # the folder goes on SIGTERM/SIGINT/SIGHUP too (fsutil), rebuilt copy and all
+    work = scratch.enter_context(temporary_folder(tempfile.gettempdir(), "repair"))
+    os.chmod(work, 0o700)  # it holds a copy of the state: the user's alone
+    janitor().watch_dir(work)  # and after SIGKILL
     try:
         rebuilt = os.path.join(work, "rebuilt" + os.path.splitext(path)[1])
         t0 = time.perf_counter()
@@ -233,6 +238,8 @@ def repair(path: str | os.PathLike[str], model: str | os.PathLike[str], out: str
         result.size = len(data)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        scratch.close()
+        janitor().forget("dir", work)
     if not swa_full:
         result.notes.append("the file's SWA cache holds only the window: rebuilt without --swa-full, as it was saved")
     return result
