@@ -10,6 +10,10 @@ place and the run goes on. A worker that gives no answer for ``timeout`` seconds
 ``timed out: no result after N s``. Nothing else is lost; ``concurrent.futures``' process pool instead
 breaks as a whole (``BrokenProcessPool``) and fails every pending item.
 
+Workers start as items come, one for each item handed out until there are ``jobs`` of them (capped
+at :func:`~kvscope.core.fleet.executors.job_limit`), so a pool never runs more workers than it was
+given items: ``--jobs 1000000000`` on 4 files starts 4.
+
 Workers are forked from a fork server that has imported the per-file code once
 (``forkserver`` start method), so a replacement starts in milliseconds and the client may have
 threads. Workers ignore SIGINT (the client handles Ctrl-C and stops them); the client
