@@ -49,6 +49,9 @@ PARTIAL_ONLY = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (= the older SWA_ONLY)
 ON_DEVICE = 2  # LLAMA_STATE_SEQ_FLAGS_ON_DEVICE
 _ENV_PREFIXES = ("LLAMA_", "GGML_")  # inherited settings that would change what llama.cpp builds
 _STDERR_TAIL = 32 * 1024
+# the C types of llama_context_params' integer fields (uint32_t; n_threads is int32_t)
+_C_MAX = {"n_ctx": (1 << 32) - 1, "n_batch": (1 << 32) - 1, "n_ubatch": (1 << 32) - 1, "n_seq_max": (1 << 32) - 1,
+          "n_threads": (1 << 31) - 1}
 
 
 def short_line(line: str) -> str:
@@ -103,10 +106,12 @@ class CtxParams:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"CtxParams.{name} must be a positive integer, not {v!r}")
+            if v > _C_MAX[name]:  # ctypes would cut it silently: 2**32 + 512 would become 512
+                raise ValueError(f"CtxParams.{name} {v} is beyond llama.cpp's {_C_MAX[name].bit_length()}-bit field")
         if self.n_ubatch > self.n_batch:
             raise ValueError(f"CtxParams.n_ubatch ({self.n_ubatch}) exceeds n_batch ({self.n_batch})")
         for k, v in self.env:
-            if not isinstance(k, str) or not isinstance(v, str) or not k or "=" in k:
+            if not isinstance(k, str) or not isinstance(v, str) or not k or "=" in k or "\0" in k + v:
                 raise ValueError(f"CtxParams.env entry {(k, v)!r} is not a (NAME, value) pair of strings")
 
     def to_json(self) -> dict[str, Any]:
@@ -267,7 +272,12 @@ class LlamaProcess:
             reply, _payload, log = self._exchange("setup", setup, None, t0 + self.timeout_s)
         except EngineDied as e:
             self.close()
-            raise EngineSetupError(f"the engine died while loading {self.model}: {e}") from None
+            c = self.ctx_params
+            # llama.cpp names its context in every line it logs while building one: past the model, then
+            stage = (f"creating its context (n_ctx {c.n_ctx}, n_seq_max {c.n_seq_max}, n_threads {c.n_threads})"
+                     if any("llama_context" in ln or "llama_kv_cache" in ln for ln in e.log + e.stderr)
+                     else f"loading the model {self.model}")
+            raise EngineSetupError(f"the engine died before reading the file, while {stage}: {e}") from None
         if not reply.get("ok"):
             self.close()
             raise EngineSetupError(str(reply.get("setup_error") or reply.get("error")))

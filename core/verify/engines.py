@@ -29,7 +29,16 @@ import numpy.typing as npt
 
 from kvscope.core.engine.choices import VERIFY_ENGINES
 from kvscope.core.engine.janitor import janitor
-from kvscope.core.engine.llamacpp import ABIWarning, CtxParams, EngineError, LlamaProcess, Outcome, short_line
+from kvscope.core.engine.llamacpp import (
+    ABIWarning,
+    CtxParams,
+    EngineDied,
+    EngineError,
+    EngineSetupError,
+    LlamaProcess,
+    Outcome,
+    short_line,
+)
 from kvscope.core.engine.server import ServerClient, ServerDied, ServerError, ServerHTTPError, ServerProcess
 from kvscope.core.errors import SetupError
 from kvscope.core.model.profile import ModelProfile
@@ -83,6 +92,14 @@ def partial_utf8_tokens(profile: ModelProfile) -> list[int]:
 
 class EngineUnavailable(SetupError):
     """The engine cannot be started or reached: one line saying how to get it."""
+
+
+class EngineDiedEarly(EngineUnavailable):
+    """The engine died (a signal, a timeout) before it read the state file: in the re-prefill of the tokens,
+    which is the setup's business (the model, the parameters, the machine), never the file's."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"the engine died before reading the file: {what}")
 
 
 def engine_message(log: list[str], fallback: str) -> str:
@@ -161,7 +178,10 @@ class LlamaCppEngine(VerifyEngine):
         if self._proc is None or not self._proc.alive:
             if self._proc is not None:
                 self._proc.close()
-            self._proc = self._start()
+            try:
+                self._proc = self._start()
+            except EngineSetupError as e:  # the engine that ran before cannot start again (the model went away)
+                raise EngineUnavailable(str(e)) from None
         return self._proc
 
     def describe(self) -> dict[str, Any]:
@@ -234,6 +254,12 @@ class LlamaCppEngine(VerifyEngine):
         return Logits(values=o.value), ""
 
     def prefill(self, plan: PrefillPlan, ctx: ContextPlan, schedule: Schedule = WHOLE) -> bytes:
+        try:
+            return self._prefill(plan, ctx, schedule)
+        except EngineDied as e:  # any call of the prefill (a clear, a decode, the state read back) found it dead
+            raise EngineDiedEarly(f"the re-prefill: {e}") from None
+
+    def _prefill(self, plan: PrefillPlan, ctx: ContextPlan, schedule: Schedule) -> bytes:
         p = self._live()
         if not any(schedule.start(len(t)) for t in plan.seqs.values()):
             p.memory_clear()
@@ -244,8 +270,10 @@ class LlamaCppEngine(VerifyEngine):
                 pieces = [(0, pieces[0][0]), *pieces]
             for a, b in pieces:
                 o = p.decode(seq, toks[a:b], pos0=a)
-                if o.aborted is not None:
-                    raise EngineError(f"the prefill of sequence {seq} killed the engine: {o.summary()}")
+                if o.aborted is not None:  # the tokens are the model's own ids: the setup killed it, not the file
+                    why = (f"no answer within --timeout {self.timeout_s:g} s" if o.aborted == "timeout"
+                           else o.summary())
+                    raise EngineDiedEarly(f"the re-prefill of sequence {seq}'s tokens {a}..{b - 1}: {why}")
                 if o.rc != 0:
                     raise EngineError(f"llama_decode of sequence {seq}'s tokens {a}..{b - 1} returned {o.rc}: "
                                       f"{engine_message(o.log, 'no message')}")
@@ -331,6 +359,11 @@ class ServerEngine(VerifyEngine):
             self._props = _props(self.client.props())
         except ServerError:
             self._props = {}
+
+    @property
+    def props(self) -> dict[str, Any]:
+        """What the server's ``/props`` said when it was reached (the fields :func:`_props` keeps)."""
+        return dict(self._props)
 
     def describe(self) -> dict[str, Any]:
         p = self._process
@@ -447,8 +480,8 @@ class ServerEngine(VerifyEngine):
             for _a, b in pieces:  # the prompt grows a chunk a request: the server decodes only the new tokens
                 self.client.complete(toks[:b], n_predict=0, id_slot=slot)
             self.client.slot_save(slot, name)
-        except ServerDied as e:  # the file's tokens killed it: an outcome
-            raise EngineError(f"the re-prefill killed llama-server: {e}") from None
+        except ServerDied as e:  # before the file was restored: the setup's failure (a model cut under it ...)
+            raise EngineDiedEarly(f"llama-server died in the re-prefill: {e}") from None
         except ServerHTTPError as e:
             if e.status == 400:  # "Prompt contains invalid tokens": the server refuses the file's tokens, an outcome
                 raise EngineError(f"llama-server refused the file's tokens: {e}") from None

@@ -42,7 +42,7 @@ from kvscope.core.verify.engines import EngineUnavailable, LlamaCppEngine, Serve
 from kvscope.core.verify.params import PER_SEQ_KINDS, ContextPlan, ParamsError, context_for, source_seq
 from kvscope.core.verify.prefill import PrefillPlan, plan_prefill
 from kvscope.core.verify.result import VerifyResult
-from kvscope.core.verify.run import Verifier, VerifyError
+from kvscope.core.verify.run import Verifier, VerifyError, model_misfit
 
 SERVER_TOKENS = "server_tokens"  # the token payload format of a llama-server slot save
 
@@ -185,6 +185,9 @@ def repair(path: str | os.PathLike[str], model: str | os.PathLike[str], out: str
         raise RepairError(str(e)) from None
     if res.kind == "unknown":
         raise RepairError(f"{path}: not a llama.cpp state file")
+    misfit = model_misfit(path, model, res, prof)  # before any engine: a state of another model is no repair
+    if misfit is not None:
+        raise RepairError(misfit)
     plan = _plan(res, path, tokens)
     name = _build(res, build)
     try:

@@ -5,7 +5,9 @@ Verdicts:
 * ``ok``: the file restores and every record matches the engine's prefill of the file's tokens
   (or, where nothing can be re-prefilled, the file restores cleanly: ``compared`` is false);
 * ``incompatible``: the build refuses the file's layout generation (the compatibility
-  information names the builds that load it);
+  information names the builds that load it), or the engine is set up otherwise than the file needs
+  (a user's llama-server with other slots, KV streams, V layout or cache types: ``setup_mismatch``
+  names each setting) and refuses it;
 * ``stale``: the file restores, but its K/V are not what the model computes for its own tokens
   (every record differs, or the file holds none of the cells the tokens give): written by
   another model or build, for another prefix, or after a botched restore (records whose bad cells
@@ -132,6 +134,9 @@ class VerifyResult:
     cancelled: bool = False
     input_changed: str | None = None  # the path no longer names the file verify read (replaced, rewritten)
     reuse: dict[str, Any] | None = None  # llama-server's reuse of the restored slot (core.verify.reuse)
+    # how the engine is set up otherwise than the file needs (a llama-server's slots, streams, V layout, cache
+    # types), one line per setting: with a failed restore, the verdict is ``incompatible``, not ``damaged``
+    setup_mismatch: list[str] = field(default_factory=list)
 
     @property
     def compared(self) -> bool:
@@ -169,7 +174,7 @@ class VerifyResult:
             "verdict": self.verdict, "reasons": list(self.reasons), "damage": self.damage(),
             "compatibility": self.compatibility, "findings": self.findings, "notes": list(self.notes),
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()}, "cancelled": self.cancelled,
-            "input_changed": self.input_changed, "reuse": self.reuse,
+            "input_changed": self.input_changed, "reuse": self.reuse, "setup_mismatch": list(self.setup_mismatch),
         }
 
 
@@ -186,6 +191,15 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
     r, cmp_ = res.restore, res.comparison
     restored = r is not None and r.ok
     reasons = res.reasons
+    if incompatible and not restored and res.setup_mismatch:
+        res.verdict = "incompatible"
+        where = res.engine.get("url") or res.engine.get("kind")
+        reasons.append(f"the engine ({where}) is set up otherwise than the file needs, so it refuses it: "
+                       f"{r.message if r else 'not restored'}")
+        reasons.extend(res.setup_mismatch)
+        reasons.append("run the server with the file's settings (or verify with kvscope's own server: "
+                       "--engine server without --server)")
+        return
     if incompatible and not restored:
         res.verdict = "incompatible"
         reasons.append(f"{res.engine.get('kind')} {res.engine.get('build') or ''}".strip()

@@ -15,13 +15,16 @@ Setup problems (no engine, a file that is not a state, a bad parameter) raise :c
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from kvscope.core import ggml_types as gt
 from kvscope.core.analysis.inspection import Inspection, inspect_source, open_state
+from kvscope.core.analysis.verdict import model_mismatch_reason
 from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.choose import build_for_layout
 from kvscope.core.engine.llamacpp import EngineError, EngineSetupError
@@ -29,7 +32,7 @@ from kvscope.core.errors import InputError as UnreadableInput
 from kvscope.core.errors import KvscopeError
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import read_state
-from kvscope.core.reader.records import ParseResult
+from kvscope.core.reader.records import KvStream, ParseResult, Section
 from kvscope.core.reader.source import ByteSource, FileChangedError
 from kvscope.core.verify.behaviour import STEPS, Behaviour, forced, greedy, judge
 from kvscope.core.verify.calibrate import measure, schedules_for
@@ -37,6 +40,7 @@ from kvscope.core.verify.compare import compare_states
 from kvscope.core.verify.comparison import Cancelled, Tolerance
 from kvscope.core.verify.engines import (
     ENGINES,
+    EngineDiedEarly,
     EngineUnavailable,
     LlamaCppEngine,
     Logits,
@@ -48,13 +52,17 @@ from kvscope.core.verify.engines import (
 from kvscope.core.verify.params import PER_SEQ_KINDS, ROT_DISABLE, ContextPlan, ParamsError, context_for, source_seq
 from kvscope.core.verify.prefill import PrefillPlan, Schedule, plan_prefill
 from kvscope.core.verify.result import NextToken, VerifyResult, compare_logits, decide
-from kvscope.core.verify.snapshot import InputError, Snapshot
+from kvscope.core.verify.snapshot import Identity, InputError, Snapshot
 
 Progress = Callable[[int, int, str], None]
 _WEIGHTS = (("parse", 5), ("start", 10), ("prefill", 25), ("next_fresh", 10), ("calibrate", 20), ("restore", 5),
             ("next_restored", 10), ("compare", 15))
 _TOTAL = sum(w for _, w in _WEIGHTS)
 _INCOMPATIBLE_WORDS = ("unknown (magic, version)", "incompatible key rotation", "incompatible value rotation")
+
+
+MAX_TIMEOUT_S = 10_000_000.0  # --timeout at most (cli_options.seconds' bound; nan, inf, 1e300 make no deadline)
+INT32_MAX = (1 << 31) - 1  # llama_token
 
 
 class VerifyError(KvscopeError):
@@ -88,12 +96,17 @@ class Verifier:
         self.progress, self.timeout_s, self.profile = progress, timeout_s, profile
         if not 1 <= steps <= 256:
             raise VerifyError(f"--steps {steps}: expected 1 to 256 continuation tokens")
+        if not (isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
+            raise VerifyError(f"--timeout {timeout_s}: expected seconds above 0 and at most {MAX_TIMEOUT_S:g}")
+        if next_token is not None and not 0 <= next_token <= INT32_MAX:
+            raise VerifyError(f"--next-token {next_token}: not a token id (0 or more)")
         self.steps, self.calibrate = steps, calibrate
         self._cancel = threading.Event()
         self._engine: VerifyEngine | None = None
         self._snapshot: Snapshot | None = None  # the private copy every step reads
         self._inspection: Inspection | None = None  # the pipeline's inspection of that copy
         self._done = 0
+        self._model_id: Identity | None = None  # the model file as verify found it (it must not change)
 
     # -- control ----------------------------------------------------------------------------------
     def cancel(self) -> None:
@@ -136,6 +149,7 @@ class Verifier:
         """The model's profile and the parse of the private copy: the inspection pipeline's
         (:func:`~kvscope.core.analysis.inspection.inspect_source`; its compatibility comes in :meth:`_run`)."""
         prof = self.profile
+        self._model_id = _identity(self.model)
         if prof is None:
             if not os.path.isfile(self.model):
                 from kvscope.core.errors import path_kind
@@ -212,6 +226,12 @@ class Verifier:
         out.findings = [{"severity": f.severity, "code": f.code, "offset": f.offset, "message": f.message}
                         for f in res.findings if f.severity in ("error", "warning")][:20]
         reader_errors = res.n_errors
+        misfit = model_misfit(self.path, self.model, res, prof)
+        if misfit is not None:
+            raise VerifyError(misfit)
+        if self.next_token is not None and prof.n_vocab and self.next_token >= prof.n_vocab:
+            raise VerifyError(f"--next-token {self.next_token}: outside the model's vocabulary of {prof.n_vocab:,} "
+                              f"tokens (0 to {prof.n_vocab - 1:,})")
         per_seq = res.kind in PER_SEQ_KINDS
         dest = source_seq(res) if per_seq else -1
         plan = plan_prefill(res, dest, self.tokens, self.next_token)
@@ -247,12 +267,20 @@ class Verifier:
                 engine = self._retry_rotation(out, res, prof, plan, ctx, build, engine)
             if not incompatible and out.restore is not None and not out.restore.ok and gen is None:
                 incompatible = any(w in out.restore.message for w in _INCOMPATIBLE_WORDS)
+            if out.restore is not None and not out.restore.ok and out.setup_mismatch:
+                incompatible = True  # the server is set up otherwise than the file needs: not the file's damage
+            self._check_model()
             if gen is not None and gen != res.layout.name and out.comparison is not None:
                 out.notes.append(f"the file's layout is {res.layout.name}, the engine writes {gen}: values are "
                                  "compared within the tolerance")
             decide(out, incompatible, reader_errors)
         except EngineUnavailable as e:  # the engine failed under us (a server that broke off, a full disk)
-            raise VerifyError(str(e)) from None
+            if not self._cancel.is_set():
+                self._check_model()
+                raise VerifyError(str(e)) from None
+            out.cancelled = True  # killed by cancel(): the call in flight died of it
+            out.verdict = "damaged"
+            out.reasons = ["cancelled before the verification finished"]
         except Cancelled:
             out.cancelled = True
             out.verdict = "damaged"
@@ -264,6 +292,25 @@ class Verifier:
         if self.progress is not None:
             self.progress(_TOTAL, _TOTAL, "done")
         return out
+
+    def _check_model(self) -> None:
+        """Raise :class:`VerifyError` when the model file changed since verify read it (cut, rewritten or
+        replaced under the engine): the engine's answers are then not about one model, whatever they are."""
+        if self._model_id is None:
+            return
+        now = _identity(self.model)
+        if now == self._model_id:
+            return
+        if now is None:
+            what = "it is gone"
+        elif (now.dev, now.ino) != (self._model_id.dev, self._model_id.ino):
+            what = "another file took its name"
+        elif now.size != self._model_id.size:
+            what = f"its size went from {self._model_id.size:,} to {now.size:,} bytes"
+        else:
+            what = "it was rewritten"
+        raise VerifyError(f"the model file {self.model} changed while verify ran ({what}): the engine's answers are "
+                          f"not about one model, so nothing is said about {self.path}; run verify again")
 
     @staticmethod
     def _rotation_unknown(res: ParseResult, out: VerifyResult) -> bool:
@@ -392,6 +439,8 @@ class Verifier:
         self._step("compare", "comparing the records")
         t0 = time.perf_counter()
         fresh_res = read_state(data=fresh, profile=prof)
+        if engine.kind == "server":
+            out.setup_mismatch = server_mismatch(res, fresh_res, getattr(engine, "props", {}))
         fresh_src = ByteSource(fresh)
         calibration = None
         if states:
@@ -438,7 +487,9 @@ class Verifier:
                 raise Cancelled
             try:
                 states.append((sched, engine.prefill(plan, ctx, sched)))
-            except EngineError as e:
+            except (EngineError, EngineDiedEarly) as e:
+                if self._cancel.is_set():
+                    raise Cancelled from None
                 out.notes.append(f"the calibration's {sched.name} schedule failed ({e}): it is left out")
                 continue
             if tokens:
@@ -447,6 +498,68 @@ class Verifier:
                     logits[sched.name] = got
         out.seconds["calibrate"] = time.perf_counter() - t0
         return states, logits
+
+
+def _identity(path: str) -> Identity | None:
+    try:
+        return Identity.of(os.stat(path))
+    except OSError:
+        return None
+
+
+def model_misfit(path: str, model: str, res: ParseResult, prof: ModelProfile) -> str | None:
+    """The line that refuses ``model`` for the file ``path`` when the file does not fit it, as ``kvscope inspect``
+    judges it (its verdict's model mismatch: every error is about the model, and one says the model is
+    another); None when it fits or the file is damaged. verify and repair ask it before any engine starts."""
+    why = model_mismatch_reason(res, prof)
+    if why is None:
+        return None
+    return (f"the model {model} does not fit {path} (kvscope inspect: model mismatch): {why}; give the model "
+            "the file was written with")
+
+
+def _data_stream(sec: Section) -> KvStream | None:
+    return next((st for st in sec.streams if st.k_layers), None)
+
+
+def server_mismatch(res: ParseResult, fresh: ParseResult, props: dict[str, Any]) -> list[str]:
+    """How the llama-server is set up otherwise than ``res`` needs, one line per setting: what its ``/props``
+    reports (the cells of a slot) and what its own slot save (``fresh``, the re-prefill) shows (the KV streams,
+    V transposition, cache types), each against the file's."""
+    out: list[str] = []
+    slots = props.get("total_slots")
+    gen = props.get("default_generation_settings") or {}
+    n_ctx = gen.get("n_ctx") if isinstance(gen, dict) else None
+    cells = max([st.cell_count for s in res.sections if s.kind == "kv" for st in s.streams], default=0)
+    if isinstance(n_ctx, int) and 0 < n_ctx < cells:
+        out.append(f"n_ctx: a slot of the server holds {n_ctx:,} cells (its -c over its slots), the file "
+                   f"{cells:,}")
+    mine = {s.role: s for s in res.sections if s.kind == "kv"}
+    theirs = {s.role: s for s in fresh.sections if s.kind == "kv"}
+    for role, sec in mine.items():
+        other = theirs.get(role)
+        if other is None:
+            continue
+        a, b = sec.n_stream or 1, other.n_stream or 1
+        if a != b:
+            np_ = f"-np {slots}" if isinstance(slots, int) else "its -np"
+            out.append(f"n_stream ({role}): the server keeps {b} KV stream(s) ("
+                       + (f"one per slot: {np_} without --kv-unified" if b > 1 else "--kv-unified, or -np 1")
+                       + f"), the file {a} ("
+                       + (f"-np {a} without --kv-unified" if a > 1 else "--kv-unified, or -np 1") + ")")
+        fa, fb = _data_stream(sec), _data_stream(other)
+        if fa is None or fb is None:
+            continue
+        if fa.v_trans is not None and fb.v_trans is not None and bool(fa.v_trans) != bool(fb.v_trans):
+            out.append(f"v_trans ({role}): the server stores V " + ("transposed (-fa off)" if fb.v_trans else
+                       "untransposed (flash attention: -fa on, or -fa auto choosing it)") + ", the file "
+                       + ("transposed (saved with -fa off)" if fa.v_trans else "untransposed (saved with -fa on)"))
+        for side, ra, rb in (("type_k", fa.k_layers, fb.k_layers), ("type_v", fa.v_layers, fb.v_layers)):
+            if ra and rb and ra[0].type_id != rb[0].type_id:
+                flag = "-ctk" if side == "type_k" else "-ctv"
+                out.append(f"{side} ({role}): the server's cache is {gt.type_name(rb[0].type_id)} ({flag}), the "
+                           f"file's {gt.type_name(ra[0].type_id)}")
+    return out
 
 
 def verify(path: str | os.PathLike[str], model: str | os.PathLike[str], **kw: Any) -> VerifyResult:
