@@ -73,6 +73,53 @@ def pread_into(fd: int, buf: memoryview, off: int) -> int:
     return done
 
 
+def _what(mode: int) -> str:
+    """What a file that is not a regular one is, for a refusal."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def size_text(n: int) -> str:
+    """``64 MiB``, ``1.5 GiB``, ``512 bytes``: a size in a refusal."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            v = n / (1 << shift)
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The whole of a small regular file (an ``@FILE`` argument: a list of token ids), at most ``limit`` bytes.
+
+    The one reader of such arguments: anything but a regular file (a FIFO, a device, a directory) is
+    refused from ``stat`` before it is opened (ValueError "not a regular file (a FIFO)"), so nothing
+    blocks; a larger file is refused from its size before a byte is read (ValueError naming both sizes),
+    and at most ``limit + 1`` bytes are ever read, so a file growing meanwhile is refused too. OSError
+    when the path cannot be opened or read.
+    """
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"not a regular file ({_what(st.st_mode)})")
+    if st.st_size > limit:
+        raise ValueError(f"{st.st_size:,} bytes, more than the {size_text(limit)} such a file may hold")
+    fd, fst = open_regular(path)
+    try:
+        want = min(int(fst.st_size), limit) + 1  # one byte more: a file that grew is seen
+        data = os.pread(fd, want, 0)
+        while len(data) < want and (more := os.pread(fd, want - len(data), len(data))):
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ValueError(f"more than the {size_text(limit)} such a file may hold")
+    if len(data) == want:
+        raise ValueError(CHANGED_MESSAGE)
+    return data
+
+
 def read_regular(path: str | os.PathLike[str]) -> bytes:
     """The whole of a regular file, read once with ``pread`` (:func:`open_regular`'s refusals: OSError,
     ValueError for anything but a regular file). For inputs read whole: a lab scenario's states, the

@@ -13,7 +13,6 @@ refuses: another sequence's, or not as many as the positions the blob spans). No
 from __future__ import annotations
 
 import os
-import stat
 from typing import TYPE_CHECKING
 
 from kvscope.core.analysis.verdict import plural
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
 
 GivenTokens = list[int] | dict[int, list[int]]
 BLOB_KINDS = ("seq_blob", "context_blob")
-MAX_FILE_BYTES = 64 << 20  # an @FILE of token ids larger than this is refused (a prompt of millions of tokens)
 MAX_LINE = 200  # characters of a refusal shown (the text typed can be a long paste)
 ACTION = "Tools → Tokens for this blob…"
 
@@ -70,18 +68,8 @@ def parse_given(text: str, base_dir: str) -> GivenTokens:
         name = os.path.expanduser(text[1:].strip())
         if not name:
             raise ValueError("@ needs a file: @tokens.json (a JSON list of ids, or an object of sequence -> list)")
-        path = os.path.join(base_dir, name)  # an absolute name stays as it is
-        try:
-            st = os.stat(path)
-        except OSError as e:
-            raise ValueError(_line(f"{path}: {e.strerror or e}")) from None
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(_line(f"{path}: not a regular file"))
-        if st.st_size > MAX_FILE_BYTES:
-            raise ValueError(_line(f"{path}: {st.st_size:,} bytes, more than a token list of "
-                                   f"{MAX_FILE_BYTES >> 20} MiB"))
-        spec = "@" + path
-    try:
+        spec = "@" + os.path.join(base_dir, name)  # an absolute name stays as it is
+    try:  # @FILE: the core's one bounded reader (a regular file of at most 64 MiB: a FIFO cannot hang the window)
         tokens = parse_tokens(spec)
     except UsageError as e:
         raise ValueError(_line(str(e).removeprefix("--tokens "))) from None

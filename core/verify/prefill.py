@@ -18,14 +18,17 @@ text before the first chunk is, and only the cells before it are compared.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kvscope.core.analysis.slot_tokens import TOKEN_NULL
 from kvscope.core.errors import UsageError
+from kvscope.core.fileio import read_bounded
 from kvscope.core.reader.records import CellTable, ParseResult
 
 
@@ -132,34 +135,208 @@ def _media_cut(tokens: list[int], res: ParseResult) -> tuple[int | None, int]:
     return cut, n_media
 
 
+MAX_TOKENS_FILE = 64 << 20  # bytes of an @FILE of token ids (--tokens, the app's Tokens for this blob…)
+TOKEN_LIMIT = 1 << 31  # a token id is a llama_token: a signed 32-bit integer
+WRONG_SHAPE = "expected a JSON list of token ids or an object of sequence -> list"
+_JSON_WS = b" \t\n\r"
+_PIECE = 1 << 20  # bytes of a list's text checked and converted at once
+_MAX_KEY = 40  # bytes of a sequence key ("12")
+_SHARED_IDS = 1 << 21  # ids below this share one int object each in a long list (:class:`_SharedIds`)
+# byte classes of a list's text: 0 anything else, 1 a digit 1-9, 2 the digit 0, 3 '-', 4 ',', 5 JSON white space
+_CLASS = np.zeros(256, np.uint8)
+_CLASS[list(b"123456789")] = 1
+_CLASS[ord("0")] = 2
+_CLASS[ord("-")] = 3
+_CLASS[ord(",")] = 4
+_CLASS[list(_JSON_WS)] = 5
+_KEY = re.compile(rb'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
+
+
 def parse_tokens(spec: str | None) -> list[int] | dict[int, list[int]] | None:
     """``1,2,3`` or ``@FILE`` (a JSON list, or an object of sequence -> list): the syntax of ``--tokens``
     (``kvscope verify``, ``kvscope repair``) and of the app's Tools → Tokens for this blob…; a bad one raises
-    :class:`~kvscope.core.errors.UsageError` (one line)."""
+    :class:`~kvscope.core.errors.UsageError` (one line).
+
+    ``@FILE`` is read by the one bounded reader (:func:`kvscope.core.fileio.read_bounded`: a regular file of
+    at most :data:`MAX_TOKENS_FILE` bytes; a FIFO or a device is refused before it is opened) and parsed
+    without a general JSON parser (:func:`token_ids_json`): piece by piece, nothing nested, so memory stays
+    near the ids themselves and a deeply nested file is one refusal, not a recursion error."""
     if spec is None:
         return None
     if spec.startswith("@"):
         try:
-            with open(spec[1:], encoding="utf-8") as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError) as e:
+            raw = read_bounded(spec[1:], MAX_TOKENS_FILE)
+        except OSError as e:
+            raise UsageError(f"--tokens {spec}: {e.strerror or e}") from None
+        except ValueError as e:
             raise UsageError(f"--tokens {spec}: {e}") from None
-        def ids(v: Any) -> list[int]:  # whole numbers only: 1.5 or true is not a token id
-            if not isinstance(v, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
-                raise ValueError("not a list of whole numbers")
-            return list(v)
-
         try:
-            if isinstance(doc, dict):
-                return {int(k): ids(v) for k, v in doc.items()}
-            return ids(doc)
-        except (TypeError, ValueError):
-            pass
-        raise UsageError(f"--tokens {spec}: expected a JSON list of token ids or an object of sequence -> list")
+            return token_ids_json(raw)
+        except ValueError as e:
+            raise UsageError(f"--tokens {spec}: {e}") from None
     try:
-        return [int(t) for t in spec.replace(" ", "").split(",") if t]
+        ids = [int(t) for t in spec.replace(" ", "").split(",") if t]
     except ValueError:
         raise UsageError(f"--tokens {spec!r}: expected comma-separated token ids") from None
+    bad = next((t for t in ids if not -TOKEN_LIMIT <= t < TOKEN_LIMIT), None)
+    if bad is not None:
+        raise UsageError(f"--tokens: token id {bad} does not fit a 32-bit llama_token")
+    return ids
+
+
+def token_ids_json(doc: bytes) -> list[int] | dict[int, list[int]]:
+    """The token ids of a tokens file: a JSON list of whole numbers, or an object of sequence -> such a list.
+
+    ValueError (one line) for anything else: malformed JSON (where, as ``json`` says it), or well-formed JSON
+    of another shape (a float, a string, ``true``, a list in a list...: :data:`WRONG_SHAPE`), or an id that
+    is not a 32-bit token id. Nothing is parsed recursively and the text is converted in pieces."""
+    i = _skip_ws(doc, 0)
+    if i == len(doc):
+        raise ValueError(_where("Expecting value", doc, i))
+    if doc[i] == ord("["):
+        ids, end = _list_at(doc, i)
+        _at_end(doc, end)
+        return ids
+    if doc[i] != ord("{"):
+        raise ValueError(WRONG_SHAPE if doc[i] in b'"-0123456789tfn' else _where("Expecting value", doc, i))
+    out: dict[int, list[int]] = {}
+    i = _skip_ws(doc, i + 1)
+    if doc[i : i + 1] == b"}":
+        _at_end(doc, i + 1)
+        return out
+    while True:
+        m = _KEY.match(doc, i, min(len(doc), i + _MAX_KEY))
+        if m is None:
+            raise ValueError(WRONG_SHAPE if doc[i : i + 1] == b'"' else
+                             _where("Expecting property name enclosed in double quotes", doc, i))
+        try:
+            seq = int(json.loads(m.group()))
+        except ValueError:  # not a number ("a"), or not UTF-8
+            raise ValueError(WRONG_SHAPE) from None
+        i = _skip_ws(doc, m.end())
+        if doc[i : i + 1] != b":":
+            raise ValueError(_where("Expecting ':' delimiter", doc, i))
+        i = _skip_ws(doc, i + 1)
+        if doc[i : i + 1] != b"[":
+            raise ValueError(WRONG_SHAPE if i < len(doc) and doc[i] in b'"-0123456789tfn{' else
+                             _where("Expecting value", doc, i))
+        out[seq], i = _list_at(doc, i)
+        i = _skip_ws(doc, i)
+        if doc[i : i + 1] == b"}":
+            _at_end(doc, i + 1)
+            return out
+        if doc[i : i + 1] != b",":
+            raise ValueError(_where("Expecting ',' delimiter", doc, i))
+        i = _skip_ws(doc, i + 1)
+
+
+def _skip_ws(doc: bytes, i: int) -> int:
+    while i < len(doc) and doc[i] in _JSON_WS:
+        i += 1
+    return i
+
+
+def _where(what: str, doc: bytes, i: int) -> str:
+    """``json``'s way of saying where: ``Expecting value: line 1 column 7 (char 6)``."""
+    line, column = doc.count(b"\n", 0, i) + 1, i - doc.rfind(b"\n", 0, i)
+    return f"{what}: line {line} column {column} (char {i})"
+
+
+def _at_end(doc: bytes, i: int) -> None:
+    j = _skip_ws(doc, i)
+    if j != len(doc):
+        raise ValueError(_where("Extra data", doc, j))
+
+
+def _list_at(doc: bytes, i: int) -> tuple[list[int], int]:
+    """The ids of the JSON list opening at ``doc[i]`` (a ``[``) and the offset after its ``]``."""
+    end = doc.find(b"]", i + 1)
+    stop = len(doc) if end < 0 else end
+    out: list[Any] = [None] * (doc.count(b",", i + 1, stop) + 1)  # made once: no copy as it grows
+    shared = _SharedIds() if stop - i > _PIECE else None
+    a, at = i + 1, 0
+    while a < stop:  # pieces that end just after a comma: each holds whole ids
+        b = stop if stop - a <= _PIECE else doc.rfind(b",", a, a + _PIECE) + 1
+        if b <= a:  # no comma in a whole piece: a number that long is no token id
+            b = stop
+        ids = _ids_in(doc, a, b, last=b == stop)
+        out[at : at + ids.size] = shared.objects(ids) if shared is not None else ids.tolist()
+        at += ids.size
+        a = b
+    if end < 0:
+        tail = doc[i + 1 :].rstrip(_JSON_WS)
+        raise ValueError(_where("Expecting value" if tail.endswith(b",") or not tail else "Expecting ',' delimiter",
+                                doc, len(doc)))
+    del out[at:]  # "[]": no id, where one was made room for
+    return out, end + 1
+
+
+class _SharedIds:
+    """One int object per distinct id below :data:`_SHARED_IDS` (a vocabulary's worth), so a long list costs
+    8 bytes an id, not the 40 of an int object each: a table of the objects made so far, indexed by id."""
+
+    def __init__(self) -> None:
+        self.table = np.empty(_SHARED_IDS, dtype=object)
+        self.made = np.zeros(_SHARED_IDS, bool)
+
+    def objects(self, ids: npt.NDArray[np.int64]) -> list[int]:
+        if not ids.size or int(ids.min()) < 0 or int(ids.max()) >= _SHARED_IDS:
+            return list(ids.tolist())
+        new = np.unique(ids[~self.made[ids]])
+        if new.size:
+            self.table[new] = new.tolist()
+            self.made[new] = True
+        return list(self.table[ids].tolist())
+
+
+def _ids_in(doc: bytes, a: int, b: int, last: bool) -> npt.NDArray[np.int64]:
+    """The ids in ``doc[a:b]``: whole ids each followed by a comma (the last piece: the last one by none)."""
+    piece = doc[a:b]
+    cls = _CLASS[np.frombuffer(piece, np.uint8)]
+    bad = np.flatnonzero(cls == 0)
+    if bad.size:
+        at = a + int(bad[0])
+        c = doc[at : at + 1]
+        if c in (b"[", b"{", b'"', b"t", b"f", b"n", b".", b"e", b"E", b"+"):  # JSON, but not a whole number
+            raise ValueError(WRONG_SHAPE + (" (a list in a list)" if c == b"[" else ""))
+        raise ValueError(_where("Expecting ',' delimiter" if c == b"]" else "Expecting value", doc, at))
+    solid = cls != 5
+    k = cls[solid]  # the text without white space...
+    spaced = np.zeros(cls.size, bool)
+    spaced[1:] = cls[:-1] == 5
+    gap = spaced[solid]  # ...and whether white space came before each of its bytes
+    del spaced, cls
+    n = k.size
+    if n == 0:
+        return np.zeros(0, np.int64)
+    num, digit = k <= 3, k <= 2
+    prev, cur = k[:-1], k[1:]
+    empty = np.zeros(n, bool)  # where a value is missing
+    empty[0] = k[0] == 4  # a comma first
+    empty[1:] = ((prev == 4) & (cur == 4)) | ((prev == 3) & (cur > 2))  # two commas; '-' not before a digit
+    joined = np.zeros(n, bool)  # where a comma is missing
+    joined[1:] = (num[:-1] & num[1:] & gap[1:]) | ((cur == 3) & (prev <= 2))  # "1 2", "1-2"
+    first = np.ones(n, bool)
+    first[1:] = prev >= 3  # the first digit of a number comes after ',' or '-' (or first)
+    joined[1:] |= first[:-1] & (k[:-1] == 2) & digit[1:]  # a leading zero: json reads 0, then wants a comma
+    for mask, what in ((empty, "Expecting value"), (joined, "Expecting ',' delimiter")):
+        if mask.any():
+            raise ValueError(_where(what, doc, a + int(np.flatnonzero(solid)[int(np.argmax(mask))])))
+    if k[-1] == 3 or (last and k[-1] == 4):  # '-' at the end, or a comma before ']'
+        raise ValueError(_where("Expecting value", doc, b))
+    ends = np.flatnonzero(k >= 3)  # the '-' and ',' around the numbers: an id of more than 10 digits does not
+    longest = int(np.diff(ends, prepend=-1, append=n).max()) - 1  # fit 32 bits (and might not fit 64)
+    del ends
+    if longest > 10:
+        raise ValueError("a token id of more than 10 digits does not fit a 32-bit llama_token")
+    text = piece if last else piece.rstrip(_JSON_WS)[:-1]  # without the comma that ends a piece
+    ids = np.fromstring(text, dtype=np.int64, sep=",")
+    if ids.size != int(np.count_nonzero(k == 4)) + (1 if last else 0):
+        raise ValueError(_where("Expecting value", doc, a))  # a safety net: the checks above leave no other way
+    outside = np.flatnonzero((ids < -TOKEN_LIMIT) | (ids >= TOKEN_LIMIT))
+    if outside.size:
+        raise ValueError(f"token id {int(ids[outside[0]])} does not fit a 32-bit llama_token")
+    return ids
 
 
 def _positions_per_seq(res: ParseResult) -> tuple[dict[int, int], int | None]:
