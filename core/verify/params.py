@@ -176,6 +176,9 @@ def apply_overrides(ctx: CtxParams, overrides: Mapping[str, str], sources: dict[
             raise ParamsError(f"--ctx-param {_shown(key)}: not a context parameter ({', '.join(names)}, env.NAME)")
         changes[key] = _override_value(key, value, getattr(ctx, key))
         sources[key] = "override"
+    if "n_batch" in changes and "n_ubatch" not in changes and ctx.n_ubatch > changes["n_batch"]:
+        changes["n_ubatch"] = changes["n_batch"]  # llama.cpp's own rule: a micro-batch is at most the batch
+        sources["n_ubatch"] = "override"
     try:
         return dataclasses.replace(ctx, **changes, env=tuple(sorted(env.items())))
     except (TypeError, ValueError) as e:

@@ -108,6 +108,17 @@ def test_n_threads_within_the_cpus_still_runs(builds: dict[str, InstalledBuild],
     assert json.loads(out)["context"]["ctx"]["n_threads"] == cpu_limit()
 
 
+def test_a_batch_below_the_default_micro_batch_takes_the_micro_batch_down(
+        builds: dict[str, InstalledBuild], capsys: pytest.CaptureFixture[str]) -> None:
+    """llama.cpp's own rule (n_ubatch at most n_batch): n_batch=64 alone is sane, not 'n_ubatch exceeds n_batch'
+    (found by the ctx_params fuzz family)."""
+    rc, out, err = _run(capsys, str(SEQ), "--model", str(model_path("llama")), "--ctx-param", "n_batch=64",
+                        "--no-calibrate", "--json")
+    assert rc == 0, err
+    ctx = json.loads(out)["context"]["ctx"]
+    assert (ctx["n_batch"], ctx["n_ubatch"]) == (64, 64)
+
+
 def test_a_timeout_that_is_no_deadline_is_refused(builds: dict[str, InstalledBuild]) -> None:
     for bad in (float("nan"), float("inf"), -1.0, 0.0, 1e300):
         with pytest.raises(VerifyError, match="--timeout"):
