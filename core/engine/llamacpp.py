@@ -277,6 +277,9 @@ class LlamaProcess:
             stage = (f"creating its context (n_ctx {c.n_ctx}, n_seq_max {c.n_seq_max}, n_threads {c.n_threads})"
                      if any("llama_context" in ln or "llama_kv_cache" in ln for ln in e.log + e.stderr)
                      else f"loading the model {self.model}")
+            if e.aborted == "timeout":  # killed by us: it was alive, only slower than the caller allowed
+                raise EngineSetupError(f"the engine did not finish {stage} within the timeout of "
+                                       f"{self.timeout_s:g} s: it was stopped before reading the file") from None
             raise EngineSetupError(f"the engine died before reading the file, while {stage}: {e}") from None
         if not reply.get("ok"):
             self.close()

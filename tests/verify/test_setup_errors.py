@@ -125,6 +125,12 @@ def test_a_timeout_that_is_no_deadline_is_refused(builds: dict[str, InstalledBui
             Verifier(SEQ, model_path("llama"), timeout_s=bad)
 
 
+def test_an_engine_stopped_by_the_timeout_while_starting_says_so(builds: dict[str, InstalledBuild]) -> None:
+    with pytest.raises(VerifyError, match=r"did not finish loading the model .* within the timeout of 1e-06 s"):
+        Verifier(SEQ, model_path("llama"), timeout_s=1e-6).run()
+    _no_engine_left()
+
+
 # --- item 9: --next-token outside the vocabulary -----------------------------------------------------
 @pytest.mark.parametrize("token", ["1000000", "-1", "2147483648"])
 def test_a_next_token_outside_the_vocabulary_is_refused(token: str, builds: dict[str, InstalledBuild],
