@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -47,11 +46,9 @@ def measure(path: Path, out: Path, specs: list[str]) -> tuple[int, float, int, s
     for s in specs:
         argv += ["--corrupt", s]
     t0 = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     r = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
     secs = time.perf_counter() - t0
     peak = next((int(ln.split()[1]) for ln in r.stderr.splitlines() if ln.startswith("maxrss_kib")), 0)
-    peak = max(peak, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if before == 0 else 0)
     last = (r.stderr.strip().splitlines() or [""])[0]
     return r.returncode, secs, peak, last
 

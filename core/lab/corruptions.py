@@ -289,17 +289,6 @@ def _check_fill(p: Mapping[str, str]) -> None:
                               "fails)")
 
 
-def _check_swap(p: Mapping[str, str]) -> None:
-    if p.get("a", "0") == p.get("b", "1"):
-        raise CorruptionError(f"a={p.get('a', '0')} and b={p.get('b', '1')}: a swap needs two records")
-
-
-def _check_dup_cell(p: Mapping[str, str]) -> None:
-    if "into" in p and _int("into", p["into"]) == _int("cell", p.get("cell", "0")):
-        raise CorruptionError(f"cell={p.get('cell', '0')} and into={p['into']}: a cell copied onto itself changes "
-                              "nothing")
-
-
 def _check_trailer(p: Mapping[str, str]) -> None:
     n = _int("bytes", p.get("bytes", "16"))
     if not 0 < n <= MAX_TRAILER:
@@ -310,8 +299,7 @@ def _check_trailer(p: Mapping[str, str]) -> None:
 
 
 _CHECK: dict[str, Callable[[Mapping[str, str]], None]] = {
-    "truncate": _check_truncate, "set": _check_set, "fill": _check_fill, "swap": _check_swap,
-    "dup-cell": _check_dup_cell, "trailer": _check_trailer,
+    "truncate": _check_truncate, "set": _check_set, "fill": _check_fill, "trailer": _check_trailer,
 }
 
 
@@ -618,6 +606,8 @@ def _drop(src: ByteSource, res: ParseResult, p: Mapping[str, str], prof: ModelPr
 def _swap(src: ByteSource, res: ParseResult, p: Mapping[str, str], prof: ModelProfile | None) -> Damage:
     base = {k: v for k, v in p.items() if k not in ("a", "b")}
     a, b = p.get("a", "0"), p.get("b", "1")
+    if a == b:  # (checked here, not when the spec is made: a drawn pair may be one)
+        raise CorruptionError(f"a={a} and b={b}: a swap needs two records")
     ra = {r.role: r for r in _records(res, {**base, "index": a})}
     rb = {r.role: r for r in _records(res, {**base, "index": b})}
     edits: list[Edit] = []
@@ -645,6 +635,8 @@ def _dup_cell(src: ByteSource, res: ParseResult, p: Mapping[str, str], prof: Mod
         raise CorruptionError("need a cell table of at least two cells")
     i = _int("cell", p.get("cell", "0"))
     j = _int("into", p.get("into", str(i + 1 if i + 1 < table.count else i - 1)))
+    if i == j:
+        raise CorruptionError(f"cell={i} and into={j}: a cell copied onto itself changes nothing")
     for key, c in (("cell", i), ("into", j)):
         if not 0 <= c < table.count:
             raise CorruptionError(f"{key}={c}: no such cell (the table has {table.count}: 0 to {table.count - 1})")
