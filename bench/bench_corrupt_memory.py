@@ -4,7 +4,8 @@ Writes a synthetic sequence file of ``--size`` bytes (``bench_reader.write_state
 real format the reader parses), then runs ``kvscope corrupt`` in a child process once per spec set and
 prints the child's peak RSS (``ru_maxrss`` of the reaped child) beside the input size::
 
-    cd bench && ../.venv/bin/python bench_corrupt_memory.py --size 1024 [--v-trans] [--keep DIR]
+    .venv/bin/python bench/bench_corrupt_memory.py --size 1024 [--v-trans] [--keep DIR]
+    .venv/bin/python bench/bench_corrupt_memory.py --quick        # a smoke run: a 32 MiB input
 
 Each run gets a fresh child, so the numbers do not mix. The output copy is removed after each run.
 """
@@ -58,7 +59,10 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1024, help="input size in MiB (default 1024)")
     ap.add_argument("--v-trans", action="store_true", help="transposed V records")
     ap.add_argument("--keep", metavar="DIR", help="write the input here (kept) instead of a temporary folder")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: a 32 MiB input (the figures mean little)")
     args = ap.parse_args()
+    if args.quick:
+        args.size = 32
     with tempfile.TemporaryDirectory(prefix="kvscope-corrupt-mem-") as tmp:
         folder = Path(args.keep or tmp)
         folder.mkdir(parents=True, exist_ok=True)

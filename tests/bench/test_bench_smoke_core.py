@@ -62,3 +62,11 @@ def test_fuzz_long_quick(tmp_path: Path) -> None:
     assert_rows(text, ("SUMMARY: 200 inputs", " 0 failures", "finding codes", "state mutations: peak allocation",
                        "model mutations:", "sparse giant tails (1-50 GB holes):", "concurrent truncation:"))
     assert not (tmp_path / "failures").exists()
+
+
+def test_bench_corrupt_memory_quick(tmp_path: Path) -> None:
+    text = run_bench("bench_corrupt_memory.py", cwd=tmp_path)
+    assert "input: synthetic-32m.seqstate" in text, text
+    for spec in ("truncated_last_byte", "fill:value=nan,role=v,index=1,cells=3", "nan_rows_valid",
+                 "swap_k_layers_0_1", "drop:role=k,index=1", "trailer:bytes=1048576 + cell_count_plus1"):
+        assert re.search(rf"^{re.escape(spec)} +exit 0 +[\d.]+ s +peak RSS +[\d,]+ MiB", text, re.M), (spec, text)
