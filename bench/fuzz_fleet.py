@@ -2,7 +2,25 @@
 
 The reader's long fuzz (``bench/fuzz_long.py``) feeds bytes to a parser in-process; the families
 here drive whole commands and real processes, so an input costs seconds, not microseconds.
-Four families, each input a pure function of ``(--seed, family, index)``:
+Ten families, each input a pure function of ``(--seed, family, index)``; the four below live here, the
+six of #31 in modules of their own, whose docstrings say what each draws and checks:
+
+``outputs`` (``fuzz_fleet_outputs.py``)
+    ``-o`` of repair, corrupt, rewrite and report naming an input by any path, a FIFO, a device, a folder.
+``ctx_params`` (``fuzz_fleet_ctxparams.py``, the pinned build)
+    verify of a healthy slot with hostile ``--ctx-param``/``--next-token``/``--timeout`` and a model cut,
+    swapped or not fitting: never a verdict charged to the file.
+``corrupt_specs`` (``fuzz_fleet_corrupt.py``)
+    hostile corruption specs (the copy equals the catalog's mutation, or one line) and hostile
+    ``--tokens @FILE`` (a FIFO, ``/dev/zero``, deep nesting, past the cap) refused before any engine.
+``jobs_links`` (``fuzz_fleet_jobs.py``)
+    scan/migrate with ``--jobs`` extremes, links leaving SOURCE (``/``, ``/proc/self``, loops) and hostile
+    ``--scheduler`` addresses: bounded workers, bounded walk, one line.
+``messages`` (``fuzz_fleet_messages.py``)
+    every command with nan/inf/100,000-digit values, hostile names, folders/FIFOs/devices where files go,
+    stdout on ``/dev/full``: exit 0/1/2, one printable line, no exception names.
+``signals_repair_lab`` (``fuzz_fleet_signals2.py``, the pinned build)
+    signals during repair and the engine lab (a llama-server of the user's included): nothing left behind.
 
 ``server``
     ``kvscope verify --engine server`` of a real llama-server slot through the misbehaving proxy of
@@ -44,6 +62,7 @@ Usage::
 
     .venv/bin/python bench/fuzz_fleet.py --family trees --inputs 100 --seed 1
     .venv/bin/python bench/fuzz_fleet.py --family all --inputs 40      # 40 of each family
+    .venv/bin/python bench/fuzz_fleet.py --family outputs,messages --inputs 300 --seed 2
     .venv/bin/python bench/fuzz_fleet.py --seed 1 --replay trees:17
     .venv/bin/python bench/fuzz_fleet.py --quick                        # a smoke run: one input of each family
 """
@@ -72,6 +91,7 @@ from fuzz_fleet_common import (  # noqa: E402  (bench/ is on sys.path when a ben
     FAMILIES,
     FIXTURES,
     MODEL,
+    NEEDS_BUILD,
     OUT,
     case_rng,
     check,
@@ -80,7 +100,13 @@ from fuzz_fleet_common import (  # noqa: E402  (bench/ is on sys.path when a ben
     run_cli,
     stray_processes,
 )
+from fuzz_fleet_corrupt import case_corrupt_specs  # noqa: E402
+from fuzz_fleet_ctxparams import case_ctx_params  # noqa: E402
+from fuzz_fleet_jobs import case_jobs_links  # noqa: E402
+from fuzz_fleet_messages import case_messages  # noqa: E402
+from fuzz_fleet_outputs import case_outputs  # noqa: E402
 from fuzz_fleet_server import case_server  # noqa: E402
+from fuzz_fleet_signals2 import case_signals_repair_lab  # noqa: E402
 
 from kvharness.fleet_tree import Killer, tree_digest, write_slow_state  # noqa: E402
 from kvharness.proc_runs import kill_session, leftovers, run_until, temporaries  # noqa: E402
@@ -305,7 +331,9 @@ def _outputs(dest: Path) -> dict[str, bytes]:
 
 
 CASES: dict[str, Callable[[random.Random, Path], dict[str, Any]]] = {
-    "server": case_server, "trees": case_trees, "workers": case_workers, "signals": case_signals}
+    "server": case_server, "trees": case_trees, "workers": case_workers, "signals": case_signals,
+    "outputs": case_outputs, "ctx_params": case_ctx_params, "corrupt_specs": case_corrupt_specs,
+    "jobs_links": case_jobs_links, "messages": case_messages, "signals_repair_lab": case_signals_repair_lab}
 
 
 # -- driver --------------------------------------------------------------------------------------
@@ -369,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown family {sorted(unknown)}")
         total_fail = 0
         for family in families:
-            if family == "server" and not _builds_ready():
+            if family in NEEDS_BUILD and not _builds_ready():
                 print(f"{family}: skipped: the pinned build 0c1e5709 is not installed (kvscope llama-build)")
                 continue
             stats: Counter[str] = Counter()

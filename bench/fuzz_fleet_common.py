@@ -22,7 +22,9 @@ from kvharness.fleet_tree import TREE_FILES  # noqa: E402
 from kvscope.core.cli.main import main as kvscope_main  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "fuzz-failures" / "fleet"
-FAMILIES = ("server", "trees", "workers", "signals")
+FAMILIES = ("server", "trees", "workers", "signals", "outputs", "ctx_params", "corrupt_specs", "jobs_links",
+            "messages", "signals_repair_lab")
+NEEDS_BUILD = frozenset({"server", "ctx_params", "signals_repair_lab"})  # they drive the pinned build 0c1e5709
 FIXTURES = [src for src, _ in TREE_FILES if not src.endswith(".gguf")]
 MODEL = DATA / "llamacpp-2026-10-01" / "tiny-llama.gguf"
 HOSTILE = ("\x1b[31mred\x1b[0m", "a\u202eb\u2066c", "<script>alert(1)</script>", "&amp;\r\nx", "\x00\x07\x7f\x9b",

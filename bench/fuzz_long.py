@@ -27,7 +27,9 @@ and re-checks one input in-process, with the traceback.
 
 ``--fleet-inputs N`` then runs N inputs of each process-level family of ``bench/fuzz_fleet.py``
 (verify against a misbehaving llama-server, migrate/scan with links in DEST and SOURCE, killed and
-stopped workers, signals with leftover checks), with the same seed.
+stopped workers, signals with leftover checks; outputs naming inputs, FIFOs and devices as outputs,
+hostile ``--ctx-param`` and corrupt specs, ``--jobs`` extremes and links leaving SOURCE, hostile option
+values and their messages, signals during repair and the engine lab), with the same seed.
 
 Failing inputs are written to ``bench/out/fuzz-failures/`` (``<signature>-<index>.bin`` plus a
 ``.json`` with the fixture, the mutations and the error; at most ``--keep-per-signature`` files
@@ -435,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replay", type=int, metavar="INDEX", help="rebuild and check one input, with traceback")
     ap.add_argument("--fleet-inputs", type=int, default=0, metavar="N",
                     help="then N inputs of each process-level family of bench/fuzz_fleet.py (server, trees, "
-                    "workers, signals; seconds each, one at a time) with the same seed (default 0: none)")
+                    "workers, signals, outputs, ctx_params, corrupt_specs, jobs_links, messages, "
+                    "signals_repair_lab; seconds each, one at a time) with the same seed (default 0: none)")
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: 200 inputs on one process, with memory samples, sparse tails and races "
                     "among them (every 50th, 50th and 40th)")

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from tests.bench.conftest import BENCH, HERE
 
+FAMILY_MODULES = sorted(BENCH.glob("fuzz_fleet_*.py"))  # the long fuzz's families: run by fuzz_fleet.py
 SCRIPTS = sorted(p for p in BENCH.glob("*.py") if p.name.startswith(("bench_", "fuzz_"))
-                 and "__main__" in p.read_text(encoding="utf-8"))
+                 and p not in FAMILY_MODULES and "__main__" in p.read_text(encoding="utf-8"))
 
 
 def _imported(path: Path) -> set[str]:
@@ -45,3 +46,22 @@ def test_the_finder_sees_a_tests_import(tmp_path: Path) -> None:
     p = tmp_path / "x.py"
     p.write_text("import os\nfrom tests.support import y\nimport tests.support.z as w\nfrom . import q\n")
     assert {m for m in _imported(p) if m.startswith("tests")} == {"tests.support", "tests.support.z"}
+
+
+def test_every_fuzz_family_module_is_registered() -> None:
+    """A family written in a module of its own runs in fuzz_fleet (and so in its --quick smoke run)."""
+    import importlib
+
+    fuzz_fleet = importlib.import_module("fuzz_fleet")
+    from fuzz_fleet_common import FAMILIES
+
+    assert set(fuzz_fleet.CASES) == set(FAMILIES)
+    registered = set(fuzz_fleet.CASES.values())
+    for module in FAMILY_MODULES:
+        if module.name in ("fuzz_fleet_common.py",):
+            continue
+        mod = importlib.import_module(module.stem)
+        cases = [v for k, v in vars(mod).items() if k.startswith("case_") and callable(v)
+                 and getattr(v, "__module__", "") == module.stem]
+        assert cases, f"{module.name} defines no case_ function"
+        assert all(c in registered for c in cases), f"{module.name}: {cases} not all in fuzz_fleet.CASES"
