@@ -31,6 +31,7 @@ from typing import Any
 from fuzz_fleet_common import MODEL, CheckFailed, captured, check, kvscope_main
 
 from kvharness.fixtures import DATA
+from kvscope.core.textsafe import safe_text
 
 STATE = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
 LAB = DATA / "lab" / "llamacpp-2026-10-01" / "llama" / "fa0-unified1"
@@ -237,7 +238,7 @@ def case_messages(rng: random.Random, work: Path) -> dict[str, Any]:
             closed.chmod(0o755)
         if env_before is None:
             os.environ.pop("QT_QPA_PLATFORM", None)
-    shown = [a if len(a) < 60 else a[:40] + f"...({len(a)} chars)" for a in argv]
+    shown = [safe_text(a if len(a) < 60 else a[:40] + f"...({len(a)} chars)") for a in argv]  # printable summary
     try:
         check_message(rc, text, argv)
     except CheckFailed as e:
