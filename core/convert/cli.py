@@ -18,6 +18,7 @@ from typing import Any
 
 from kvscope.core.errors import EXIT_BAD_INPUT, EXIT_OK, error_line
 from kvscope.core.errors import EXIT_FINDINGS as EXIT_INEXACT
+from kvscope.core.textsafe import safe_text
 
 COMMANDS = ("rewrite",)
 __all__ = ["EXIT_BAD_INPUT", "EXIT_INEXACT", "EXIT_OK", "cmd_rewrite", "register"]
@@ -77,5 +78,5 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
     if not outcome.ok:
         print(error_line(outcome.message), file=sys.stderr)
         return outcome.code
-    print(outcome.message)
+    print(safe_text(outcome.message))  # it names OUT: a name's control and bidi characters are escaped
     return EXIT_OK

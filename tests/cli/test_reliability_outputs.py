@@ -175,3 +175,14 @@ def test_rewrite_output_mode(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert _mode(dest) == 0o644 and dest.read_bytes() == src.read_bytes()
     assert os.listdir(tmp_path) == ["out.seqstate"]
+
+
+def test_rewrite_escapes_its_output_name_on_stdout(tmp_path: Path) -> None:
+    """The line naming OUT escapes a name's control and bidi characters, as the error lines do."""
+    src = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
+    dest = tmp_path / "out\x1b[31m\u202e.seqstate"
+    p = subprocess.run([sys.executable, "-m", "kvscope.core.cli.main", "rewrite", str(src), "-o", str(dest)],
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert p.returncode == 0, p.stderr
+    assert dest.read_bytes() == src.read_bytes()
+    assert "\x1b" not in p.stdout and "\u202e" not in p.stdout and "out\\x1b" in p.stdout, p.stdout
