@@ -32,7 +32,6 @@ import secrets
 import shutil
 import signal
 import stat
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
@@ -234,8 +233,7 @@ def atomic_writer(path: str | os.PathLike[str], tag: str = "", buffering: int = 
     target = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(target))
     mode = output_mode(target)
-    fd, tmp = tempfile.mkstemp(prefix=temp_name(tag), dir=folder)
-    _register(tmp, False)
+    fd, tmp = _new_temp_file(folder, tag)
     try:
         with os.fdopen(fd, "wb", buffering=buffering) as fh:
             yield fh
@@ -249,6 +247,22 @@ def atomic_writer(path: str | os.PathLike[str], tag: str = "", buffering: int = 
         raise
     finally:
         _unregister(tmp)
+
+
+def _new_temp_file(folder: str, tag: str) -> tuple[int, str]:
+    """A new, empty ``TEMP_PREFIX...`` file in ``folder`` (mode 0600, as ``mkstemp``'s), registered for the
+    signal cleanup *before* it exists: made first, a SIGTERM between its creation and its registration
+    left it behind (the race :func:`temporary_folder` had too)."""
+    while True:
+        path = os.path.join(folder, temp_name(tag) + secrets.token_hex(8))
+        _register(path, False)
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600), path
+        except FileExistsError:  # 64 random bits taken: another name (that file is not ours to remove)
+            _unregister(path)
+        except BaseException:
+            _unregister(path)
+            raise
 
 
 def write_atomic(

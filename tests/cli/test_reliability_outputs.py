@@ -186,3 +186,25 @@ def test_rewrite_escapes_its_output_name_on_stdout(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert dest.read_bytes() == src.read_bytes()
     assert "\x1b" not in p.stdout and "\u202e" not in p.stdout and "out\\x1b" in p.stdout, p.stdout
+
+
+def test_a_signal_as_the_temporary_file_is_made_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cleanup of a SIGTERM landing right after the temporary file is created (before the old code
+    registered it) removes that file: it is registered before it exists."""
+    import kvscope.core.fsutil as fsutil
+
+    real_open = os.open
+
+    def open_then_signal(path: str, flags: int, mode: int = 0o777, *a: object, **k: object) -> int:
+        fd = real_open(path, flags, mode, *a, **k)  # type: ignore[arg-type]
+        if os.path.basename(path).startswith(TEMP_PREFIX):
+            os.close(fd)
+            fsutil.remove_temporaries()  # what the SIGTERM handler does first
+            raise KeyboardInterrupt
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_signal)
+    with pytest.raises(KeyboardInterrupt), atomic_writer(tmp_path / "out.bin") as fh:
+        fh.write(b"never")
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == []
