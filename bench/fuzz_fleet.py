@@ -24,7 +24,7 @@ six of #31 in modules of their own, whose docstrings say what each draws and che
 
 ``server``
     ``kvscope verify --engine server`` of a real llama-server slot through the misbehaving proxy of
-    ``tests/support/fake_server.py`` before a real llama-server (0c1e5709, the tiny llama): one to
+    ``kvharness/fake_server.py`` before a real llama-server (0c1e5709, the tiny llama): one to
     three faults drawn over every endpoint and every kind it offers (HTTP errors with hostile
     messages, silence, closed connections, bodies that are not JSON, JSON of wrong types, trickled
     heads and bodies, huge bodies, and the saved slot replaced by a link, a FIFO, a folder, a

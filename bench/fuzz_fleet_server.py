@@ -1,5 +1,5 @@
 """The long fuzz's ``server`` family (``bench/fuzz_fleet.py``): ``kvscope verify --engine server``
-against a llama-server that misbehaves in a drawn way (tests/support/fake_server.py), and slot-folder
+against a llama-server that misbehaves in a drawn way (kvharness/fake_server.py), and slot-folder
 changes (links, FIFOs, sparse and cut files); the checks: a verdict or one printable line, a bounded time
 and memory, nothing left in the slot folder, no file a link led to changed."""
 

@@ -1,4 +1,4 @@
-"""``kvscope verify --engine server`` against a misbehaving llama-server (``tests/support/fake_server``: a
+"""``kvscope verify --engine server`` against a misbehaving llama-server (``kvharness.fake_server``: a
 proxy before a real one that answers one chosen request wrongly). Every fault ends in a verdict or in one
 line and exit code 2, never a traceback; ``--timeout`` bounds a server that trickles bytes; an answer or a
 saved slot is bounded in size and never read through a link, a FIFO or a device; the server's text reaches
