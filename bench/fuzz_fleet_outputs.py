@@ -163,7 +163,7 @@ def case_outputs(rng: random.Random, work: Path) -> dict[str, Any]:
     elif target == "fifo":
         out = str(place / "pipe")
         os.mkfifo(out)
-        expect = "a FIFO, not a " + ("folder" if folder_out else "regular file")
+        expect = "a FIFO (named pipe), not a " + ("folder" if folder_out else "regular file")
     elif target == "device":
         out = _device(rng, place)
         info["device"] = out

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 
-from kvscope.core.textsafe import safe_text
+from kvscope.core.textsafe import file_kind, safe_text
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -104,10 +103,6 @@ def cut_long_values(text: str) -> str:
     return _LONG_VALUE.sub(lambda m: f"{m.group(0)[:60]}... ({len(m.group(0))} characters)", text)
 
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
 def path_kind(path: str | os.PathLike[str]) -> str:
     """Why ``path`` is not a regular file one could read, as words for a message: ``"no such file"``,
     ``"a folder, not a file"``, ``"a FIFO (named pipe), not a regular file"``, ``"a character device, not a
@@ -120,7 +115,7 @@ def path_kind(path: str | os.PathLike[str]) -> str:
         return safe_text(e.strerror or "cannot be read").lower()
     except ValueError:  # a NUL byte in the name
         return "not a valid file name"
-    if stat.S_ISREG(mode):
-        return "a regular file"
-    what = next((name for test, name in _KINDS if test(mode)), "a special file")
+    what = file_kind(mode)
+    if what == "a regular file":
+        return what
     return f"{what}, not a file" if what == "a folder" else f"{what}, not a regular file"

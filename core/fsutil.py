@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 from typing import IO, Any, BinaryIO
 
-from kvscope.core.textsafe import safe_text
+from kvscope.core.textsafe import file_kind, safe_text
 
 TEMP_PREFIX = ".kvscope-tmp-"  # every temporary file or folder kvscope creates starts with this
 CLEANUP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, n))
@@ -85,17 +85,6 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
 class OutputRefused(ValueError):
     """An output path a command must not write: one line saying why (the callers raise their own error types
     through :func:`check_output`'s ``error``)."""
-
-
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-def file_kind(mode: int) -> str:
-    """What ``st_mode`` says a path is, in words (``a regular file``, ``a FIFO``, ``a character device``...)."""
-    if stat.S_ISREG(mode):
-        return "a regular file"
-    return next((name for test, name in _KINDS if test(mode)), "a special file")
 
 
 def output_problem(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], *,
@@ -250,14 +239,15 @@ def atomic_writer(path: str | os.PathLike[str], tag: str = "", buffering: int = 
 
 
 def _new_temp_file(folder: str, tag: str) -> tuple[int, str]:
-    """A new, empty ``TEMP_PREFIX...`` file in ``folder`` (mode 0600, as ``mkstemp``'s), registered for the
+    """A new, empty ``TEMP_PREFIX...`` file in ``folder``, open for reading and writing with mode 0600 (as
+    ``mkstemp`` makes it: a writer may read back what it wrote), registered for the
     signal cleanup *before* it exists: made first, a SIGTERM between its creation and its registration
     left it behind (the race :func:`temporary_folder` had too)."""
     while True:
         path = os.path.join(folder, temp_name(tag) + secrets.token_hex(8))
         _register(path, False)
         try:
-            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600), path
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600), path
         except FileExistsError:  # 64 random bits taken: another name (that file is not ours to remove)
             _unregister(path)
         except BaseException:

@@ -19,6 +19,7 @@ reverses what follows on screen). The three media:
   (the same, line by line, for ``<pre>``).
 
 JSON output needs no such step: ``json.dumps`` writes those characters as ``\\uNNNN`` escapes.
+:func:`file_kind` is the words every message uses for what a path is (a folder, a FIFO, a device...).
 :func:`markdown_line` is for a line that is Markdown already and carries file-derived text the writer could
 not escape as a value: it stops raw HTML, entities and autolinks only (links stay live), so a writer that
 builds Markdown escapes its values with :func:`markdown_text` instead.
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import html
 import re
+import stat
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -123,3 +125,16 @@ def markdown_line(line: object) -> str:
     if not any(c in _MARKDOWN_HTML for c in s):
         return s
     return "".join("\\" + c if c in _MARKDOWN_HTML else c for c in s)
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(mode: int) -> str:
+    """What ``st_mode`` says a path is, in words for a message: ``a regular file``, ``a folder``, ``a FIFO
+    (named pipe)``, ``a character device``... (the one table the error and output-path messages share)."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((name for test, name in _FILE_KINDS if test(mode)), "a special file")
+

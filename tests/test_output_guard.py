@@ -220,12 +220,12 @@ def test_output_problem_names_every_path_form(tmp_path: Path) -> None:
 def test_output_problem_names_the_kind_of_a_special_file(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     os.symlink("/dev/null", tmp_path / "to-null")
-    assert "a FIFO, not a regular file" in (output_problem(tmp_path / "fifo", []) or "")
+    assert "a FIFO (named pipe), not a regular file" in (output_problem(tmp_path / "fifo", []) or "")
     assert "a character device, not a regular file" in (output_problem("/dev/null", []) or "")  # looks only
     assert "a character device" in (output_problem(tmp_path / "to-null", []) or "")  # followed: it is the node
     assert "a folder, not a regular file" in (output_problem(tmp_path, []) or "")
     assert output_problem(tmp_path, [], folder=True) is None
-    assert "a FIFO, not a folder" in (output_problem(tmp_path / "fifo", [], folder=True) or "")
+    assert "a FIFO (named pipe), not a folder" in (output_problem(tmp_path / "fifo", [], folder=True) or "")
     with pytest.raises(OutputRefused, match="not a regular file"):
         check_output("/dev/null", [])
 
