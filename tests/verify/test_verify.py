@@ -209,7 +209,7 @@ def test_an_aborting_file_is_an_outcome(builds: dict[str, InstalledBuild], tmp_p
 
 def test_setup_errors(builds: dict[str, InstalledBuild], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     f = MODELS / "llama-f16-fa0-unified0-seq1.seqstate"
-    with pytest.raises(VerifyError, match="no such model"):
+    with pytest.raises(VerifyError, match=r"no such file \(--model names the GGUF model file\)"):
         verify(f, tmp_path / "none.gguf")
     with pytest.raises(VerifyError, match="not a llama.cpp state file"):
         verify(model_path("llama"), model_path("llama"))

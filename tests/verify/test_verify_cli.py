@@ -66,7 +66,7 @@ def test_usage_and_setup_errors_exit_2_with_one_line(builds: dict[str, Installed
                                                       capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     cases = [
-        ([str(SEQ), "--model", str(tmp_path / "none.gguf")], "no such model file"),
+        ([str(SEQ), "--model", str(tmp_path / "none.gguf")], "no such file (--model names the GGUF model file)"),
         ([str(tmp_path / "none.bin"), "--model", str(model_path("llama"))], "no such file"),
         ([str(SEQ), "--model", str(model_path("llama")), "--ctx-param", "n_ctx"], "expected KEY=VALUE"),
         ([str(SEQ), "--model", str(model_path("llama")), "--ctx-param", "bogus=1"], "not a context parameter"),
