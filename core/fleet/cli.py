@@ -137,6 +137,20 @@ def _choose_executor(args: argparse.Namespace) -> None:
 SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss")  # dask.distributed's network transports
 
 
+def _host_name_ok(host: str) -> bool:
+    """An IP address, or a DNS name whose labels are 1-63 characters and which is at most 253 in all (the
+    resolver's idna codec raises UnicodeError past those: an internal error, found by the jobs_links fuzz)."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host
+    return 0 < len(name) <= 253 and all(0 < len(label) <= 63 for label in name.split("."))
+
+
 def check_scheduler(address: str) -> str:
     """``--scheduler``'s address checked before anything connects: ``[SCHEME://]HOST:PORT`` with SCHEME one of
     :data:`SCHEDULER_SCHEMES` (default tcp), a host name or IP address, a port 1-65535, nothing else.
@@ -162,6 +176,9 @@ def check_scheduler(address: str) -> str:
     if not host or parts.username is not None or parts.password is not None \
             or any(not (c.isascii() and (c.isalnum() or c in "-._:")) for c in host):
         raise UsageError(f"--scheduler {shown}: no host name (give tcp://HOST:PORT)")
+    if not _host_name_ok(host):
+        raise UsageError(f"--scheduler {shown}: not a host name (labels of 1-63 characters, 253 in all; "
+                         "give tcp://HOST:PORT)")
     if port is None or port == 0:
         raise UsageError(f"--scheduler {shown}: no port (give tcp://HOST:PORT, e.g. tcp://{host}:8786)")
     if parts.path not in ("", "/") or parts.query or parts.fragment:

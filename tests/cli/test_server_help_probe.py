@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from kvharness.fixtures import DATA, model_path
 
+from kvharness.fixtures import DATA, model_path
 from kvscope.core.engine.server import ServerSetupError, server_flags
 
 CHILD = "import sys; from kvscope.core.cli.main import main; sys.exit(main(sys.argv[1:]))"

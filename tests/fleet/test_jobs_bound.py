@@ -19,8 +19,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from kvharness.fixtures import DATA
 
+from kvharness.fixtures import DATA
 from kvscope.core.cli.main import main
 from kvscope.core.fleet.executors import job_limit
 from kvscope.core.fleet.localpool import LocalPool

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 from kvharness.fixtures import DATA
-
 from kvscope.core.fleet.source import open_source
 
 CHILD = "import sys; from kvscope.core.cli.main import main; sys.exit(main(sys.argv[1:]))"
