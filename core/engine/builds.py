@@ -26,18 +26,17 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
-from typing import IO, Any
+from typing import IO
 
 from kvscope.core.engine.trained_model import ModelError
 from kvscope.core.errors import SetupError, error_line
 from kvscope.core.fsutil import lock_exclusive
 from kvscope.core.pinned_builds import BUILDS, LlamaBuild
+from kvscope.core.stopsignals import Stopped, exit_status, stopped_by_signals
 
 __all__ = ["BUILDS", "CMAKE_FLAGS", "TARGETS", "BuildError", "InstalledBuild", "LlamaBuild", "add_arguments",
            "build_dir", "by_name", "cache_root", "ensure_build", "fetch_sdist", "installed", "log", "main",
@@ -65,48 +64,6 @@ TARGETS = ("llama", "llama-server")
 
 class BuildError(SetupError):
     """A build could not be made: one line saying why."""
-
-
-class BuildStopped(BaseException):
-    """``llama-build`` got SIGTERM or SIGHUP (a BaseException, as KeyboardInterrupt: no ``except Exception`` eats
-    it): raised in the main thread so that every ``finally`` runs (cmake's process group killed, the
-    ``.building-*`` folder removed) before the command exits ``128 + signal``."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
-
-
-def _raise_stopped(signum: int, frame: FrameType | None) -> None:
-    for sig in (signal.SIGINT, *STOP_SIGNALS):  # the cleanup that follows runs to its end
-        with contextlib.suppress(ValueError, OSError):
-            signal.signal(sig, signal.SIG_IGN)
-    raise BuildStopped(signum)
-
-
-@contextlib.contextmanager
-def stopped_by_signals() -> Iterator[None]:
-    """Within the block SIGTERM and SIGHUP raise :class:`BuildStopped` (SIGINT raises KeyboardInterrupt as
-    always); off the main thread, or for a signal the caller ignores (nohup), nothing changes. Without it
-    SIGTERM killed kvscope at once and left cmake and the compilers running, and the ``.building-*`` folder."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous: dict[int, Any] = {}
-    for sig in STOP_SIGNALS:
-        if signal.getsignal(sig) == signal.SIG_IGN:
-            continue
-        with contextlib.suppress(ValueError, OSError):
-            previous[sig] = signal.signal(sig, _raise_stopped)
-    try:
-        yield
-    finally:
-        for sig, prev in previous.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
 
 
 def by_name(name: str) -> LlamaBuild:
@@ -378,9 +335,10 @@ def _build(build: LlamaBuild, jobs: int | None, sdist: Path | None, root: Path) 
 
 def _run(cmd: Sequence[str], logfile: Path) -> None:
     """Run ``cmd`` (cmake) in a process group of its own, its output into ``logfile``. Should the wait be cut
-    short (Ctrl-C, :class:`BuildStopped`), the whole group is killed, cmake and every make, compiler and
-    linker it started, before the exception goes on (the caller's ``finally`` then removes the folder they
-    were writing into): the group, not the leader alone, since cmake's children do not die with it."""
+    short (Ctrl-C, :class:`~kvscope.core.stopsignals.Stopped`), the whole group is killed, cmake and every
+    make, compiler and linker it started, before the exception goes on (the caller's ``finally`` then
+    removes the folder they were writing into): the group, not the leader alone, since cmake's children do
+    not die with it."""
     with open(logfile, "w") as fh:
         proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # a terminal's Ctrl-C reaches kvscope, which stops it
@@ -451,9 +409,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         with stopped_by_signals():
             return _run_command(args)
-    except BuildStopped as e:
-        print(f"kvscope llama-build: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
-        return 128 + e.signum
+    except Stopped as e:
+        print(f"kvscope llama-build: stopped by {e.name}", file=sys.stderr)
+        return exit_status(e)
 
 
 def _run_command(args: argparse.Namespace) -> int:

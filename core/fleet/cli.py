@@ -104,7 +104,7 @@ def _fail(message: str) -> int:
 
 def _stopped(e: Any) -> int:
     """A command stopped by SIGTERM/SIGHUP (all cleaned up): one line, exit status 128 + the signal."""
-    from kvscope.core.fleet.stopsignals import exit_status
+    from kvscope.core.stopsignals import exit_status
 
     print(f"kvscope: stopped by {e.name}", file=sys.stderr)
     return exit_status(e)
@@ -221,7 +221,7 @@ def _session(args: argparse.Namespace, dest: str | None = None) -> Iterator[tupl
     With ``dest`` (migrate's), the walk never enters DEST, however a link of SOURCE leads there."""
     from kvscope.core.fleet.executors import ExecutorError
     from kvscope.core.fleet.source import SourceError, open_source
-    from kvscope.core.fleet.stopsignals import stopped_by_signals
+    from kvscope.core.stopsignals import stopped_by_signals
 
     with stopped_by_signals():  # SIGTERM/SIGHUP raise Stopped: the finally below closes the executor first
         try:
@@ -346,8 +346,8 @@ def run_scan(source: Any, executor: Any, model: str | None, target: str | None, 
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
-    from kvscope.core.fleet.stopsignals import Stopped
     from kvscope.core.fleet.summary import exit_code
+    from kvscope.core.stopsignals import Stopped
 
     try:
         _check_common(args)
@@ -488,7 +488,7 @@ def _migrate_summary(s: dict[str, Any]) -> str:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     from kvscope.core.fleet.migrate import MigrateOptions
-    from kvscope.core.fleet.stopsignals import Stopped
+    from kvscope.core.stopsignals import Stopped
 
     try:
         _check_common(args)

@@ -57,7 +57,7 @@ from typing import Any, TypeVar
 
 from kvscope.core.fleet.executors import ExecutorError, Result, bounded_jobs, run_batch
 from kvscope.core.fleet.localpool import death_reason, timeout_reason
-from kvscope.core.fleet.stopsignals import deferred
+from kvscope.core.stopsignals import deferred
 
 T = TypeVar("T")
 DEFAULT_BATCH = 16

@@ -3,8 +3,8 @@ leaves no ``.building-*`` folder.
 
 Issue #31 item 13: SIGTERM killed kvscope at once; cmake, make and the compilers went on building into the
 ``.building-*`` folder, which stayed. Now cmake runs in a process group of its own, the signal unwinds
-kvscope (``BuildStopped``), the group is killed and the folder removed, and the command exits 128 + signal
-(130 for SIGINT) with one line.
+kvscope (``kvscope.core.stopsignals.Stopped``), the group is killed and the folder removed, and the command
+exits 128 + signal (130 for SIGINT) with one line.
 
 The run is real: ``kvscope llama-build`` as a child in its own session, with a fresh cache folder
 (``KVSCOPE_LLAMA_CACHE``) so that it really unpacks the pinned sdist and starts cmake.

@@ -1,12 +1,14 @@
-"""SIGTERM and SIGHUP end a fleet command as Ctrl-C would: by unwinding, so nothing is left behind.
+"""SIGTERM and SIGHUP end a command as Ctrl-C would: by unwinding, so nothing is left behind.
 
-Python's default for SIGTERM and SIGHUP kills the process at once: no ``finally``, no ``atexit``,
-so the worker processes, the Dask cluster and its scratch space, multiprocessing's ``pymp-*``
-folder and its semaphores were all left behind. :func:`stopped_by_signals` turns either signal
+Python's default for SIGTERM and SIGHUP kills the process at once: no ``finally``, no ``atexit``, so
+a fleet command's worker processes, its Dask cluster and scratch space, multiprocessing's ``pymp-*``
+folder and its semaphores, or ``llama-build``'s cmake, compilers and ``.building-*`` folder, were all
+left behind. :func:`stopped_by_signals` turns either signal
 into :class:`Stopped` (raised in the main thread, where the command runs); the command's context
 managers then close the executor and remove their temporary folders, and the command exits with
 ``128 + signal`` (:func:`exit_status`), as a shell reports a process the signal killed. A second
-signal while that cleanup runs is ignored. Off the main thread (where signals cannot be caught)
+signal while that cleanup runs is ignored, Ctrl-C included. Used by ``scan``/``migrate`` and
+``llama-build`` (a leaf module, so every layer may). Off the main thread (where signals cannot be caught)
 nothing changes.
 
 :func:`deferred` holds SIGINT, SIGTERM and SIGHUP over a block that must not be cut in two (a Dask
@@ -45,7 +47,7 @@ def exit_status(e: Stopped) -> int:
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:
-    for sig in SIGNALS:  # the cleanup that follows runs to its end
+    for sig in (signal.SIGINT, *SIGNALS):  # the cleanup that follows runs to its end
         with contextlib.suppress(ValueError, OSError):
             signal.signal(sig, signal.SIG_IGN)
     raise Stopped(signum)
