@@ -7,51 +7,20 @@ the output's temporary file by the kernel and each mutation is made there in pla
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from pathlib import Path
 
-import numpy as np
-
+from kvscope.core.fsutil import sha256_file
 from kvscope.core.reader.parse import read_state
-from tests.support.bigstate import SEQ_MAGIC, run_kvscope
+from tests.support.bigstate import run_kvscope, write_seq_state
 
-F16 = 1
 MIB = 1 << 20
-
-
-def _sparse_state(path: Path, cells: int, n_layer: int, n_embd: int) -> int:
-    """A current-layout sequence file (one stream of ``cells`` cells, F16 K and V records of ``n_layer`` layers)
-    whose payloads are holes: as big as asked, written in an instant, read back as zeros."""
-    row = 2 * n_embd
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<III", SEQ_MAGIC, 3, cells) + np.arange(cells, dtype=np.int32).tobytes())
-        meta = np.zeros((cells, 3), np.int32)
-        meta[:, 0] = np.arange(cells)
-        meta[:, 1] = 1
-        fh.write(struct.pack("<II", 1, cells) + meta.tobytes() + struct.pack("<II", 0, n_layer))
-        at = fh.tell()
-        for _ in range(2 * n_layer):
-            fh.seek(at)
-            fh.write(struct.pack("<iQ", F16, row))
-            at += 12 + cells * row
-        fh.truncate(at)
-    return path.stat().st_size
-
-
-def _sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while piece := fh.read(8 * MIB):
-            h.update(piece)
-    return h.hexdigest()
 
 
 def test_a_256_mib_state_is_corrupted_in_well_under_its_size_of_memory(tmp_path: Path) -> None:
     src = tmp_path / "big.seqstate"
-    size = _sparse_state(src, cells=8192, n_layer=8, n_embd=1024)  # 16 records of 16 MiB
+    size = write_seq_state(src, cells=8192, n_layer=8, n_embd=1024, sparse=True)  # 16 records of 16 MiB
     assert size > 256 * MIB
-    before = _sha(src)
+    before = sha256_file(src)
     res = read_state(src)
     k = [r for _, r in res.layer_records() if r.role == "k"]
     v = [r for _, r in res.layer_records() if r.role == "v"]
@@ -62,7 +31,7 @@ def test_a_256_mib_state_is_corrupted_in_well_under_its_size_of_memory(tmp_path:
     run = run_kvscope("corrupt", str(src), "-o", str(out), *[a for s in specs for a in ("--corrupt", s)])
     assert run.rc == 0, run.err
     assert run.hwm_mib * MIB < size / 2 + 150 * MIB, f"peak RSS {run.hwm_mib:,.0f} MiB, input {size / MIB:,.0f} MiB"
-    assert _sha(src) == before
+    assert sha256_file(src) == before
     dropped = v[-1].size
     assert out.stat().st_size == size - dropped + MIB
     with open(out, "rb") as fh:

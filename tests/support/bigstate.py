@@ -3,7 +3,7 @@
 ``write_seq_state`` writes a current-layout ("2026-10", version 3) ``llama_state_seq_save_file``
 file as ``bench/bench_reader.py`` does: the tokens, one KV stream of ``cells`` cells (pos i,
 sequence 0), then F16 K and V records of ``n_layer`` layers; the payload is random F16 without
-Inf/NaN, written in pieces. ``run_kvscope`` runs the real command in a child and reports its
+Inf/NaN, written in pieces (or holes, ``sparse``). ``run_kvscope`` runs the real command in a child and reports its
 exit status, output and peak RSS (VmHWM of the child itself).
 """
 
@@ -40,8 +40,9 @@ sys.exit(rc)
 """
 
 
-def write_seq_state(path: Path, cells: int, n_layer: int, n_embd: int, seed: int = 0) -> int:
-    """Write the synthetic state; returns its size in bytes."""
+def write_seq_state(path: Path, cells: int, n_layer: int, n_embd: int, seed: int = 0, sparse: bool = False) -> int:
+    """Write the synthetic state; returns its size in bytes. ``sparse``: every payload left as a hole (as big
+    as asked, written in an instant, read back as zeros)."""
     rng = np.random.default_rng(seed)
     row = 2 * n_embd
     with open(path, "wb") as fh:
@@ -62,7 +63,11 @@ def write_seq_state(path: Path, cells: int, n_layer: int, n_embd: int, seed: int
 
         for _ in range(2 * n_layer):  # K records, then plain (not transposed) V records
             fh.write(struct.pack("<iQ", F16, row))
-            payload()
+            if sparse:
+                fh.seek(cells * row, os.SEEK_CUR)
+            else:
+                payload()
+        fh.truncate()
     return path.stat().st_size
 
 
