@@ -19,7 +19,12 @@ from pathlib import Path
 
 import psutil
 
-CHILD = "import sys; from kvscope.core.cli.main import main; sys.exit(main(sys.argv[1:]))"
+# kvscope's main() as a terminal runs it: SIGINT, SIGTERM and SIGHUP at their defaults first, since the
+# harness itself may run under nohup or as a background job of a non-interactive shell, whose children
+# inherit SIGHUP and SIGINT ignored (kvscope then rightly goes on: the signal cases would test nothing)
+CHILD = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+         "[signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGHUP)]; "
+         "from kvscope.core.cli.main import main; sys.exit(main(sys.argv[1:]))")
 WAIT_S = 180.0
 
 

@@ -19,9 +19,9 @@ import psutil
 import pytest
 
 from kvharness.fixtures import DATA, model_path
+from kvharness.proc_runs import CHILD
 from kvscope.core.engine.server import ServerSetupError, server_flags
 
-CHILD = "import sys; from kvscope.core.cli.main import main; sys.exit(main(sys.argv[1:]))"
 SLOT = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq0.seqstate"
 
 

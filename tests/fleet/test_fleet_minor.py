@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from kvharness.fixtures import DATA
+from kvharness.proc_runs import CHILD
 from kvscope.core.cli.main import main
 from kvscope.core.fleet.source import MANIFEST_NAME, open_source
 
 SLOT = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq0.seqstate"
-CHILD = "import sys; from kvscope.core.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
 def _small_files_only() -> None:

@@ -24,8 +24,8 @@ import psutil
 import pytest
 
 from kvharness.fleet_tree import build_tree, write_slow_state
+from kvharness.proc_runs import CHILD
 
-CHILD = "import sys; from kvscope.core.cli.main import main; sys.exit(main(sys.argv[1:]))"
 SEED = int(os.environ.get("KVSCOPE_TEST_SEED", "20"))
 WAIT = 180.0
 

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from kvharness.fixtures import DATA
+from kvharness.proc_runs import CHILD
 
 SLOT = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq0.seqstate"
-CHILD = "import sys; from kvscope.core.cli.main import main; sys.exit(main(sys.argv[1:]))"
 PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 24, 1, 2
 
 

@@ -21,13 +21,13 @@ import psutil
 import pytest
 
 from kvharness.fixtures import DATA
+from kvharness.proc_runs import CHILD
 from kvscope.core.cli.main import main
 from kvscope.core.fleet.executors import job_limit
 from kvscope.core.fleet.localpool import LocalPool
 from kvscope.core.fleet.scanfile import scan_entry
 from kvscope.core.fleet.source import open_source
 
-CHILD = "import sys; from kvscope.core.cli.main import main; sys.exit(main(sys.argv[1:]))"
 SLOT = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq0.seqstate"
 
 

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from kvharness.fixtures import DATA
+from kvharness.proc_runs import CHILD
 from kvscope.core.fleet.source import open_source
 
-CHILD = "import sys; from kvscope.core.cli.main import main; sys.exit(main(sys.argv[1:]))"
 SLOT = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq0.seqstate"
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from kvharness.fixtures import DATA
+from kvharness.proc_runs import CHILD
 from kvscope.core.errors import UsageError
 from kvscope.core.fleet.cli import check_scheduler
 
-CHILD = "import sys; from kvscope.core.cli.main import main; sys.exit(main(sys.argv[1:]))"
 SLOT = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq0.seqstate"
 
 BAD = ["tcp://127.0.0.1", "127.0.0.1", "tcp://", "tcp://:8786", "http://127.0.0.1:8786", "tcp://127.0.0.1:99999",
