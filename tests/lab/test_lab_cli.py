@@ -72,7 +72,7 @@ def test_ctx_params_and_live_sequences(capsys: pytest.CaptureFixture[str]) -> No
 @pytest.mark.parametrize(("args", "message"), [
     (["--context", "/nonexistent/ctx.state.bin"], "no such file"),
     (["--context", str(FA0), "--corrupt", "explode:now=1"], "unknown corruption kind"),
-    (["--context", str(FA0), "--corrupt", "swa_cell_count_huge"], "no kv_swa"),
+    (["--context", str(FA0), "--corrupt", "swa_cell_count_huge"], "section='kv_swa': no such section"),
     (["--context", str(FA0), "--policy", "optimistic"], "--policy optimistic"),
     (["--context", str(FA0), "--reader", "mmap"], "--reader mmap"),
     (["--context", str(FA0), "--into", "9"], "seq9"),
