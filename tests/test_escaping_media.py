@@ -138,6 +138,7 @@ def test_one_function_per_medium() -> None:
         assert markdown_text(lead) == want
 
 
+@pytest.mark.engine
 def test_lab_prompt_stderr_line_escapes_the_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``lab --prompt``'s "wrote the scenario FOLDER" line on stderr printed the folder's name raw (real llama.cpp
     writes the scenario; the Markdown that follows escapes the same name)."""

@@ -176,6 +176,7 @@ def test_lab_prompt_folder_and_refusal_words() -> None:
     assert decode_refusal(1, 3, "engine aborted: SIGABRT", None, params).endswith("engine aborted: SIGABRT")
 
 
+@pytest.mark.engine
 def test_lab_prompt_too_long_for_the_context_is_refused(builds: object, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """Real llama.cpp: a prompt longer than the context: a clear refusal (was "...: ok rc=1"); nothing written."""
@@ -188,6 +189,7 @@ def test_lab_prompt_too_long_for_the_context_is_refused(builds: object, tmp_path
     assert not folder.exists() and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.engine
 def test_lab_prompt_folder_has_the_umask_mode(builds: object, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     """The scenario folder ``lab --prompt`` writes was 0700 (``mkdtemp``); it is 0777 less the umask."""

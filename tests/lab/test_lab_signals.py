@@ -29,6 +29,7 @@ def _lab_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.glob("kvscope-lab-*"))
 
 
+@pytest.mark.engine
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_signal_during_a_libllama_lab_run_leaves_an_empty_tmpdir(sig: int, builds: dict[str, InstalledBuild],
                                                                  tmp_path: Path) -> None:
