@@ -171,6 +171,7 @@ CORE_LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer.split()) for lay
     "engine",
     "verify fleet",
     "lab",
+    "report",
     "cli",
 ))
 
@@ -203,6 +204,8 @@ def test_the_core_layer_check_sees_an_upward_import() -> None:
     assert _core_layer("kvscope.core.textsafe") == 0 and _core_layer("kvscope.core.errors") == 1
     assert _core_layer("kvscope.core.findings") == 1 and _core_layer("kvscope.core.nonesuch") is None
     assert _core_layer("kvscope.core.verify.run") == _core_layer("kvscope.core.fleet.cli")
+    assert (_core_layer("kvscope.core.lab.runner"), _core_layer("kvscope.core.report.collect"),
+            _core_layer("kvscope.core.cli.main")) == (9, 10, 11)  # the report sits between the lab and the CLI
 
 
 

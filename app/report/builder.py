@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kvscope.app.report.atomic import check_destination, report_inputs
-from kvscope.app.report.collect import collect
+from kvscope.app.report.html_page import render_html
 from kvscope.app.report.images import render_images
-from kvscope.app.report.model import Progress, ReportData, ReportOptions, no_progress
-from kvscope.app.report.writer import write_report
+from kvscope.core.report.atomic import check_destination, report_inputs
+from kvscope.core.report.collect import collect
+from kvscope.core.report.model import Progress, ReportData, ReportOptions, no_progress
+from kvscope.core.report.writer import write_report
 
 
 def ensure_report_app() -> None:
@@ -29,4 +30,4 @@ def build_report(options: ReportOptions, dest: str | os.PathLike[str],
     data = collect(options, progress)
     images = render_images(data, progress)
     progress(None, "writing")
-    return data, write_report(data, images, dest)
+    return data, write_report(data, images, dest, render_html)

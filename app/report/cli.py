@@ -86,8 +86,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(error_line(f"report needs PySide6 and pyqtgraph (pip install 'kvscope[gui]'): {e}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     from kvscope.app.report.builder import build_report
-    from kvscope.app.report.model import ReportError, ReportOptions
-    from kvscope.app.report.summary import summary_line
+    from kvscope.core.report.model import ReportError, ReportOptions
+    from kvscope.core.report.summary import summary_line
 
     if args.lab_into < 0:
         print(error_line("--lab-into must be a sequence id (0 or more)"), file=sys.stderr)

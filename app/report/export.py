@@ -31,17 +31,19 @@ from PySide6.QtWidgets import (
 )
 
 from kvscope.app.base.tasks import CancelToken, Report, Task, TaskRunner
-from kvscope.app.report.atomic import check_destination, report_inputs
-from kvscope.app.report.collect import Preloaded, collect, verify_for_report
+from kvscope.app.report.html_page import render_html
 from kvscope.app.report.images import render_images
-from kvscope.app.report.lab import lab_context, memory_core_available
-from kvscope.app.report.model import ReportData, ReportError, ReportImage, ReportOptions
-from kvscope.app.report.summary import summary_line
-from kvscope.app.report.writer import write_report
+from kvscope.core.report.atomic import check_destination, report_inputs
+from kvscope.core.report.collect import Preloaded, collect, verify_for_report
+from kvscope.core.report.lab import lab_context, memory_core_available
+from kvscope.core.report.model import ReportData, ReportError, ReportImage, ReportOptions
+from kvscope.core.report.summary import summary_line
+from kvscope.core.report.writer import write_report
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from kvscope.app.document.doc_index import DocumentIndex
     from kvscope.app.document.document import Document
 
 ShowStatus = Callable[[str, int], None]  # (text, milliseconds): a status-bar message
@@ -60,7 +62,7 @@ def preloaded(doc: Document, options: ReportOptions) -> Preloaded | None:
     if doc.result is None or doc.stats is None or doc.busy:
         return None
     diff = doc.diff.diff if doc.diff is not None and options.compare == doc.diff.other_path else None
-    return Preloaded(doc.result, doc.profile, doc.stats, doc.index, diff, doc.compat, verify_for_report(doc.verify))
+    return Preloaded(doc.result, doc.profile, doc.stats, diff, doc.compat, verify_for_report(doc.verify))
 
 
 class ReportExporter(QObject):
@@ -79,6 +81,7 @@ class ReportExporter(QObject):
         self.show_status = show_status
         self.task: Task | None = None
         self.dest = ""
+        self.index: DocumentIndex | None = None  # the document's, reused for the pictures when the parse is its
         self.last_message = ""
 
     @property
@@ -97,6 +100,7 @@ class ReportExporter(QObject):
             return None
         self.dest = dest
         pre = preloaded(doc, options)
+        self.index = doc.index if pre is not None else None
 
         def job(token: CancelToken, report: Report) -> ReportData:
             return collect(options, report, lambda: token.cancelled, pre)
@@ -107,14 +111,14 @@ class ReportExporter(QObject):
 
     def _draw(self, data: ReportData) -> None:
         try:
-            images = render_images(data, lambda _f, text: self.show_status(f"report: {text}", 4000))
+            images = render_images(data, lambda _f, text: self.show_status(f"report: {text}", 4000), self.index)
         except Exception as e:  # a slot must not raise into Qt: the failure is reported instead
             self._fail(str(e) or type(e).__name__)
             return
 
         def job(token: CancelToken, report: Report) -> Path:
             report(None, "writing")
-            return write_report(data, images, self.dest)
+            return write_report(data, images, self.dest, render_html)
 
         self.task = self.runner.submit("write report", job, lambda _p: self._done(data, images), self._fail)
         self.task.cancelled.connect(lambda: self._fail("cancelled"))

@@ -6,10 +6,10 @@ import base64
 import math
 from typing import TYPE_CHECKING
 
-from kvscope.app.report.bookmarks import bookmarks_html
-from kvscope.app.report.model import ReportData, ReportImage
-from kvscope.app.report.summary import counts_text, flagged_note, kvscope_version, overview, top_findings
 from kvscope.core.analysis.verdict import plural
+from kvscope.core.report.bookmarks import bookmarks_html
+from kvscope.core.report.model import ReportData, ReportImage
+from kvscope.core.report.summary import counts_text, flagged_note, kvscope_version, overview, top_findings
 from kvscope.core.textsafe import html_block
 from kvscope.core.textsafe import html_text as escape  # every string: one visible line (bidi shown), then entities
 
@@ -160,7 +160,7 @@ def _verdict(data: ReportData) -> str:
 
 
 def _compat(data: ReportData) -> str:
-    from kvscope.app.views.overview.build_lines import head_text, text_lines
+    from kvscope.core.report.build_lines import head_text, text_lines
 
     ov = data.overview
     bold, rest = head_text(ov)  # per pinned build and consumer, as the app's Overview says it

@@ -14,12 +14,13 @@ import re
 from PySide6.QtGui import QImage
 
 from kvscope.app.base.tasks import TaskRunner
+from kvscope.app.document.doc_index import DocumentIndex
 from kvscope.app.document.seq_owner import implied_owner
 from kvscope.app.report import figures
-from kvscope.app.report.model import MAX_CELL_TABLES, Progress, ReportData, ReportImage, no_progress
 from kvscope.app.report.snapshot import png_bytes
 from kvscope.app.views.cells.cellmap_image import with_owner
 from kvscope.core.analysis.verdict import plural
+from kvscope.core.report.model import MAX_CELL_TABLES, Progress, ReportData, ReportImage, layer_records, no_progress
 
 HEATMAP_CAP = 512  # rows and columns a heatmap shows at most (fixed, not the screen's size)
 
@@ -32,9 +33,14 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
 
 
-def byte_map(data: ReportData) -> ReportImage:
+def report_index(data: ReportData, index: DocumentIndex | None = None) -> DocumentIndex:
+    """``index`` when it is the index of the report's parse (the document's, on export), else a new one."""
+    return index if index is not None and index.res is data.result else DocumentIndex(data.result)
+
+
+def byte_map(data: ReportData, index: DocumentIndex | None = None) -> ReportImage:
     """The byte map; the zoom shows the first unparsed/untrusted range, else the first error."""
-    res, idx = data.result, data.index
+    res, idx = data.result, report_index(data, index)
     missing = data.overview.verdict.missing
     hole = next((n for n in idx.leaves if n.status != "parsed"), None)
     err = next((f for f in res.findings if f.severity == "error"), None)
@@ -54,10 +60,10 @@ def byte_map(data: ReportData) -> ReportImage:
     return _image(img, "bytemap.png", "Byte map", caption)
 
 
-def cell_maps(data: ReportData) -> list[ReportImage]:
+def cell_maps(data: ReportData, index: DocumentIndex | None = None) -> list[ReportImage]:
     """One cell map per cell table (at most :data:`MAX_CELL_TABLES`)."""
     out = []
-    for i, ref in enumerate(data.index.tables[:MAX_CELL_TABLES]):
+    for i, ref in enumerate(report_index(data, index).tables[:MAX_CELL_TABLES]):
         recurrent = ref.section.kind == "recurrent"
         owner = implied_owner(data.result, ref.section, ref.table)  # a per-sequence file's recurrent state
         table = with_owner(ref.table, owner.column) if owner is not None else ref.table
@@ -77,7 +83,7 @@ def cell_maps(data: ReportData) -> list[ReportImage]:
 def _units(data: ReportData) -> list[tuple[int, int | None, str]]:
     """(section index, stream, label) of every section/stream holding records, in file order."""
     units: dict[tuple[int, int | None], str] = {}
-    for si, sec, stream, _ in data.index.records:
+    for si, sec, stream, _ in layer_records(data.result):
         key = (si, stream.index if stream is not None else None)
         units.setdefault(key, sec.role if stream is None else f"{sec.role} · stream {stream.index}")
     return [(si, st, label) for (si, st), label in units.items()]
@@ -99,14 +105,15 @@ def stats_plots(data: ReportData) -> list[ReportImage]:
     return out
 
 
-def heatmaps(data: ReportData) -> list[ReportImage]:
+def heatmaps(data: ReportData, index: DocumentIndex | None = None) -> list[ReportImage]:
     """A heatmap of each flagged record (cells × channels, at most :data:`HEATMAP_CAP` of each)."""
     from kvscope.core.analysis.record_values import layer_matrix, record_shape
 
     out = []
+    idx = report_index(data, index)
     for n, fl in enumerate(data.flagged, start=1):
         rec = fl.record
-        ref = data.index.table_of(rec)
+        ref = idx.table_of(rec)
         where = ref.label if ref is not None else "the file"
         role = figures.ROLE_LABEL.get(rec.role, rec.role).split(" ")[0]
         name = f"{role} layer {'?' if rec.il is None else rec.il}"
@@ -127,18 +134,21 @@ def heatmaps(data: ReportData) -> list[ReportImage]:
     return out
 
 
-def render_images(data: ReportData, progress: Progress = no_progress) -> list[ReportImage]:
-    """Every picture of the report, in report order. Needs a QGuiApplication; GUI thread only."""
+def render_images(data: ReportData, progress: Progress = no_progress,
+                  index: DocumentIndex | None = None) -> list[ReportImage]:
+    """Every picture of the report, in report order (``index``: the document's index of the same parse, if
+    there is one). Needs a QGuiApplication; GUI thread only."""
     from kvscope.app.report.lab_matrix import lab_matrix_image
 
+    index = report_index(data, index)
     progress(None, "drawing the byte map")
-    images = [byte_map(data)]
+    images = [byte_map(data, index)]
     progress(None, "drawing the cell maps")
-    images += cell_maps(data)
+    images += cell_maps(data, index)
     progress(None, "drawing the per-layer statistics")
     images += stats_plots(data)
     progress(None, "drawing layer heatmaps")
-    images += heatmaps(data)
+    images += heatmaps(data, index)
     if data.lab is not None and data.lab.run is not None:
         progress(None, "drawing the lab matrix")
         runner = TaskRunner()

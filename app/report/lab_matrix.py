@@ -14,10 +14,10 @@ from PySide6.QtWidgets import QAbstractItemView, QFrame, QHeaderView, QTableView
 from kvscope.app.base.tasks import TaskRunner
 from kvscope.app.lab.model import OUTCOME_LEGEND, LabMatrixModel, OutcomeDelegate
 from kvscope.app.lab.view import COLUMN_WIDTH
-from kvscope.app.report.model import ReportImage
 from kvscope.app.report.snapshot import dispose, grab, png_bytes, prepare, settle
 from kvscope.core.analysis.verdict import plural
 from kvscope.core.lab.report import LabRun
+from kvscope.core.report.model import ReportImage
 
 MIN_WIDTH = 400
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kvscope.app.report.collect import collect
 from kvscope.app.report.images import cell_maps
-from kvscope.app.report.model import ReportOptions
+from kvscope.core.report.collect import collect
+from kvscope.core.report.model import ReportOptions
 
 DATA = Path(__file__).parent.parent / "data" / "llamacpp-2026-10-01"
 MAMBA = DATA.parent / "lab" / "llamacpp-2026-10-01" / "mamba" / "seq0.clean.seqstate"

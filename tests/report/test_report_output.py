@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from kvscope.app.report import writer
+from kvscope.app.report import builder
 from kvscope.app.report.builder import build_report
 from kvscope.app.report.cli import main
-from kvscope.app.report.collect import collect
-from kvscope.app.report.model import MAX_HEATMAPS, ReportError, ReportOptions
+from kvscope.core.report.collect import collect
+from kvscope.core.report.model import MAX_HEATMAPS, ReportError, ReportOptions
 from tests.support.report_paths import MODEL, NAN_FILE
 
 
@@ -63,7 +63,7 @@ def test_replace_keeps_the_old_report_until_the_new_one_is_complete(tmp_path: Pa
     def broken(*_args: object) -> str:
         raise RuntimeError("disk on fire")  # the last file of the report: everything else is written by then
 
-    monkeypatch.setattr(writer, "render_html", broken)
+    monkeypatch.setattr(builder, "render_html", broken)
     options = ReportOptions(str(NAN_FILE), str(MODEL))
     with pytest.raises(RuntimeError, match="disk on fire"):
         build_report(options, dest)
@@ -130,7 +130,7 @@ def test_cli_and_builder_agree(tmp_path: Path, nan_report: Path) -> None:
 
 def test_export_dialog_offers_the_scenario_and_the_diff(qtbot, window, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from kvscope.app.report.export import ExportDialog
-    from kvscope.app.report.lab import memory_core_available
+    from kvscope.core.report.lab import memory_core_available
 
     w = window.open_file(str(NAN_FILE), model=str(MODEL))
     assert w is not None

@@ -20,8 +20,8 @@ import pytest
 
 from kvscope.app.report.builder import build_report
 from kvscope.app.report.cli import main
-from kvscope.app.report.model import ReportError, ReportOptions
 from kvscope.core.fsutil import TEMP_PREFIX
+from kvscope.core.report.model import ReportError, ReportOptions
 from tests.support.report_paths import MODEL, NAN_FILE
 from tests.support.special_nodes import null_node, system_null_intact
 

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from kvscope.app.report.cli import main
-from kvscope.app.report.collect import SHA256_MAX_BYTES
+from kvscope.core.report.collect import SHA256_MAX_BYTES
 from tests.support.report_paths import MODEL, NAN_FILE
 
 

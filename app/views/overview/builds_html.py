@@ -15,8 +15,8 @@ from __future__ import annotations
 from itertools import groupby
 
 from kvscope.app.base.theme import verdict_color
-from kvscope.app.views.overview.build_lines import head_text
 from kvscope.core.analysis.overview import ConsumerEntry, Overview
+from kvscope.core.report.build_lines import head_text
 from kvscope.core.textsafe import html_text as escape  # one visible line (bidi, controls escaped), then entities
 
 ANSWER_MARK = {"loads": "✔", "refuses": "✘", "crashes": "✘", "unknown": "?"}

@@ -1,6 +1,6 @@
 """The Overview's build section as plain text (no Qt): its head line and one line per build and consumer,
 then per layout generation no pinned build writes. The report writes these; the app's
-:mod:`~kvscope.app.views.overview.builds_html` draws the same answers as a table.
+:mod:`kvscope.app.views.overview.builds_html` draws the same answers as a table.
 """
 
 from __future__ import annotations

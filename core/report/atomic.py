@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeGuard
 
-from kvscope.app.report.model import GENERATOR, ReportError, ReportOptions
 from kvscope.core.fsutil import check_output, output_problem, temporary_folder
+from kvscope.core.report.model import GENERATOR, ReportError, ReportOptions
 
 REPORT_FILES = ("report.json", "report.md", "report.html")  # written last, in this order (report.html last)
 

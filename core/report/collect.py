@@ -12,8 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kvscope.app.document.doc_index import DocumentIndex
-from kvscope.app.report.model import (
+from kvscope.core.report.model import (
     MAX_HEATMAPS,
     Cancelled,
     Flagged,
@@ -21,6 +20,7 @@ from kvscope.app.report.model import (
     ReportData,
     ReportError,
     ReportOptions,
+    layer_records,
     no_progress,
 )
 
@@ -40,7 +40,6 @@ class Preloaded:
     result: ParseResult
     profile: ModelProfile | None
     stats: StatsReport
-    index: DocumentIndex | None = None
     diff: StateDiff | None = None
     compat: list[GenCompat] | None = None
     verify: dict[str, Any] | None = None  # the document's ``kvscope verify`` result (verify_for_report)
@@ -116,10 +115,11 @@ def inspect_object(res: ParseResult, profile: ModelProfile | None, stats: StatsR
     return Inspection(res, profile, verdict(res, profile), compat, stats).to_json()
 
 
-def flagged_records(res: ParseResult, index: DocumentIndex, stats: StatsReport | None) -> tuple[list[Flagged], int]:
+def flagged_records(res: ParseResult, stats: StatsReport | None) -> tuple[list[Flagged], int]:
     """Records with non-finite values or zero rows (at most :data:`MAX_HEATMAPS`, plus how many in all);
     with none, the first K record (else the first record) so the report still shows one heatmap."""
-    by_key = {(si, st.index if st is not None else None, r.role, r.index): r for si, _, st, r in index.records}
+    records = layer_records(res)
+    by_key = {(si, st.index if st is not None else None, r.role, r.index): r for si, _, st, r in records}
     hits: list[Flagged] = []
     for ls in stats.layers if stats is not None else []:
         if not (ls.n_nonfinite or ls.zero_rows):
@@ -133,7 +133,7 @@ def flagged_records(res: ParseResult, index: DocumentIndex, stats: StatsReport |
         hits.append(Flagged(rec, ls, why))
     if hits:
         return _spread(hits), len(hits)
-    recs = [r for _, _, _, r in index.records]
+    recs = [r for _, _, _, r in records]
     first = next((r for r in recs if r.role == "k"), recs[0] if recs else None)
     if first is None:
         return [], 0
@@ -223,16 +223,15 @@ def collect(options: ReportOptions, progress: Progress = no_progress, cancelled:
         except Exception as e:  # a report without statistics beats no report; the failure is shown
             stats_error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     check()
-    index = preloaded.index if preloaded is not None and preloaded.index is not None else DocumentIndex(res)
     progress(None, "which llama.cpp builds load it")
     compat = preloaded.compat if preloaded is not None and preloaded.compat is not None else None
     if compat is None:
         compat = report_compat(options, res, profile)
     overview = report_overview(options, res, profile, compat, preloaded.verify if preloaded is not None else None)
     check()
-    data = ReportData(options, res, profile, index, stats, stats_error, inspect_object(res, profile, stats, compat),
+    data = ReportData(options, res, profile, stats, stats_error, inspect_object(res, profile, stats, compat),
                       overview)
-    data.flagged, data.flagged_total = flagged_records(res, index, stats)
+    data.flagged, data.flagged_total = flagged_records(res, stats)
     if options.compare:
         data.diff = preloaded.diff if preloaded is not None and preloaded.diff is not None else None
         if data.diff is None:
@@ -247,7 +246,7 @@ def collect(options: ReportOptions, progress: Progress = no_progress, cancelled:
                 raise ReportError(f"{options.compare if e.path == other.path else options.file}: {e}") from None
         check()
     if options.lab:
-        from kvscope.app.report.lab import run_lab
+        from kvscope.core.report.lab import run_lab
 
         data.lab = run_lab(options, profile, progress, cancelled)
         check()

@@ -9,15 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kvscope.app.report.model import ReportData
+from kvscope.core.report.model import ReportData
 from kvscope.core.textsafe import html_text as escape
 
 
 def bookmark_rows(data: ReportData) -> list[dict[str, Any]]:
     """Each bookmark as JSON, with ``node``: the path of the leaf holding its first byte (None outside)."""
+    root = data.result.root
     out = []
     for b in data.options.bookmarks:
-        leaf = data.index.leaf_at(b.start)
+        leaf = root.deepest_at(b.start)  # the leaves tile the file: the leaf holding the byte, or root (none)
+        leaf = leaf if leaf is not None and leaf is not root and not leaf.children else None
         out.append({**b.to_json(), "node": leaf.path if leaf is not None else None})
     return out
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvscope.app.report.bookmarks import bookmarks_markdown
-from kvscope.app.report.model import ReportData, ReportImage
-from kvscope.app.report.summary import flagged_note, kvscope_version, overview, top_findings
+from kvscope.core.report.bookmarks import bookmarks_markdown
+from kvscope.core.report.model import ReportData, ReportImage
+from kvscope.core.report.summary import flagged_note, kvscope_version, overview, top_findings
 from kvscope.core.textsafe import markdown_fence, markdown_line, markdown_text
 
 
@@ -42,7 +42,7 @@ def render_markdown(data: ReportData, images: list[ReportImage]) -> str:
         lines += ["Top findings:", "", *[f"- {md(t)}" for t in top], ""]
     lines += ["## Overview", "", "| | |", "|---|---|"]
     lines += [f"| {md(k)} | {md(v)} |" for k, v in overview(data)]
-    from kvscope.app.views.overview.build_lines import head_text, text_lines
+    from kvscope.core.report.build_lines import head_text, text_lines
 
     bold, rest = head_text(data.overview)  # per pinned build and consumer, as the app's Overview says it
     lines += ["", "### Which llama.cpp builds load it", "",

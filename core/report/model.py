@@ -4,20 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kvscope.core.errors import InputError
 
 if TYPE_CHECKING:
-    from kvscope.app.document.bookmark import Bookmark
-    from kvscope.app.document.doc_index import DocumentIndex
-    from kvscope.app.report.names import PathNames
     from kvscope.core.analysis.diff import StateDiff
     from kvscope.core.analysis.overview import Overview
     from kvscope.core.analysis.stats import LayerStats, StatsReport
     from kvscope.core.lab.report import LabRun
     from kvscope.core.model.profile import ModelProfile
-    from kvscope.core.reader.records import LayerRecord, ParseResult
+    from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
+    from kvscope.core.report.names import PathNames
 
 Progress = Callable[[float | None, str], None]  # (fraction or None for "busy", text)
 Cancelled = Callable[[], bool]
@@ -29,6 +27,16 @@ MAX_CELL_TABLES = 4  # cell tables pictured
 
 class ReportError(InputError):
     """Bad input or an unwritable destination: one line for the user (exit code 2)."""
+
+
+class Bookmark(Protocol):
+    """What a report reads of a bookmark (the app's :class:`kvscope.app.document.bookmark.Bookmark`):
+    bytes ``[start, end)`` of the file, and its JSON (start, end, length, name, note)."""
+
+    @property
+    def start(self) -> int: ...
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 def no_progress(_fraction: float | None, _text: str) -> None:
@@ -51,7 +59,7 @@ class ReportOptions:
 
     def names(self) -> PathNames:
         """How this report names the files it was built from."""
-        from kvscope.app.report.names import PathNames
+        from kvscope.core.report.names import PathNames
 
         return PathNames([p for p in (self.file, self.model, self.compare, self.lab_context) if p],
                          self.full_paths)
@@ -90,7 +98,6 @@ class ReportData:
     options: ReportOptions
     result: ParseResult
     profile: ModelProfile | None
-    index: DocumentIndex
     stats: StatsReport | None
     stats_error: str | None
     inspect: dict[str, Any]  # exactly what ``kvscope inspect --json --stats`` prints
@@ -126,3 +133,16 @@ class ReportImage:
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "title": self.title, "caption": self.caption, "width": self.width,
                 "height": self.height}
+
+
+def layer_records(res: ParseResult) -> list[tuple[int, Section, KvStream | None, LayerRecord]]:
+    """(section index, section, stream or None, record) of every layer record of ``res``, in the order the app's
+    document index lists them (:class:`kvscope.app.document.doc_index.DocumentIndex`): per section, per stream,
+    K records before V."""
+    out: list[tuple[int, Section, KvStream | None, LayerRecord]] = []
+    for si, sec in enumerate(res.sections):
+        if sec.kind == "kv":
+            out += [(si, sec, st, rec) for st in sec.streams for rec in (*st.k_layers, *st.v_layers)]
+        else:
+            out += [(si, sec, None, rec) for rec in sec.all_layers()]
+    return out

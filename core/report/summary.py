@@ -3,15 +3,15 @@
 The overview rows start with the core overview (:mod:`kvscope.core.analysis.overview`: verdict, file with
 size and sha256, kind and writer, layout, model, sequences, sections, compatibility,
 verification), so the report says what the app's Overview says. Paths are base names unless the
-report was asked for ``full_paths`` (:mod:`kvscope.app.report.names`).
+report was asked for ``full_paths`` (:mod:`kvscope.core.report.names`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kvscope.app.report.model import GENERATOR, ReportData, ReportImage
 from kvscope.core.analysis.verdict import plural
+from kvscope.core.report.model import GENERATOR, ReportData, ReportImage
 
 MAX_TEXT = 300  # characters of detokenized text shown in the overview
 
@@ -115,7 +115,7 @@ def report_json(data: ReportData, images: list[ReportImage]) -> dict[str, Any]:
     if data.lab is not None:
         out["lab"] = data.lab.to_json()
     if data.options.bookmarks:
-        from kvscope.app.report.bookmarks import bookmark_rows
+        from kvscope.core.report.bookmarks import bookmark_rows
 
         out["bookmarks"] = bookmark_rows(data)
     return data.options.names().json(out)  # type: ignore[no-any-return]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from kvscope.app.report.model import Cancelled, LabSection, Progress, ReportError, ReportOptions
+from kvscope.core.report.model import Cancelled, LabSection, Progress, ReportError, ReportOptions
 
 if TYPE_CHECKING:
     from kvscope.core.model.profile import ModelProfile
