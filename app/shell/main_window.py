@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import QElapsedTimer, QEventLoop, Qt, QTimer
-from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
+from PySide6.QtCore import QElapsedTimer, QEventLoop, QRect, QSize, Qt, QTimer
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QScreen, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
@@ -34,6 +34,18 @@ from kvscope.app.shell.tokens_dialog import tokens_document
 from kvscope.core.textsafe import safe_text
 
 GGUF_FILTER = "GGUF model (*.gguf);;All files (*)"
+DEFAULT_SIZE = QSize(1400, 900)  # the first window's size where the screen has room for it
+
+
+def fitted_rect(avail: QRect, size: QSize, frame: QSize | None = None) -> QRect:
+    """The window's client rectangle: ``size`` (with ``frame``, the window manager's frame, around it) cut
+    down to ``avail``, centred on it."""
+    frame = frame if frame is not None else QSize(0, 0)
+    w = max(400, min(size.width(), avail.width() - frame.width()))
+    h = max(300, min(size.height(), avail.height() - frame.height()))
+    x = avail.x() + max(0, (avail.width() - w - frame.width()) // 2)
+    y = avail.y() + max(0, (avail.height() - h - frame.height()) // 2)
+    return QRect(x, y, w, h)
 
 
 class MainWindow(QMainWindow):
@@ -45,6 +57,8 @@ class MainWindow(QMainWindow):
         self.theme = theme if theme is not None else Theme(self.settings.theme(), self)
         self.runner = TaskRunner(self)
         self.last_message = ""  # the last warning shown (tests and scripts read it)
+        self._shown_once = False
+        self._fitted: QSize | None = None  # the size the window was given at the start
         self.setWindowTitle("kvscope")
         self.setAcceptDrops(True)
         self.tabs = QTabWidget()
@@ -63,7 +77,6 @@ class MainWindow(QMainWindow):
         self.actions_ = build_menus(self)
         self.runner.activeChanged.connect(self._on_active)
         self.runner.progressed.connect(self._on_progress)
-        self.resize(1400, 900)
         self._restore_window()
         self._update_actions()
 
@@ -392,13 +405,56 @@ class MainWindow(QMainWindow):
         e.acceptProposedAction()
 
     # -- persistence --------------------------------------------------------------------------------------
+    def _screen(self) -> QScreen | None:
+        return self.screen() or QApplication.primaryScreen()
+
+    def fits_screen(self) -> bool:
+        """Whether the window (its frame too, where the window manager has drawn one) lies within the
+        available geometry of the screen it is on."""
+        screen = self._screen()
+        if screen is None:
+            return True
+        frame = self.frameGeometry() if self.isVisible() else self.geometry()
+        return screen.availableGeometry().contains(frame)
+
+    def fit_to_screen(self) -> None:
+        """The first window's size (:data:`DEFAULT_SIZE`), cut down to the available geometry of its screen
+        (a 1280x800 laptop screen, less its panels), centred on it."""
+        screen = self._screen()
+        frame = self.frameGeometry().size() - self.geometry().size() if self.isVisible() else QSize(0, 0)
+        size = self.size() if self.isVisible() else DEFAULT_SIZE
+        if screen is None:
+            self.resize(size)
+        else:
+            self.setGeometry(fitted_rect(screen.availableGeometry(), size, frame))
+        self._fitted = self.size()
+
     def _restore_window(self) -> None:
+        """The saved geometry where it fits the screen the window opens on (a window saved on a larger
+        monitor is not restored half off a laptop's screen), else the default fitted to it."""
         geo = self.settings.bytes_value("window/geometry")
-        if geo is not None:
-            self.restoreGeometry(geo)
+        restored = geo is not None and self.restoreGeometry(geo)
+        if restored and not self.isMaximized() and not self.fits_screen():
+            restored = False
+        if not restored:
+            self.fit_to_screen()
+        self._fitted = self.size()
         state = self.settings.bytes_value("window/state")
         if state is not None:
             self.restoreState(state)
+
+    def showEvent(self, e: QShowEvent) -> None:
+        super().showEvent(e)
+        if not self._shown_once:  # the frame a window manager adds is known once shown: keep it on screen
+            self._shown_once = True
+            QTimer.singleShot(0, self._keep_on_screen)
+
+    def _keep_on_screen(self) -> None:
+        """Once shown, the window with its frame: cut down again where the frame pushes it off the screen (a
+        size set by the caller since, such as ``--screenshot --size``, is left as it is)."""
+        if (self.isVisible() and self._fitted is not None and self.size() == self._fitted
+                and not self.isMaximized() and not self.isFullScreen() and not self.fits_screen()):
+            self.fit_to_screen()
 
     def save_settings(self) -> None:
         self.settings.set_bytes_value("window/geometry", self.saveGeometry())
