@@ -114,3 +114,27 @@ def test_first_window_is_the_default_where_the_screen_has_room(qtbot, isolated_s
     qtbot.addWidget(win)
     want = fitted_rect(avail, DEFAULT_SIZE).size()
     assert win.size() == want
+
+
+@pytest.mark.xserver
+def test_side_by_side_bytes_show_a_screenful_at_1280x800(qtbot, open_doc, window) -> None:  # type: ignore[no-untyped-def]
+    """The side-by-side bytes take the Diff view's height (the per-layer plots fold away while they are in
+    front, and come back with the list of differences): more than the 6 rows they had at 1280x800."""
+    window.resize(1280, 800)
+    w = open_doc(LAB / "drop_k_layer_1.seqdata.bin", "llama")
+    with qtbot.waitSignal(w.doc.diffReady, timeout=20000):
+        window.compare_with(str(CLEAN), w)
+    dv = w.diff
+    qtbot.wait(200)
+    plots = dv.split.sizes()[1]
+    assert plots > 100  # the plots under the list of differences
+    dv.show_side_by_side()
+    qtbot.waitUntil(lambda: dv.hexdiff.model.alignment is not None, timeout=20000)
+    qtbot.wait(100)
+    hd = dv.hexdiff
+    assert hd.visible_rows() >= 14 and hd.model.rowCount() == hd.visible_rows(), hd.visible_rows()
+    row_h = hd.table.verticalHeader().defaultSectionSize()
+    assert hd.model.rowCount() * row_h <= hd.table.viewport().height()  # every row shown is whole
+    dv.pages.setCurrentIndex(0)
+    qtbot.wait(50)
+    assert dv.split.sizes()[1] == plots  # the plots are back as they were

@@ -1,6 +1,7 @@
 """Diff view: this file (A) against a second one (B): the list of differences, the bytes side by side
 (:mod:`kvscope.app.views.diff.hex_diff`: aligned by structure, scroll-locked, differences highlighted,
-F3 to the next one), per-layer plots.
+F3 to the next one; they take the view's height, the plots folding away while they are in front),
+per-layer plots.
 
 Layer and count axes tick at whole numbers; the legend sits below the plots. Ctrl+C copies the selected
 differences; Export saves them as CSV or the view as PNG.
@@ -135,12 +136,14 @@ class DiffView(LazyParts, QWidget):
         self.pages.setTabToolTip(1, "A's and B's bytes in one table, the same record on the same row; F3: next "
                                  "difference")
         self.pages.currentChanged.connect(lambda _i: self._ensure_alignment())
+        self.pages.currentChanged.connect(lambda _i: self._fold_plots())
         upper = QWidget()
         ul = QVBoxLayout(upper)
         ul.setContentsMargins(0, 0, 0, 0)
         ul.addLayout(top)
         ul.addWidget(self.pages, 1)
         self._split_fitted = False
+        self._plot_sizes: list[int] | None = None  # the split before the side-by-side bytes folded the plots
         self.split = split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(upper)
         split.addWidget(QWidget())  # the plots' place until they are built
@@ -191,6 +194,23 @@ class DiffView(LazyParts, QWidget):
         if h > 100 and not self._split_fitted:
             self._split_fitted = True
             self.split.setSizes([h // 2, h - h // 2])
+            self._plot_sizes = None
+            self._fold_plots()
+
+    def _fold_plots(self) -> None:
+        """The side-by-side bytes take the whole height (at 1280x800 half of it showed 6 rows): the per-layer
+        plots fold away while they are in front and come back as they were with the list of differences."""
+        bytes_page = self.pages.currentWidget() is self.hexdiff
+        sizes = self.split.sizes()
+        if len(sizes) != 2 or not self._split_fitted:
+            return
+        if bytes_page and self._plot_sizes is None:
+            self._plot_sizes = sizes
+            self.split.setSizes([sum(sizes), 0])
+        elif not bytes_page and self._plot_sizes is not None:
+            if sizes[1] == 0:  # not opened again by hand meanwhile
+                self.split.setSizes(self._plot_sizes)
+            self._plot_sizes = None
 
     def showEvent(self, e: QShowEvent) -> None:
         super().showEvent(e)
