@@ -82,11 +82,6 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return False
 
 
-class OutputRefused(ValueError):
-    """An output path a command must not write: one line saying why (the callers raise their own error types
-    through :func:`check_output`'s ``error``)."""
-
-
 def output_problem(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], *,
                    folder: bool = False) -> str | None:
     """Why ``out`` must not be written by a command that reads ``inputs`` (None: it may be); never opens it.
@@ -120,8 +115,10 @@ def output_problem(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLi
 
 
 def check_output(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], *,
-                 folder: bool = False, error: Callable[[str], BaseException] = OutputRefused) -> None:
-    """Raise ``error(reason)`` (one line) when :func:`output_problem` refuses ``out``; see there."""
+                 error: Callable[[str], BaseException], folder: bool = False) -> None:
+    """Raise ``error(reason)`` (one line) when :func:`output_problem` refuses ``out``; see there. ``error``
+    is the calling command's own :class:`~kvscope.core.errors.KvscopeError` class (this layer sits beside
+    ``errors`` and does not import it)."""
     reason = output_problem(out, inputs, folder=folder)
     if reason is not None:
         raise error(reason)

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from kvscope.core.cli.main import main
-from kvscope.core.fsutil import OutputRefused, check_output, output_problem
+from kvscope.core.errors import UsageError
+from kvscope.core.fsutil import check_output, output_problem
 from tests.support.special_nodes import null_node, system_null_intact
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -226,8 +227,8 @@ def test_output_problem_names_the_kind_of_a_special_file(tmp_path: Path) -> None
     assert "a folder, not a regular file" in (output_problem(tmp_path, []) or "")
     assert output_problem(tmp_path, [], folder=True) is None
     assert "a FIFO (named pipe), not a folder" in (output_problem(tmp_path / "fifo", [], folder=True) or "")
-    with pytest.raises(OutputRefused, match="not a regular file"):
-        check_output("/dev/null", [])
+    with pytest.raises(UsageError, match="not a regular file"):
+        check_output("/dev/null", [], error=UsageError)
 
     class Mine(Exception):
         pass

@@ -20,9 +20,7 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
 from kvscope.core import errors
 
-
-class Cancelled(errors.Cancelled):
-    """Raised by a job (``token.check()``) that noticed it was cancelled."""
+Cancelled = errors.Cancelled  # what a job's ``token.check()`` raises: the core's one Cancelled
 
 
 class CancelToken:

@@ -41,6 +41,7 @@ from kvscope.app.base.tasks import Cancelled, CancelToken, Job, Report, Task, Ta
 from kvscope.app.document.given_tokens import ACTION as TOKENS_ACTION
 from kvscope.app.document.given_tokens import GivenTokens, all_ids, takes_tokens, to_json, tokens_problem
 from kvscope.app.document.verify_job import EngineChoice
+from kvscope.core.errors import InputError
 from kvscope.core.fsutil import TEMP_PREFIX, output_problem
 from kvscope.core.pinned_builds import BUILDS, build_writing
 from kvscope.core.textsafe import safe_text
@@ -55,7 +56,7 @@ NEEDS_MODEL = "Repair needs the GGUF model the file was written with: choose it 
 EXIT_BAD_INPUT = 2  # kvscope repair: the file cannot be rebuilt (one line on stderr)
 
 
-class RepairRefused(Exception):
+class RepairRefused(InputError):
     """``kvscope repair`` refused the file or could not rebuild it: its one line."""
 
 

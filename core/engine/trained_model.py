@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from kvscope.core.errors import SetupError
 from kvscope.core.fsutil import atomic_writer, lock_exclusive
 
 
-class ModelError(Exception):
+class ModelError(SetupError):
     """The trained model could not be fetched or is not there: one line saying why."""
 
 

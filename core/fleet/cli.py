@@ -402,12 +402,9 @@ def _dest_locked(dest: str) -> Iterator[tuple[Any, int]]:
     """``(manifest, temporaries removed)``: DEST's manifest, locked for the run, and what killed runs left
     there swept away (ours alone: the lock is held). A run that does not finish sweeps again once its
     executor is closed (a Dask worker stopped mid-file, a thread, has no signal cleanup)."""
-    from kvscope.core.fleet.migrate import DestBusy, Manifest, sweep_temporaries
+    from kvscope.core.fleet.migrate import Manifest, sweep_temporaries
 
-    try:
-        manifest = Manifest(dest).lock().load()
-    except DestBusy as e:
-        raise UsageError(str(e)) from None
+    manifest = Manifest(dest).lock().load()  # DestBusy (a UsageError) when another run holds it
     try:
         yield manifest, sweep_temporaries(dest)
     except BaseException:

@@ -355,7 +355,7 @@ class DaskPool:
         """The workers the scheduler knows now (-1: it cannot be asked)."""
         try:
             return len(self.client.scheduler_info().get("workers", {}))
-        except Exception:  # a scheduler going away: the futures will say so
+        except (OSError, TimeoutError, RuntimeError):  # a scheduler going away: the futures will say so
             return -1
 
     def _kill_overdue(self, keys: set[str]) -> None:
@@ -395,7 +395,7 @@ class DaskPool:
         assert self._marks is not None and self.timeout is not None
         try:
             processing = self.client.processing()
-        except Exception:  # a scheduler going away: the futures will say so
+        except (OSError, TimeoutError, RuntimeError):  # a scheduler going away: the futures will say so
             return
         pids = self._worker_pids()
         now, grace = time.monotonic(), max(self.timeout, self.begin_grace)

@@ -24,6 +24,7 @@ import os
 import stat
 from collections.abc import Iterator
 
+from kvscope.core.errors import InputError
 from kvscope.core.fsutil import current_umask
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -31,8 +32,12 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 CHUNK = 8 << 20
 
 
-class DestError(OSError):
-    """An output cannot go where it belongs under DEST (a link or a file on its way); names the path."""
+class DestError(InputError, OSError):
+    """An output cannot go where it belongs under DEST (a link or a file on its way); names the path.
+    An ``OSError`` too (errno, strerror, filename), so that migrate reports it per file like any other."""
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}" if self.filename is not None else str(self.strerror)
 
 
 def _parts(rel: str) -> list[str]:

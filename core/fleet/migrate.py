@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
+from kvscope.core.errors import UsageError
 from kvscope.core.fleet import destdir
 from kvscope.core.fleet.source import MANIFEST_NAME, Entry, local_copy
 from kvscope.core.fsutil import sha256_file, temp_name, temporary_folder
@@ -225,7 +226,7 @@ def _finish(path: str, entry: Entry, ident: tuple[int, int], opts: MigrateOption
 
 
 # -- the manifest (client side) --------------------------------------------------------------------
-class DestBusy(Exception):
+class DestBusy(UsageError):
     """Another ``kvscope migrate`` holds DEST's manifest (one line for the user)."""
 
 

@@ -14,8 +14,7 @@ STATUSES = ("match", "differs", "nonfinite", "missing", "extra")
 
 
 
-class Cancelled(errors.Cancelled):
-    """The comparison was cancelled."""
+Cancelled = errors.Cancelled  # the one "the user stopped the work" (re-exported for the verify modules)
 
 
 @dataclass(frozen=True)

@@ -40,13 +40,13 @@ from kvscope.core.engine.llamacpp import (
     short_line,
 )
 from kvscope.core.engine.server import ServerClient, ServerDied, ServerError, ServerHTTPError, ServerProcess
-from kvscope.core.errors import SetupError
+from kvscope.core.errors import InputError, SetupError
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.verify.faults import abort_fault, half_restored_fault
 from kvscope.core.verify.params import ContextPlan
 from kvscope.core.verify.prefill import WHOLE, PrefillPlan, Schedule
-from kvscope.core.verify.snapshot import InputError, copy_sparse, kind_of, open_regular
+from kvscope.core.verify.snapshot import copy_sparse, kind_of, open_regular
 
 ENGINES = VERIFY_ENGINES
 MIN_SLOT_LIMIT = 256 << 20  # bytes a saved slot may have, at least (a fresh state of the file's tokens)

@@ -33,6 +33,7 @@ from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.choose import build_for_layout
 from kvscope.core.engine.janitor import janitor
 from kvscope.core.engine.llamacpp import EngineError, LlamaProcess
+from kvscope.core.errors import InputError
 from kvscope.core.fsutil import check_output, temporary_folder, write_atomic
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import ReadError, read_state
@@ -47,7 +48,7 @@ from kvscope.core.verify.run import Verifier, VerifyError, model_misfit
 SERVER_TOKENS = "server_tokens"  # the token payload format of a llama-server slot save
 
 
-class RepairError(Exception):
+class RepairError(InputError):
     """The file cannot be rebuilt faithfully: one line for the user."""
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kvscope.core.engine.server import ServerClient
+from kvscope.core.engine.server import ServerClient, ServerError
 from kvscope.core.textsafe import safe_text
 
 # the server's log lines that explain a prompt's cache decision (their level: TRC needs -lv 4, INF does not)
@@ -145,7 +145,7 @@ def continuation_tokens(client: ServerClient, fallback: list[int], text: str = "
     """A few tokens to continue the slot with: ``text`` tokenized by the server, else ``fallback``."""
     try:
         got = client.tokenize(text, add_special=False)
-    except Exception:  # noqa: BLE001 (an old or odd server: any failure falls back)
+    except (ServerError, OSError, ValueError, KeyError, TypeError):  # an old or odd server's answer: fall back
         got = []
     return got[:4] or fallback[-3:] or [0]
 

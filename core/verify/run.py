@@ -28,8 +28,7 @@ from kvscope.core.analysis.verdict import model_mismatch_reason
 from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.choose import build_for_layout
 from kvscope.core.engine.llamacpp import EngineError, EngineSetupError
-from kvscope.core.errors import InputError as UnreadableInput
-from kvscope.core.errors import KvscopeError
+from kvscope.core.errors import InputError, KvscopeError
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, ParseResult, Section
@@ -52,7 +51,7 @@ from kvscope.core.verify.engines import (
 from kvscope.core.verify.params import PER_SEQ_KINDS, ROT_DISABLE, ContextPlan, ParamsError, context_for, source_seq
 from kvscope.core.verify.prefill import PrefillPlan, Schedule, plan_prefill
 from kvscope.core.verify.result import NextToken, VerifyResult, compare_logits, decide
-from kvscope.core.verify.snapshot import Identity, InputError, Snapshot
+from kvscope.core.verify.snapshot import Identity, Snapshot
 
 Progress = Callable[[int, int, str], None]
 _WEIGHTS = (("parse", 5), ("start", 10), ("prefill", 25), ("next_fresh", 10), ("calibrate", 20), ("restore", 5),
@@ -169,7 +168,7 @@ class Verifier:
                 found = self._inspection = inspect_source(src, prof, compat=False)
             finally:
                 src.close()
-        except (UnreadableInput, FileChangedError) as e:
+        except (InputError, FileChangedError) as e:
             raise VerifyError(str(e).replace(self._snapshot.path, self.path)) from None
         res = found.result
         if not found.is_state:

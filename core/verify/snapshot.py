@@ -25,15 +25,12 @@ import tempfile
 from dataclasses import dataclass
 
 from kvscope.core.engine.janitor import janitor
+from kvscope.core.errors import InputError
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 _COPY_STEP = 1 << 30  # bytes per copy_file_range call
 _TRIES = 3  # copies attempted while the file keeps changing under us
-
-
-class InputError(Exception):
-    """The input cannot be read as a state file (missing, not a regular file, unreadable): one line."""
 
 
 @dataclass(frozen=True)
