@@ -80,8 +80,11 @@ class DocumentWidget(QWidget):
         self.split.addWidget(self.tree)
         self.split.addWidget(right)
         self.split.setStretchFactor(1, 1)
-        self.split.setSizes([470, 930])
+        self.split.setSizes([self.TREE_DEFAULT, 930])
         self.split.setCollapsible(0, True)
+        self._split_by_hand = False  # the user dragged the split (or it was restored): it is left as it is
+        self._auto_tree: int | None = None  # the tree's width as fit_tree (or give_hex_room) last set it
+        self.split.splitterMoved.connect(self._on_split_moved)
         self.error = plain_label()
         self.error.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.error.setWordWrap(True)
@@ -100,6 +103,7 @@ class DocumentWidget(QWidget):
         for src in (self.overview, self.damage_banner):
             src.jumpRequested.connect(self.show_view)
         doc.loaded.connect(self._on_loaded)
+        doc.loaded.connect(self.fit_tree)  # after the tree sized its columns for the file
         doc.statsReady.connect(self._update_titles)
         for sig in (doc.loaded, doc.statsReady, doc.verifyChanged):  # after the tree's own reload (connected first)
             sig.connect(self._flag_tree)
@@ -132,6 +136,28 @@ class DocumentWidget(QWidget):
             self._tree_sizes = None
 
     TREE_MIN = 120  # the tree's narrowest when it gives way to the hex dump
+    TREE_DEFAULT = 470  # the tree's width where the window has no room for more (1280x800)
+    TREE_SHARE = 0.36  # the most of the page's width the tree takes to show its columns whole
+
+    def _on_split_moved(self, _pos: int, _index: int) -> None:
+        self._split_by_hand = True
+
+    def fit_tree(self) -> None:
+        """Widen the tree until its columns show whole (not past :attr:`TREE_SHARE` of the page, nor below
+        :attr:`TREE_DEFAULT`): at 1920x1080 its kind and status columns were cut. A split the user dragged,
+        restored from the settings, or set by other code since is left alone, as is the Lab's fold."""
+        sizes = self.split.sizes()
+        if self._split_by_hand or len(sizes) != 2 or sizes[0] == 0 or self._tree_sizes is not None:
+            return
+        if self._auto_tree is not None and sizes[0] != self._auto_tree:
+            return
+        total = sum(sizes)
+        if total < 2 * self.TREE_DEFAULT:
+            return
+        want = max(self.TREE_DEFAULT, min(self.tree.wanted_width(), int(total * self.TREE_SHARE)))
+        if want != sizes[0]:
+            self.split.setSizes([want, total - want])
+        self._auto_tree = self.split.sizes()[0]
 
     def give_hex_room(self) -> None:
         """Narrow the tree (not below :attr:`TREE_MIN`) until the hex view shows all 16 hex and ASCII columns
@@ -155,10 +181,14 @@ class DocumentWidget(QWidget):
             return
         tree = max(self.TREE_MIN, sizes[0] - (want - sizes[1]))
         if tree < sizes[0]:
+            by_us = self._auto_tree is not None and sizes[0] == self._auto_tree
             self.split.setSizes([tree, sum(sizes) - tree])
+            if by_us:
+                self._auto_tree = self.split.sizes()[0]
 
     def resizeEvent(self, e: QResizeEvent) -> None:
         super().resizeEvent(e)
+        self.fit_tree()
         self.give_hex_room()
 
     def _on_loaded(self) -> None:
@@ -206,6 +236,10 @@ class DocumentWidget(QWidget):
         return TAB_VIEWS[self.tabs.currentIndex()]
 
     def save_layout(self) -> QByteArray:
+        """The split as the user set it (empty where it is the page's own fit, so that the next window fits
+        the tree to its own width)."""
+        if not self._split_by_hand:
+            return QByteArray()
         if self._tree_sizes is not None:  # the tree as the user left it, not folded by the Lab
             folded = self.split.sizes()
             self.split.setSizes(self._tree_sizes)
@@ -215,5 +249,5 @@ class DocumentWidget(QWidget):
         return self.split.saveState()
 
     def restore_layout(self, state: QByteArray | None) -> None:
-        if state is not None:
-            self.split.restoreState(state)
+        if state is not None and self.split.restoreState(state):
+            self._split_by_hand = True

@@ -22,6 +22,7 @@ from PySide6.QtGui import QGuiApplication
 from kvscope.app.base.theme import Theme
 from kvscope.app.shell.main_window import DEFAULT_SIZE, MainWindow, fitted_rect
 from kvscope.app.shell.settings import AppSettings
+from kvscope.app.views.structure.tree_view import VALUE_COLUMN
 from tests.support.gui_helpers import LAB
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -138,3 +139,27 @@ def test_side_by_side_bytes_show_a_screenful_at_1280x800(qtbot, open_doc, window
     dv.pages.setCurrentIndex(0)
     qtbot.wait(50)
     assert dv.split.sizes()[1] == plots  # the plots are back as they were
+
+
+def _cut_columns(tree) -> list[str]:  # type: ignore[no-untyped-def]
+    """The tree's columns that do not end inside its viewport (cut, or out of sight)."""
+    hh = tree.header()
+    model = tree.model()
+    width = tree.viewport().width()
+    return [str(model.headerData(c, hh.orientation())) for c in range(hh.count())
+            if not hh.isSectionHidden(c) and hh.sectionViewportPosition(c) + hh.sectionSize(c) > width]
+
+
+@pytest.mark.xserver
+def test_tree_columns_are_whole_at_1920x1080(qtbot, open_doc, window) -> None:  # type: ignore[no-untyped-def]
+    window.resize(1920, 1080)
+    w = open_doc(ROOT / "resources" / "examples" / "llama-slot.seqstate", "llama")
+    qtbot.wait(100)
+    tree = w.tree.tree
+    assert _cut_columns(tree) == [], (w.split.sizes(), tree.viewport().width())
+    assert not tree.horizontalScrollBar().isVisible()
+    assert tree.header().sectionSize(VALUE_COLUMN) >= 150
+    assert w.split.sizes()[1] >= 1920 * 0.55  # the views keep most of the width
+    assert w.save_layout().isEmpty()  # the page's own fit is not saved: the next window fits its own width
+    w.split.splitterMoved.emit(600, 1)  # a split the user dragged is
+    assert not w.save_layout().isEmpty()

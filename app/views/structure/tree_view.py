@@ -105,6 +105,16 @@ class StructureView(QWidget):
         self._fitting = False
         self._fit_value()
 
+    VALUE_WANTED = 260  # the value column's width the tree asks for when there is room (wanted_width)
+
+    def wanted_width(self) -> int:
+        """The width that shows every column whole, the value column :data:`VALUE_WANTED` wide (the page
+        gives the tree that much where the window has room for it)."""
+        header = self.tree.header()
+        others = sum(header.sectionSize(c) for c in range(len(COLUMNS)) if c != VALUE_COLUMN)
+        chrome = 2 * self.tree.frameWidth() + self.tree.verticalScrollBar().sizeHint().width() + 4
+        return others + self.VALUE_WANTED + chrome
+
     def _fit_value(self) -> None:
         """The value column takes the width the other columns leave (at least 150 px) until the user sizes it."""
         if self._value_sized:
