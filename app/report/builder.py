@@ -1,4 +1,6 @@
-"""A whole report in one call (the command line): collect, draw, write."""
+"""The Qt layer's part of ``kvscope report``: the pictures and report.html (:func:`draw`), and a whole report in
+one call (:func:`build_report`). ``kvscope report`` (:mod:`kvscope.core.report.cli`) loads :func:`draw` from here
+when the gui extra is installed."""
 
 from __future__ import annotations
 
@@ -7,10 +9,9 @@ from pathlib import Path
 
 from kvscope.app.report.html_page import render_html
 from kvscope.app.report.images import render_images
-from kvscope.core.report.atomic import check_destination, report_inputs
-from kvscope.core.report.collect import collect
-from kvscope.core.report.model import Progress, ReportData, ReportOptions, no_progress
-from kvscope.core.report.writer import write_report
+from kvscope.core.report import build
+from kvscope.core.report.model import Progress, ReportData, ReportImage, ReportOptions, no_progress
+from kvscope.core.report.writer import HtmlPage
 
 
 def ensure_report_app() -> None:
@@ -22,12 +23,14 @@ def ensure_report_app() -> None:
         app.setStyle("Fusion")
 
 
+def draw(data: ReportData, progress: Progress = no_progress) -> tuple[list[ReportImage], HtmlPage]:
+    """The report's pictures and report.html's renderer (a QApplication is made if there is none; GUI thread)."""
+    ensure_report_app()
+    return render_images(data, progress), render_html
+
+
 def build_report(options: ReportOptions, dest: str | os.PathLike[str],
                  progress: Progress = no_progress) -> tuple[ReportData, Path]:
-    """Write the report of ``options.file`` into ``dest``; ReportError on bad input or an unusable ``dest``."""
-    check_destination(Path(os.path.abspath(dest)), report_inputs(options))  # before the work, not after it
-    ensure_report_app()
-    data = collect(options, progress)
-    images = render_images(data, progress)
-    progress(None, "writing")
-    return data, write_report(data, images, dest, render_html)
+    """Write the whole report of ``options.file`` (pictures and report.html included) into ``dest``; ReportError
+    on bad input or an unusable ``dest``."""
+    return build.build_report(options, dest, progress, draw)

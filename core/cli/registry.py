@@ -6,10 +6,11 @@
   would import torch; the same listing works in the frozen desktop bundle) and
   imported when the parser is built; each imports only the standard library at module level
   (tests/cli/test_cli_plumbing.py holds them to it).
-* **other layers' commands** (the app's ``gui`` and ``report``): the ``kvscope.commands`` entry-point
+* **other layers' commands** (the app's ``gui``): the ``kvscope.commands`` entry-point
   group. They are loaded only when the command asked for is not a core one (or none is asked for: the
   full help), and then only the one asked for if it is there, so ``kvscope verify --help`` never
-  imports Qt.
+  imports Qt. An entry point named like a core command is left out: the core's command stands (an
+  install's metadata from before ``report`` moved to the core still names the app's).
 """
 
 from __future__ import annotations
@@ -79,14 +80,15 @@ def plugin_commands(wanted: str | None, core: set[str] | None = None) -> dict[st
     """The entry-point commands to register for a run that asks for ``wanted``.
 
     None when ``wanted`` is a core command; else the one named ``wanted`` if it is there, else all
-    (for the help, or for argparse to say the command does not exist). A plugin that fails to load is
-    reported on stderr and left out.
+    (for the help, or for argparse to say the command does not exist), those named like a core command
+    left out. A plugin that fails to load is reported on stderr and left out.
     """
-    if wanted is not None and wanted in (core if core is not None else set(core_commands())):
+    core = core if core is not None else set(core_commands())
+    if wanted is not None and wanted in core:
         return {}
     from importlib.metadata import entry_points
 
-    eps = list(entry_points(group=ENTRY_POINT_GROUP))
+    eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in core]
     if any(ep.name == wanted for ep in eps):
         eps = [ep for ep in eps if ep.name == wanted]
     out: dict[str, Registrar] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kvscope.core.report.bookmarks import bookmarks_markdown
-from kvscope.core.report.model import ReportData, ReportImage
+from kvscope.core.report.model import GUI_EXTRA, ReportData, ReportImage
 from kvscope.core.report.summary import flagged_note, kvscope_version, overview, top_findings
 from kvscope.core.textsafe import markdown_fence, markdown_line, markdown_text
 
@@ -51,6 +51,9 @@ def render_markdown(data: ReportData, images: list[ReportImage]) -> str:
     lines += [f"- {md(line)}" for line in text_lines(data.overview)]
     lines += ["", "## Structure", ""]
     lines += _figures(images, "bytemap", md)
+    if not images:  # kvscope report without the gui extra: the Qt layer draws the pictures
+        lines += [f"This report has no pictures: `kvscope report` draws them with the gui extra "
+                  f"(`{GUI_EXTRA}`).", ""]
     cells = _figures(images, "cells-", md)
     if cells:
         lines += ["## Cells", "", *cells]

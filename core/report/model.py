@@ -23,6 +23,7 @@ Cancelled = Callable[[], bool]
 GENERATOR = "kvscope report"  # report.json's "report.generator": marks a folder a report may replace
 MAX_HEATMAPS = 4  # flagged layers pictured; the others are listed
 MAX_CELL_TABLES = 4  # cell tables pictured
+GUI_EXTRA = "pip install 'kvscope[gui]'"  # what draws the pictures and report.html (the Qt layer)
 
 
 class ReportError(InputError):

@@ -7,7 +7,7 @@ PY=${PY:-.venv/bin/python}
 M=tests/data/llamacpp-2026-10-01/tiny-llama.gguf
 L=tests/data/lab/llamacpp-2026-10-01/llama/fa0-unified1
 O=docs/examples
-report() { "$PY" -m kvscope.app.report.cli "$@"; }
+report() { "$PY" -m kvscope.core.report.cli "$@"; }
 # A blob whose restore llama.cpp rejects late: NaN K/V rows, then a V record with the wrong element size.
 report $L/nan_rows_late_fail.seqdata.bin --model $M -o $O/nan-rows-late-fail
 # A blob that restores fine but carries NaN rows, run through the lab (its scenario folder is the live

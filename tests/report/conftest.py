@@ -1,4 +1,5 @@
-"""Fixtures for the report tests: offscreen Qt, isolated settings, fixture paths, a report built once."""
+"""Fixtures for the report tests: offscreen Qt, isolated settings, fixture paths, a report built once.
+Without Qt (the core suite) only the Qt-free tests (:data:`QT_FREE`) are collected."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ import pytest  # noqa: E402
 
 from tests.support.report_paths import MODEL, NAN_FILE  # noqa: E402
 
+# Run everywhere, the core suite without Qt included: they test the report without the gui extra.
+QT_FREE = ("test_report_headless.py",)
+
 if importlib.util.find_spec("PySide6") is None or importlib.util.find_spec("pytestqt") is None:
-    collect_ignore_glob = ["test_*.py"]  # the core suite runs without Qt
+    # the core suite runs without Qt: only the Qt-free report tests
+    collect_ignore = sorted(p.name for p in Path(__file__).parent.glob("test_*.py") if p.name not in QT_FREE)
 else:
     from tests.support.qt_settings import isolated_settings  # noqa: F401  (autouse fixture)
 
@@ -37,7 +42,7 @@ else:
     @pytest.fixture(scope="session")
     def nan_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
         """``kvscope report`` of the NaN fixture with the model (given as absolute paths), built once."""
-        from kvscope.app.report.cli import main
+        from kvscope.core.report.cli import main
 
         out = tmp_path_factory.mktemp("nan") / "report"
         assert main([str(NAN_FILE.resolve()), "--model", str(MODEL.resolve()), "-o", str(out)]) == 1  # errors

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kvscope.app.report.cli import main, register
 from kvscope.core.cli import main as core_cli
+from kvscope.core.report.cli import main, register
 from tests.support.report_paths import EXAMPLES, LAB, MODEL, NAN_FILE
 
 EXTRA_KEYS = {"overview", "report", "diff", "lab"}

@@ -1,12 +1,14 @@
-"""``kvscope report``: a state file's report as HTML, Markdown, JSON and PNG pictures, headless.
+"""``kvscope report``: a state file's report as Markdown and JSON, and with the gui extra as HTML with PNG pictures.
 
 ::
 
     kvscope report FILE [--model GGUF] [--compare OTHER] [--lab [--lab-context CTX] [--lab-into SEQ]]
                    [--full-paths] -o DIR
 
-The core CLI finds :func:`register` through the ``kvscope.commands`` entry-point group; Qt is
-imported only when the command runs, on the ``offscreen`` platform unless QT_QPA_PLATFORM is set.
+What the report says is the core's (:mod:`kvscope.core.report`); the pictures and report.html are drawn by
+the Qt layer, :data:`PICTURES`, imported only when the command runs (on the ``offscreen`` platform unless
+QT_QPA_PLATFORM is set) and only where it can be: without the gui extra (no PySide6 or pyqtgraph) the
+report is report.md and report.json, and one line on stderr says what the gui extra would add.
 Exit codes, as ``kvscope inspect``: 0 written and the file has no error findings, 1 written and
 the file has error findings, 2 bad input or an unwritable destination (one line on stderr, no
 report written). Files are named by their base name (with size and sha256) unless ``--full-paths``.
@@ -21,7 +23,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvscope.core.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, error_line
+from kvscope.core.report.model import GUI_EXTRA
 
+COMMANDS = ("report",)
+# The Qt layer's part: draw(data, progress) -> (pictures, report.html's renderer). Named, not imported: the
+# core never imports the app (pyproject.toml's import contract), it loads this module when it is there.
+PICTURES = "kvscope.app.report.builder"
 EPILOG = ("exit status: 0 the report is written and the file has no error findings, 1 it is written and the "
           "file has error findings, 2 bad input or an unwritable destination (nothing is written)")
 
@@ -43,9 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Any) -> None:
     """Add the ``report`` subcommand to the core CLI's subparsers."""
-    p = subparsers.add_parser("report", help="write an HTML / Markdown / JSON report with pictures of a state file",
-                              description="Write an HTML / Markdown / JSON report with pictures of a llama.cpp "
-                              "state file.", epilog=EPILOG)
+    p = subparsers.add_parser("report", help="write a Markdown / JSON report of a state file (with the gui extra: "
+                              "HTML and pictures too)",
+                              description="Write a report of a llama.cpp state file: report.md and report.json, "
+                              f"and with the gui extra ({GUI_EXTRA}) report.html and PNG pictures.", epilog=EPILOG)
     add_arguments(p)
     p.set_defaults(func=cmd_report)
 
@@ -54,6 +62,20 @@ def _use_offscreen() -> None:
     """The report draws without a window: the offscreen platform unless the user chose one."""
     if not os.environ.get("QT_QPA_PLATFORM"):
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
+
+
+def load_pictures() -> tuple[Any, str]:
+    """The Qt layer's ``draw`` (:data:`PICTURES`), or None and why it cannot be had (no PySide6 or pyqtgraph,
+    Qt's libraries missing, no app layer installed). An ImportError of another kvscope module is a bug: raised."""
+    import importlib
+
+    try:
+        return importlib.import_module(PICTURES).draw, ""
+    except ImportError as e:
+        name = e.name or ""
+        if name.startswith("kvscope.") and not f"{PICTURES}.".startswith(f"{name}."):
+            raise
+        return None, str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def _progress() -> Any:
@@ -77,15 +99,8 @@ def _clear_progress() -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the report; 0 written (no error findings), 1 written (error findings), 2 bad input (one line on
-    stderr)."""
-    _use_offscreen()
-    try:
-        import pyqtgraph  # noqa: F401
-        import PySide6  # noqa: F401
-    except ImportError as e:
-        print(error_line(f"report needs PySide6 and pyqtgraph (pip install 'kvscope[gui]'): {e}"), file=sys.stderr)
-        return EXIT_BAD_INPUT
-    from kvscope.app.report.builder import build_report
+    stderr). Without the gui extra: report.md and report.json, and one line on stderr saying so."""
+    from kvscope.core.report.build import build_report
     from kvscope.core.report.model import ReportError, ReportOptions
     from kvscope.core.report.summary import summary_line
 
@@ -94,14 +109,19 @@ def cmd_report(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     options = ReportOptions(args.file, args.model, args.compare, bool(args.lab or args.lab_context),
                             args.lab_context, args.lab_into, bool(args.full_paths))
+    _use_offscreen()
+    draw, why_not = load_pictures()
     progress = _progress()
     try:
-        data, _ = build_report(options, args.output, progress)
+        data, _ = build_report(options, args.output, progress, draw)
     except ReportError as e:
         _clear_progress()
         print(error_line(e), file=sys.stderr)
         return EXIT_BAD_INPUT
     _clear_progress()
+    if draw is None:
+        print(error_line(f"note: wrote report.md and report.json only: the pictures and report.html need the gui "
+                         f"extra ({GUI_EXTRA}): {why_not}"), file=sys.stderr)
     if data.lab is not None and data.lab.run is None:
         print(error_line(f"note: the lab did not run: {data.lab.reason}"), file=sys.stderr)
     print(summary_line(data, args.output))
@@ -109,7 +129,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry (``python -m kvscope.app.report.cli``)."""
+    """Standalone entry (``python -m kvscope.core.report.cli``)."""
     ap = argparse.ArgumentParser(prog="kvscope report", description="Write a report of a llama.cpp state file.",
                                  epilog=EPILOG)
     add_arguments(ap)
