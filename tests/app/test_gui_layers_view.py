@@ -189,3 +189,53 @@ def test_layers_export(qtbot, open_doc, tmp_path) -> None:  # type: ignore[no-un
     assert [float(x) for x in rows[4][4:]] == pytest.approx(m[3].tolist())
     srows = list(csv.DictReader(io.StringIO(stats.read_text())))
     assert len(srows) == len(w.doc.stats.layers) and {"role", "il", "rms", "n_nonfinite"} <= set(srows[0])
+
+
+def _nan_layer_copy(tmp_path: Path, layer: int) -> Path:
+    """The clean lab blob with NaN in the first row of K layer ``layer``."""
+    from kvscope.core.reader.parse import read_state
+
+    src = LAB / "seq0.clean.seqdata.bin"
+    data = bytearray(src.read_bytes())
+    rec = next(r for _, r in read_state(str(src)).layer_records() if r.role == "k" and r.il == layer)
+    data[rec.data_offset:rec.data_offset + rec.row_bytes] = np.full(rec.row_bytes // 2, np.nan, np.float16).tobytes()
+    out = tmp_path / f"nan-k{layer}.seqdata.bin"
+    out.write_bytes(bytes(data))
+    return out
+
+
+@pytest.mark.xserver
+def test_layers_open_on_the_flagged_layer(qtbot, open_doc, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 29 item 9: the layer the verdict names (NaN in K layer 2), not layer 0; then the user's choice."""
+    w = open_doc(_nan_layer_copy(tmp_path, 2), "llama")
+    top = w.doc.verdict().top_findings[0]
+    assert top.code == "nonfinite_values" and top.layer == 2
+    w.show_view("layers")
+    lv = w.layers
+    qtbot.waitUntil(lambda: lv.built, timeout=5000)
+    assert lv.record is not None and (lv.record.role, lv.record.il) == ("k", 2)
+    assert lv.slider.value() == 2 and "layer 2" in lv.layer_label.text() and "K layer 2" in lv.title.text()
+    assert w.doc.bus.current is None or w.doc.bus.current.record is not lv.record  # nothing was published
+    # once the user picks a layer, statistics or a Verify arriving later do not move it back
+    lv.slider.setValue(0)
+    assert lv.record.il == 0
+    w.doc.statsReady.emit()
+    assert lv.record.il == 0
+
+
+@pytest.mark.xserver
+def test_layers_open_on_a_dropped_layer(qtbot, open_doc) -> None:  # type: ignore[no-untyped-def]
+    """The verdict names a layer with no record (the first empty slot, layer 3): the view says so."""
+    root = Path(__file__).resolve().parent.parent.parent
+    w = open_doc(root / "resources" / "examples" / "llama-dropped-layer.seqdata.bin", "llama")
+    assert w.doc.verdict().top_findings[0].layer == 3
+    w.show_view("layers")
+    lv = w.layers
+    assert lv.record is None and lv.layer_label.text() == "layer 3"
+    assert "not read" in lv.title.text() and "missing_layer" in lv.info.text()
+
+
+def test_a_healthy_file_opens_on_layer_0(qtbot, open_doc) -> None:  # type: ignore[no-untyped-def]
+    w = open_doc(LAB / "seq0.clean.seqdata.bin", "llama")
+    lv = w.layers
+    assert lv.flagged() is None and lv.record is not None and lv.record.il == 0

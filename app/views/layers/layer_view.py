@@ -3,15 +3,17 @@
 The heatmap (:class:`~kvscope.app.views.layers.heatmap.Heatmap`) keeps its axes in real units at every
 zoom; the title names the record, its type and shape, and whether the values shown were de-rotated
 (records llama.cpp stores Hadamard-rotated). The view follows the document's selection: a finding,
-node or byte of another record moves it to that record. Once ``kvscope verify`` has run (Tools →
-Verify), every record's status is drawn in a strip under the per-layer plots (with a legend; a click
-selects the record) and the selected record's status ends the title.
+node or byte of another record moves it to that record. Until a record is chosen it opens on the flagged
+one, the layer the verdict's finding names (the NaN layer, the dropped record), not on layer 0. Once
+``kvscope verify`` has run (Tools → Verify), every record's status is drawn in a strip under the
+per-layer plots (with a legend; a click selects the record) and the selected record's status ends the
+title.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -87,6 +89,7 @@ class LayerView(LazyParts, QWidget):
         self.record: LayerRecord | None = None
         self.streams: dict[int, KvStream | None] = {}
         self.marks: list[RecordMark] = []  # the verify result's statuses, tied to the file's records
+        self.chosen = False  # a record was chosen (here, or by a selection elsewhere): the flagged one no longer
         self.unit_combo = QComboBox()
         self.unit_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.role_combo = QComboBox()
@@ -138,8 +141,12 @@ class LayerView(LazyParts, QWidget):
         self.rows_combo.currentIndexChanged.connect(lambda _i: self._redraw())
         doc.loaded.connect(self._reload)
         doc.statsReady.connect(self._update_stats)
+        doc.statsReady.connect(self.show_flagged)  # the statistics' findings (NaN layers) can flag one
         doc.verifyChanged.connect(self._on_verify)
+        doc.verifyChanged.connect(self.show_flagged)  # Verify can name the layer of a dropped record
         doc.bus.changed.connect(self._on_selection)
+        for combo in (self.unit_combo, self.role_combo):
+            combo.activated.connect(self._on_chosen)
         self._reload()
 
     def build_steps(self) -> Iterator[None]:
@@ -190,6 +197,40 @@ class LayerView(LazyParts, QWidget):
         return self.heatmap.base.matrix
 
     # -- navigation -------------------------------------------------------------------------------
+    def _on_chosen(self, *_args: object) -> None:
+        self.chosen = True
+
+    def flagged(self) -> Selection | None:
+        """The selection of the layer the verdict points at: its first top finding that names a layer or a
+        record (None when none does, as for a healthy file)."""
+        v, idx = self.doc.verdict(), self.doc.index
+        if v is None or idx is None:
+            return None
+        for f in v.top_findings:
+            sel = idx.for_finding(f)
+            if sel.record is None:
+                sel = replace(sel, record=self.record_of_selection(sel)) if f.layer is not None else sel
+            if sel.record is not None or f.layer is not None:
+                return sel
+        return None
+
+    def show_flagged(self) -> bool:
+        """Open on the flagged layer (the one the verdict's finding names) rather than layer 0, until a
+        record is chosen; True when there was one. Publishes no selection (the other views stay put)."""
+        if self.chosen:
+            return False
+        sel = self.flagged()
+        if sel is None:
+            return False
+        f = sel.finding
+        rec = sel.record
+        if rec is not None and (f is None or f.layer is None or rec.il in (None, f.layer)):
+            if rec is not self.record:
+                self.select_record(rec)
+            return True
+        self.show_unread(sel)
+        return True
+
     def _on_verify(self) -> None:
         marks = verify_marks(self.doc.result, self.doc.verify)
         if not marks and not self.marks:
@@ -234,7 +275,9 @@ class LayerView(LazyParts, QWidget):
             self.title.setText(" ")
             self.info.setText("This file holds no layer records." if self.doc.result is not None else " ")
             self.record = None
+        self.chosen = False
         self._on_unit()
+        self.show_flagged()
 
     @property
     def unit(self) -> Unit | None:
@@ -273,6 +316,8 @@ class LayerView(LazyParts, QWidget):
             return
         rec = recs[min(value, len(recs) - 1)]
         self.show_record(rec)
+        if publish:
+            self.chosen = True
         if publish and self.doc.index is not None:
             self.doc.bus.select(self.doc.index.for_record(rec), origin=self)
 
@@ -324,6 +369,8 @@ class LayerView(LazyParts, QWidget):
         if sel.origin is self:
             return
         rec = self.record_of_selection(sel)
+        if rec is not None or sel.finding is not None:
+            self.chosen = True
         if rec is not None and rec is not self.record:
             self.select_record(rec)
         elif rec is None and sel.finding is not None:
