@@ -1,17 +1,21 @@
-"""The strip above a document that says which GGUF model it is read with, and offers the ones beside it.
+"""The strip above a document that says which GGUF model it is read with, and offers the ones beside it
+and the model last used with a file of each architecture.
 
-The GGUF files beside the file are read with it in the background first (:func:`model_fit`): only the
-ones it fits are offered, the others are named in the tooltip with why not. A model the file does not
-fit says so in the strip (the window does not remember it for the file).
+The candidates are read with the file in the background first (:func:`model_fit`): only the ones it fits
+are offered, the others are named in the tooltip with why not. The models used before come first (the
+window's :attr:`ModelBanner.recall`: the last model of each architecture a file fitted; a file that names
+its architecture, a session file or context blob, is offered that architecture's only). A model the file
+does not fit says so in the strip (the window does not remember it for the file).
 """
 
 from __future__ import annotations
 
 import html
 import os
+from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
 from kvscope.app.base.tasks import CancelToken, Report, Task
@@ -20,6 +24,7 @@ from kvscope.app.document.model_files import ModelFit, model_fit, suggest_models
 from kvscope.core.analysis.verdict import plural
 
 WITHOUT_MODEL = "token text, head split and sliding-window marks need a model"
+RECALL_MAX = 4  # models used before (one per architecture, the most recent) read with a new file at most
 
 
 def fits_job(state_path: str, models: list[str]) -> Any:
@@ -63,6 +68,8 @@ class ModelBanner(QFrame):
         self.browse_button.clicked.connect(self.browseRequested)
         self.remove_button.clicked.connect(lambda: self.modelChosen.emit(None))
         self.fits: dict[str, ModelFit] = {}  # the GGUF beside the file, read with it (this parse)
+        # (architecture, GGUF): the model last used with a file of each architecture (the window's settings)
+        self.recall: Callable[[], list[tuple[str, str]]] = list
         self._checking: Task | None = None
         doc.loaded.connect(self._on_loaded)
         self.refresh()
@@ -74,8 +81,24 @@ class ModelBanner(QFrame):
         self._checking = None
         self.refresh()
 
+    def recalled(self) -> dict[str, str]:
+        """GGUF -> architecture: the models last used with a file of an architecture, to read this file with
+        (where the file names its architecture, that one's only)."""
+        res = self.doc.result
+        if res is None or res.kind == "unknown":
+            return {}
+        arch = res.header.get("arch")
+        out: dict[str, str] = {}
+        for a, m in self.recall():
+            if (arch is None or a == arch) and m != self.doc.model_path and m not in out:
+                out[m] = a
+            if len(out) >= RECALL_MAX:
+                break
+        return out
+
     def _candidates(self) -> list[str]:
-        return [p for p in suggest_models(self.doc.path) if p != self.doc.model_path]
+        used = list(self.recalled())
+        return used + [p for p in suggest_models(self.doc.path) if p != self.doc.model_path and p not in used]
 
     def _check(self, found: list[str]) -> bool:
         """Start reading the file with the candidates not read yet; True while that runs."""
@@ -113,14 +136,25 @@ class ModelBanner(QFrame):
             self.remove_button.show()
             return
         unknown = doc.result is not None and doc.result.kind == "unknown"
+        used = {} if unknown else self.recalled()
         found = [] if unknown else self._candidates()
         checking = self._check(found)
         fit = [p for p in found if p in self.fits and self.fits[p].fits]
         unfit = [self.fits[p] for p in found if p in self.fits and not self.fits[p].fits]
         for p in fit:
-            self.suggestions.addItem(os.path.basename(p), p)
+            self.suggestions.addItem(os.path.basename(p) + (f" (used before with {used[p]})" if p in used else ""), p)
+            self.suggestions.setItemData(self.suggestions.count() - 1, p, Qt.ItemDataRole.ToolTipRole)
+        before = next((p for p in fit if p in used), None)
+        found = [p for p in found if p not in used]  # the GGUF beside the file
+        fit = [p for p in fit if p not in used]
+        unfit = [f for f in unfit if f.path not in used]
         if checking:
-            beside = f"reading the file with the {plural(len(found), 'GGUF')} beside it…"
+            what = [f"the {plural(len(found), 'GGUF')} beside it"] if found else []
+            what += [f"the {plural(len(used), 'model')} used before"] if used else []
+            beside = f"reading the file with {' and '.join(what)}…"
+        elif before is not None:
+            beside = (f"{os.path.basename(before)}, the model last used with a {used[before]} file, fits it"
+                      + (f" (and {plural(len(fit), 'GGUF')} beside it)" if fit else ""))
         elif fit:
             beside = f"{plural(len(fit), 'GGUF')} beside the file fit{'s' if len(fit) == 1 else ''} it"
         elif found:
@@ -141,10 +175,12 @@ class ModelBanner(QFrame):
             self.browse_button.setText("Choose model…")
             self.remove_button.hide()
         head = "" if prof is not None else f"No model: {WITHOUT_MODEL}. "
-        self.label.setText(f"{why}{head}{html.escape(beside[0].upper() + beside[1:])}.")
+        if before is None or checking:  # a sentence of ours; a file name starts as it is spelt
+            beside = beside[0].upper() + beside[1:]
+        self.label.setText(f"{why}{head}{html.escape(beside)}.")
         self.label.setToolTip(tip or WITHOUT_MODEL)
-        self.suggestions.setVisible(bool(fit))
-        self.use_button.setVisible(bool(fit))
+        self.suggestions.setVisible(self.suggestions.count() > 0)
+        self.use_button.setVisible(self.suggestions.count() > 0)
 
     def _use(self) -> None:
         path = self.suggestions.currentData()

@@ -157,6 +157,7 @@ class MainWindow(QMainWindow):
         doc.bus.changed.connect(lambda sel, d=doc: self._on_selection(d, sel))
         doc.loaded.connect(self._update_actions)
         doc.loaded.connect(lambda d=doc: self._forget_unfit_model(d))
+        w.banner.recall = self.settings.arch_models
         i = self.tabs.addTab(w, doc.name)
         self.tabs.setTabToolTip(i, safe_text(path))
         self.tabs.setCurrentIndex(i)
@@ -229,11 +230,14 @@ class MainWindow(QMainWindow):
         w.doc.set_model(model)
 
     def _forget_unfit_model(self, doc: Document) -> None:
-        """A model the file does not fit (the verdict's ``model_mismatch``) is not remembered for it."""
+        """A model the file does not fit (the verdict's ``model_mismatch``) is not remembered for it; one it
+        fits is remembered for its architecture (offered to the next file of it that has no model yet)."""
         v = doc.verdict()
-        if doc.profile is None or doc.model_path is None or v is None or v.state != "model_mismatch":
+        if doc.profile is None or doc.model_path is None or v is None or doc.result is None:
             return
-        if self.settings.model_for(doc.path) == os.path.abspath(doc.model_path):
+        if v.state != "model_mismatch" and doc.result.kind != "unknown":
+            self.settings.set_arch_model(doc.profile.arch, doc.model_path)
+        elif self.settings.model_for(doc.path) == os.path.abspath(doc.model_path):
             self.settings.set_model_for(doc.path, None)
 
     def choose_model(self, w: DocumentWidget | None = None) -> None:

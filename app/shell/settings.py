@@ -1,4 +1,5 @@
-"""Persistent preferences on QSettings: recent files, per-file model choice, theme, window state, and the
+"""Persistent preferences on QSettings: recent files, per-file model choice, the model last used with a file
+of each architecture (offered to a new file of it), theme, window state, and the
 engine ``kvscope verify`` and the Lab run in (:class:`EngineSettings`).
 
 Modelled on Frescobaldi's ``recentfiles.py``: a capped most-recent-first list whose unreadable
@@ -21,6 +22,8 @@ RECENT_MAX = 10
 _RECENT_KEY = "recent/files"
 _MODELS_KEY = "models/by_file"  # JSON object: absolute state-file path -> absolute GGUF path
 _MODELS_MAX = 500
+_ARCH_MODELS_KEY = "models/by_arch"  # JSON object: architecture -> the GGUF last used with a file of it
+_ARCH_MODELS_MAX = 16
 _ENGINE_KEY = "engine/choice"  # JSON object: EngineChoice's fields
 
 
@@ -86,6 +89,27 @@ class AppSettings:
         if len(data) > _MODELS_MAX:  # forget the oldest associations (dicts keep insertion order)
             data = dict(list(data.items())[-_MODELS_MAX:])
         self.qs.setValue(_MODELS_KEY, json.dumps(data))
+
+    def _arch_map(self) -> dict[str, str]:
+        try:
+            data = json.loads(str(self.qs.value(_ARCH_MODELS_KEY, "{}")))
+        except ValueError:
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def arch_models(self) -> list[tuple[str, str]]:
+        """``(architecture, GGUF)``: the model last used with a file of each architecture, most recent first
+        (models gone from disk left out)."""
+        return [(a, m) for a, m in reversed(self._arch_map().items()) if _readable(m)]
+
+    def set_arch_model(self, arch: str, model_path: str) -> None:
+        """Remember ``model_path`` as the last model a file of ``arch`` was read with (and fitted)."""
+        data = self._arch_map()
+        data.pop(arch, None)
+        data[arch] = os.path.abspath(model_path)
+        if len(data) > _ARCH_MODELS_MAX:
+            data = dict(list(data.items())[-_ARCH_MODELS_MAX:])
+        self.qs.setValue(_ARCH_MODELS_KEY, json.dumps(data))
 
     # -- the engine of Verify and the Lab ---------------------------------------------------------------
     def engine(self) -> EngineChoice:

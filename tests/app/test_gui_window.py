@@ -90,6 +90,53 @@ def test_model_association_remembered(qtbot, tmp_path, isolated_settings):  # ty
     win2.runner.shutdown()
 
 
+def test_a_new_file_is_offered_the_model_last_used_with_its_architecture(qtbot, tmp_path, isolated_settings):  # type: ignore[no-untyped-def]
+    """Issue 29 item 9: no GGUF beside the second file, none remembered for it: the model the first file of
+    the same architecture was read with is offered (read with the file first: it fits); another
+    architecture's is not."""
+    first, second, lfm2 = (tmp_path / d for d in ("first", "second", "lfm2"))
+    for d in (first, second, lfm2):
+        d.mkdir()
+    a = first / "a.seqstate"
+    b = second / "b.seqstate"
+    c = lfm2 / "c.session"
+    shutil.copy(STATE / "llama-f16-fa0-unified0-seq0.seqstate", a)
+    shutil.copy(STATE / "llama-f16-fa0-unified0-seq1.seqstate", b)
+    shutil.copy(STATE / "lfm2-f16-fa0-unified0-ctx.session", c)
+    win = MainWindow(AppSettings(isolated_settings), Theme("light"))
+    qtbot.addWidget(win)
+    wa = win.open_file(str(a), model=model("llama"))
+    qtbot.waitUntil(lambda: wa.doc.profile is not None and not wa.doc.busy, timeout=10000)
+    assert win.wait_idle(30000)
+    assert win.settings.arch_models() == [("llama", model("llama"))]
+    win.save_settings()
+    win.runner.shutdown()
+    win.close()
+
+    win2 = MainWindow(AppSettings(QSettings(isolated_settings.fileName(), QSettings.Format.IniFormat)),
+                      Theme("light"))
+    qtbot.addWidget(win2)
+    wb = win2.open_file(str(b))
+    qtbot.waitUntil(lambda: wb.doc.result is not None, timeout=10000)
+    assert wb.doc.profile is None
+    assert win2.wait_idle(30000)
+    banner = wb.banner
+    assert banner.suggestions.count() == 1 and not banner.use_button.isHidden()
+    assert banner.suggestions.itemData(0) == model("llama")
+    assert "used before with llama" in banner.suggestions.itemText(0)
+    assert "tiny-llama.gguf, the model last used with a llama file, fits it" in banner.label.text()
+    banner.use_button.click()
+    qtbot.waitUntil(lambda: wb.doc.profile is not None and not wb.doc.busy, timeout=10000)
+    assert wb.doc.profile.arch == "llama" and win2.settings.model_for(str(b)) == model("llama")
+    # a session file names its architecture (lfm2): the llama model is not tried on it
+    wc = win2.open_file(str(c))
+    qtbot.waitUntil(lambda: wc.doc.result is not None, timeout=10000)
+    assert win2.wait_idle(30000)
+    assert wc.banner.recalled() == {} and wc.banner.suggestions.count() == 0
+    assert "No GGUF beside the file" in wc.banner.label.text()
+    win2.runner.shutdown()
+
+
 def test_bad_model_is_reported_not_fatal(qtbot, window, tmp_path):  # type: ignore[no-untyped-def]
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 12)
