@@ -58,11 +58,12 @@ def report_options(doc: Document, compare: bool = True, lab: bool = False, conte
 
 
 def preloaded(doc: Document, options: ReportOptions) -> Preloaded | None:
-    """What the document has already computed, when all of it is in (else the report reads again)."""
-    if doc.result is None or doc.stats is None or doc.busy:
+    """What the document has already computed, when all of it is in (its inspection with the statistics and the
+    compatibility; else the report inspects the file again)."""
+    if doc.inspection is None or doc.stats is None or doc.compat is None or doc.busy:
         return None
     diff = doc.diff.diff if doc.diff is not None and options.compare == doc.diff.other_path else None
-    return Preloaded(doc.result, doc.profile, doc.stats, diff, doc.compat, verify_for_report(doc.verify))
+    return Preloaded(doc.inspection, diff, verify_for_report(doc.verify))
 
 
 class ReportExporter(QObject):

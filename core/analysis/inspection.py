@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvscope.core.analysis.verdict import Verdict, verdict
-from kvscope.core.errors import InputError
+from kvscope.core.errors import Cancelled, InputError
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.source import ByteSource, FileChangedError
 from kvscope.core.textsafe import markdown_text, safe_text
@@ -47,6 +47,7 @@ class Inspection:
     verdict: Verdict
     compatibility: list[GenCompat] | None = None
     stats: StatsReport | None = None
+    stats_error: str | None = None  # why the statistics failed, where the caller kept going (keep_stats_error)
 
     @property
     def is_state(self) -> bool:
@@ -161,10 +162,13 @@ def open_state(path: str | os.PathLike[str]) -> ByteSource:
 
 def inspect_source(src: ByteSource, profile: ModelProfile | None = None, *, kind: str | None = None,
                    layout: str | None = None, stats: bool = False, compat: bool = True,
-                   threads: int | None = None) -> Inspection:
+                   threads: int | None = None, keep_stats_error: bool = False) -> Inspection:
     """The inspection of the bytes ``src`` holds (see the module docstring); a file that changes
     meanwhile raises :class:`~kvscope.core.reader.source.FileChangedError`. ``layout`` names a
-    generation to force (:class:`InputError` for an unknown name); ``threads``: the statistics'."""
+    generation to force (:class:`InputError` for an unknown name); ``threads``: the statistics'.
+    ``keep_stats_error``: a statistics scan that fails (but for the file changing) leaves ``stats`` None
+    and its first line in :attr:`Inspection.stats_error`, and the inspection goes on (the report: one
+    without statistics beats none); else it raises."""
     from kvscope.core.reader.parse import read_state
 
     try:
@@ -175,7 +179,14 @@ def inspect_source(src: ByteSource, profile: ModelProfile | None = None, *, kind
     found = Inspection(res, profile, verdict(res, profile))
     if found.is_state:
         if stats:
-            found.add_stats(src, threads)
+            try:
+                found.add_stats(src, threads)
+            except (FileChangedError, Cancelled):
+                raise
+            except Exception as e:
+                if not keep_stats_error:
+                    raise
+                found.stats_error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if compat:
             found.add_compat(src)
         src.check()
@@ -184,12 +195,13 @@ def inspect_source(src: ByteSource, profile: ModelProfile | None = None, *, kind
 
 def inspect_file(path: str | os.PathLike[str], profile: ModelProfile | None = None, *, kind: str | None = None,
                  layout: str | None = None, stats: bool = False, compat: bool = True,
-                 threads: int | None = None) -> Inspection:
+                 threads: int | None = None, keep_stats_error: bool = False) -> Inspection:
     """:func:`inspect_source` of the file at ``path``, opened and closed here; a file that changed while
     it was read is an :class:`InputError` naming it."""
     src = open_state(path)
     try:
-        return inspect_source(src, profile, kind=kind, layout=layout, stats=stats, compat=compat, threads=threads)
+        return inspect_source(src, profile, kind=kind, layout=layout, stats=stats, compat=compat, threads=threads,
+                              keep_stats_error=keep_stats_error)
     except FileChangedError as e:
         raise InputError(f"{os.fspath(path)}: {e}") from None
     finally:

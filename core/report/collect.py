@@ -1,9 +1,11 @@
 """Step 1 of a report: read the file and gather everything the report shows (no Qt; any thread).
 
-The ``inspect`` object is built exactly as ``kvscope inspect --json --stats`` builds it, so a
-report's ``report.json`` is that object plus the report's own keys (``overview``, ``report``,
-``diff``, ``lab``); the overview (:func:`kvscope.core.analysis.overview.build_overview`) carries the verdict,
-which llama.cpp generations load the file, its size and sha256.
+The file goes through the one inspection pipeline (:func:`kvscope.core.analysis.inspection.inspect_file`,
+with the statistics and the compatibility), or the app's document's inspection of it is reused, so a
+report's ``report.json`` is ``kvscope inspect --json --stats``'s object (:meth:`Inspection.to_json`) plus the
+report's own keys (``overview``, ``report``, ``diff``, ``lab``); the overview
+(:func:`kvscope.core.analysis.overview.build_overview`) carries the verdict, which llama.cpp generations
+load the file, its size and sha256.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kvscope.core.errors import InputError
 from kvscope.core.report.model import (
     MAX_HEATMAPS,
     Cancelled,
@@ -25,8 +28,8 @@ from kvscope.core.report.model import (
 )
 
 if TYPE_CHECKING:
-    from kvscope.core.analysis.compat import GenCompat
     from kvscope.core.analysis.diff import StateDiff
+    from kvscope.core.analysis.inspection import Inspection
     from kvscope.core.analysis.overview import Overview
     from kvscope.core.analysis.stats import StatsReport
     from kvscope.core.model.profile import ModelProfile
@@ -35,13 +38,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Preloaded:
-    """Work an open document has already done (the app's export reuses it instead of reading again)."""
+    """Work an open document has already done (the app's export reuses it instead of reading again): its
+    inspection (the pipeline's, statistics and compatibility in), its diff, its verify result."""
 
-    result: ParseResult
-    profile: ModelProfile | None
-    stats: StatsReport
+    inspection: Inspection
     diff: StateDiff | None = None
-    compat: list[GenCompat] | None = None
     verify: dict[str, Any] | None = None  # the document's ``kvscope verify`` result (verify_for_report)
 
 
@@ -87,32 +88,24 @@ def load_profile(path: str | None) -> ModelProfile | None:
         raise ReportError(f"cannot use model {path}: {e}") from None
 
 
-def read(path: str, profile: ModelProfile | None) -> ParseResult:
-    """Parse ``path``; ReportError when it is unreadable or not a llama.cpp state file."""
-    from kvscope.core.reader.parse import ReadError, read_state
-    from kvscope.core.reader.source import FileChangedError
+def inspect(path: str, profile: ModelProfile | None, stats: bool = True, compat: bool = True) -> Inspection:
+    """``path`` through the one inspection pipeline (:func:`kvscope.core.analysis.inspection.inspect_file`):
+    parse, verdict, with ``stats`` the payload statistics (a scan that fails is kept as ``stats_error``: a
+    report without statistics beats none) and with ``compat`` which layout generations load it. ReportError
+    when the file cannot be read, changed while it was read, or is not a llama.cpp state file."""
+    from kvscope.core.analysis.inspection import inspect_file
 
     try:
-        res = read_state(path, profile=profile)
-    except FileChangedError as e:
-        raise ReportError(f"{path}: {e}") from None
-    except (ReadError, ValueError) as e:
+        found = inspect_file(path, profile, stats=stats, compat=compat, keep_stats_error=True)
+    except InputError as e:  # unreadable, special, changed meanwhile
         raise ReportError(str(e)) from None
     except OSError as e:
         raise ReportError(f"{path}: {e.strerror or e}") from None
-    if res.kind == "unknown":
-        why = res.findings[0].message if res.findings else "not a llama.cpp state file"
-        raise ReportError(f"{path}: {why}")
-    return res
-
-
-def inspect_object(res: ParseResult, profile: ModelProfile | None, stats: StatsReport | None,
-                   compat: list[GenCompat] | None) -> dict[str, object]:
-    """What ``kvscope inspect --json --stats`` prints for ``res``: the same :class:`Inspection` object."""
-    from kvscope.core.analysis.inspection import Inspection
-    from kvscope.core.analysis.verdict import verdict
-
-    return Inspection(res, profile, verdict(res, profile), compat, stats).to_json()
+    except ValueError as e:
+        raise ReportError(f"{path}: {e}") from None
+    if not found.is_state:
+        raise ReportError(f"{path}: {found.not_state_reason()}")
+    return found
 
 
 def flagged_records(res: ParseResult, stats: StatsReport | None) -> tuple[list[Flagged], int]:
@@ -159,79 +152,50 @@ def _spread(hits: list[Flagged]) -> list[Flagged]:
     return [hits[i] for i in keep]
 
 
-def report_compat(options: ReportOptions, res: ParseResult, profile: ModelProfile | None) -> list[GenCompat]:
-    """Which layout generations load the file (the overview's and the inspect object's table)."""
-    from kvscope.core.analysis.compat import compatibility
-
-    try:
-        return compatibility(res, profile)
-    except (OSError, ValueError) as e:
-        raise ReportError(f"{options.file}: {e}") from None
-
-
 # Files above this size get no sha256 in the report: hashing reads every byte, holes of a sparse file
 # included (a 20 GB sparse file took 21-61 s, its parse 0.8 s); the size still identifies them.
 SHA256_MAX_BYTES = 2 << 30
 
 
-def report_overview(options: ReportOptions, res: ParseResult, profile: ModelProfile | None,
-                    compat: list[GenCompat] | None = None, verify: dict[str, Any] | None = None) -> Overview:
+def report_overview(options: ReportOptions, found: Inspection, verify: dict[str, Any] | None = None) -> Overview:
     """The overview that heads the report: with the compatibility per generation and the file's sha256 (files up to
     :data:`SHA256_MAX_BYTES`)."""
     from kvscope.core.analysis.overview import build_overview
     from kvscope.core.fsutil import sha256_file
 
-    if compat is None:
-        compat = report_compat(options, res, profile)
+    res = found.result
     sha = None
     if res.size <= SHA256_MAX_BYTES:
         try:
             sha = sha256_file(res.path)
         except OSError as e:
             raise ReportError(f"{options.file}: {e.strerror or e}") from None
-    return build_overview(res, profile, compat, verify, options.full_paths, sha)
+    return build_overview(res, found.profile, found.compatibility or [], verify, options.full_paths, sha)
 
 
 def collect(options: ReportOptions, progress: Progress = no_progress, cancelled: Cancelled | None = None,
             preloaded: Preloaded | None = None) -> ReportData:
-    """Gather the report's data; ``preloaded`` skips the parse and statistics an open document already has."""
+    """Gather the report's data; ``preloaded`` skips the inspection an open document has already done."""
     check_inputs(options)
 
     def check() -> None:
         if cancelled is not None and cancelled():
             raise ReportError("cancelled")
 
-    stats_error: str | None = None
     if preloaded is not None:
-        res, profile, stats = preloaded.result, preloaded.profile, preloaded.stats
+        found = preloaded.inspection
     else:
         progress(None, "reading model" if options.model else "parsing")
         profile = load_profile(options.model)
         check()
-        progress(None, "parsing")
-        res = read(options.file, profile)
-        check()
-        progress(None, "scanning payloads")
-        stats = None
-        from kvscope.core.analysis.stats import scan_stats
-        from kvscope.core.reader.source import FileChangedError
-
-        try:
-            stats = scan_stats(res)
-        except FileChangedError as e:  # the report would describe bytes that are gone
-            raise ReportError(f"{options.file}: {e}") from None
-        except Exception as e:  # a report without statistics beats no report; the failure is shown
-            stats_error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        progress(None, "parsing, scanning payloads, which llama.cpp builds load it")
+        found = inspect(options.file, profile)
     check()
-    progress(None, "which llama.cpp builds load it")
-    compat = preloaded.compat if preloaded is not None and preloaded.compat is not None else None
-    if compat is None:
-        compat = report_compat(options, res, profile)
-    overview = report_overview(options, res, profile, compat, preloaded.verify if preloaded is not None else None)
+    res, profile = found.result, found.profile
+    overview = report_overview(options, found, preloaded.verify if preloaded is not None else None)
     check()
-    data = ReportData(options, res, profile, stats, stats_error, inspect_object(res, profile, stats, compat),
-                      overview)
-    data.flagged, data.flagged_total = flagged_records(res, stats)
+    data = ReportData(options, res, profile, found.stats, found.stats_error, found.to_json(), overview)
+    data.flagged, data.flagged_total = flagged_records(res, found.stats)
     if options.compare:
         data.diff = preloaded.diff if preloaded is not None and preloaded.diff is not None else None
         if data.diff is None:
@@ -239,7 +203,7 @@ def collect(options: ReportOptions, progress: Progress = no_progress, cancelled:
             from kvscope.core.analysis.diff import diff_states
             from kvscope.core.reader.source import FileChangedError
 
-            other = read(options.compare, profile)
+            other = inspect(options.compare, profile, stats=False, compat=False).result
             try:
                 data.diff = diff_states(res, other)
             except FileChangedError as e:

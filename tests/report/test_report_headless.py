@@ -108,3 +108,45 @@ def test_only_a_missing_gui_layer_is_a_note(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(importlib, "import_module", failing("kvscope.app.report.build"))  # a prefix, not a parent
     with pytest.raises(ModuleNotFoundError):
         cli.load_pictures()
+
+
+def test_collect_goes_through_the_inspection_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#30 item 1: the report's inspection is inspect_file's (statistics and compatibility in), not one rebuilt
+    by hand; the compared file is the pipeline's parse too."""
+    from kvscope.core.analysis import inspection
+    from kvscope.core.report import collect
+
+    calls: list[tuple[str, dict[str, object]]] = []
+    real = inspection.inspect_file
+
+    def spy(path: str, profile: object = None, **kw: object) -> inspection.Inspection:
+        calls.append((path, kw))
+        return real(path, profile, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(inspection, "inspect_file", spy)
+    other = str(EXAMPLES / "llama-dropped-layer.seqdata.bin")
+    data = collect.collect(ReportOptions(str(STATE), str(GGUF), compare=other))
+    assert calls == [(str(STATE), {"stats": True, "compat": True, "keep_stats_error": True}),
+                     (other, {"stats": False, "compat": False, "keep_stats_error": True})]
+    assert data.stats is not None and data.stats_error is None and data.diff is not None
+    assert {"stats", "compatibility", "verdict"} <= set(data.inspect)
+    assert not hasattr(collect, "inspect_object") and not hasattr(collect, "read")  # the bypass is gone
+
+
+def test_a_failed_scan_leaves_a_report_without_statistics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline raises a failed scan by default; the report keeps it (keep_stats_error) and says why."""
+    from kvscope.core.analysis import stats
+
+    def broken(*_a: object, **_k: object) -> object:
+        raise RuntimeError("scan broke\nsecond line")
+
+    monkeypatch.setattr(stats, "scan_stats", broken)
+    with pytest.raises(RuntimeError, match="scan broke"):
+        inspect_file(STATE, stats=True)
+    found = inspect_file(STATE, stats=True, keep_stats_error=True)
+    assert found.stats is None and found.stats_error == "scan broke" and found.compatibility
+    data, dest = build_report(ReportOptions(str(STATE), str(GGUF)), tmp_path / "r")
+    assert data.stats is None and data.stats_error == "scan broke"
+    report = json.loads((dest / "report.json").read_text(encoding="utf-8"))
+    assert report["report"]["stats_error"] == "scan broke" and "stats" not in report and report["compatibility"]
+    assert "statistics | failed: scan broke" in (dest / "report.md").read_text(encoding="utf-8")
