@@ -1,5 +1,7 @@
 """The QApplication kvscope runs in: names used by QSettings, ini-format settings, pyqtgraph options,
-a Qt message filter that drops the one note Qt's offscreen platform prints for every window, and the
+a Qt message filter that drops the one note Qt's offscreen platform prints for every window, a check
+before the QApplication that Qt's xcb plugin can load (:mod:`kvscope.app.base.platform_check`: one line
+naming the X11 packages, not Qt's abort), and the
 core's cleanup on SIGINT/SIGTERM/SIGHUP (``kvscope.core.fsutil.install_signal_cleanup``): the app writes
 exports, reports and screenshots from worker threads, whose temporary files must not outlive a kill.
 Python runs a signal handler only when it gets control, so a light timer lets it in while Qt's event
@@ -68,6 +70,9 @@ def ensure_app(argv: list[str] | None = None) -> QApplication:
     install_message_filter()
     app = QApplication.instance()
     if not isinstance(app, QApplication):
+        from kvscope.app.base.platform_check import check_platform
+
+        check_platform()  # one line naming the X11 packages to install, not Qt's abort
         app = QApplication(argv if argv is not None else [sys.argv[0] if sys.argv else "kvscope"])
     QCoreApplication.setOrganizationName(ORGANIZATION)
     QCoreApplication.setApplicationName(APPLICATION)
