@@ -46,10 +46,10 @@ def engine_run_job(scenario: Scenario, cases: Sequence[LabCase], specs: Sequence
         try:
             tap(runner, sink)
             total = len(runner.cases) * (2 if engine == "both" else 1)
-            report(0.0, f"0/{total} cells")
+            report(0.0, f"0/{total:,} cells")
 
             def progress(done: int, n: int, label: str) -> None:
-                report(done / max(1, n), f"{done}/{n} cells · {label}")
+                report(done / max(1, n), f"{done:,}/{n:,} cells · {label}")
 
             return runner.run(progress, lambda: token.cancelled or stop.is_set())
         finally:

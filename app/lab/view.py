@@ -378,7 +378,7 @@ class LabView(QWidget):
         self.lab_run = run
         self.model.set_run(run)
         total = len(run.cases) * len(run.policies) * len(run.readers)
-        self.controls.status.setText(f"cancelled after {len(run.results)} of {total} cells" if run.cancelled
+        self.controls.status.setText(f"cancelled after {len(run.results):,} of {total:,} cells" if run.cancelled
                                      else f"{plural(len(run.results), 'cell')} in {run.seconds:.1f} s")
 
     def show_engine_run(self, er: EngineRun, disagreements: list[Any] | None = None) -> None:

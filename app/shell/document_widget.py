@@ -218,10 +218,10 @@ class DocumentWidget(QWidget):
         n = len(res.findings) if res is not None else 0
         errors = res.n_errors if res is not None else 0
         i = TAB_VIEWS.index("findings")
-        self.tabs.setTabText(i, f"Findings ({n})" if n else "Findings")
+        self.tabs.setTabText(i, f"Findings ({n:,})" if n else "Findings")
         self.tabs.setTabToolTip(i, plural(errors, "error") if errors else "")
         i = TAB_VIEWS.index("tokens")
-        self.tabs.setTabText(i, f"Tokens ({len(res.tokens)})" if res is not None and res.tokens else "Tokens")
+        self.tabs.setTabText(i, f"Tokens ({len(res.tokens):,})" if res is not None and res.tokens else "Tokens")
 
     def show_view(self, name: str) -> None:
         """Bring view ``name`` (one of :data:`VIEW_NAMES`) to the front."""

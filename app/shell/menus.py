@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QMenu, QMenuBar, QMessageBox, QStatusBar, QToolBar, QWidget
 
@@ -215,9 +216,30 @@ def build_menus(win: MenuHost) -> Actions:
     return acts
 
 
-def _about(win: MenuHost) -> None:
-    box = QMessageBox(QMessageBox.Icon.Information, "About kvscope",
-                      "kvscope — inspector for llama.cpp saved state (slot, sequence and session files, "
-                      "state blobs).\nFiles are opened read-only.", QMessageBox.StandardButton.Ok, win.window())
+def app_version() -> str:
+    """kvscope's version, from the installed package's metadata ("unknown" where it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kvscope")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def about_text() -> str:
+    from PySide6 import __version__ as pyside_version
+    from PySide6.QtCore import qVersion
+
+    return (f"kvscope {app_version()}\n\nInspector for llama.cpp saved state (slot, sequence and session files, "
+            f"state blobs).\nFiles are opened read-only.\n\nQt {qVersion()}, PySide6 {pyside_version}")
+
+
+def _about(win: MenuHost) -> QMessageBox:
+    """Help → About: kvscope's version (the package's metadata) and what it is; returned for tests."""
+    box = QMessageBox(QMessageBox.Icon.Information, "About kvscope", about_text(), QMessageBox.StandardButton.Ok,
+                      win.window())
+    box.setTextFormat(Qt.TextFormat.PlainText)
     box.setModal(False)
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     box.show()
+    return box

@@ -131,7 +131,7 @@ def test_overview_shows_a_verify_result(qtbot, open_doc):  # type: ignore[no-unt
                       "records": [rec, {**rec, "il": 1, "status": "differs", "max_abs": 0.25, "file_index": 1}]})
     text = w.overview.browser.toPlainText()
     assert "Verify: damaged in llama.cpp b11434 — layer 1 K (kv stream 0): differs" in text
-    assert "DAMAGED IN LLAMA.CPP B11434" in text and "restored (7372 bytes read)" in text
+    assert "DAMAGED in llama.cpp b11434" in text and "restored (7372 bytes read)" in text
     assert "match 1, ■ differs 1" in text and "differs: layer 1 K (kv · stream 0) — max |Δ| 0.25" in text
     assert "same argmax" in text and "not verified" not in text
     w.doc.set_verify(None)

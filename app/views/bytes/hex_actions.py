@@ -26,6 +26,9 @@ from kvscope.app.views.export import ExportButton
 from kvscope.core.fsutil import write_atomic
 
 EXPORT_LIMIT = 256 << 20  # bytes "Export selected bytes" writes at most
+# bytes "Find these bytes" takes at most: the pattern goes into the find bar as hex text (3 characters a byte,
+# under QLineEdit's 32,767), which is enough for a row of a record or a whole small record
+FIND_LIMIT = 4096
 FORMAT_NAMES = {"hex": "hex", "c": "a C array", "python": "Python bytes"}
 
 
@@ -134,8 +137,16 @@ class HexActions:
                               lambda: host.select_node_at(host.cursor_offset))
         node.setEnabled(leaf is not None)
         menu.addAction("Select all", host.select_all)
-        find = menu.addAction("Find these bytes", self.find_selection)
-        find.setEnabled(0 < n <= 64)
+        find = menu.addAction("Find these bytes" if n <= FIND_LIMIT else f"Find these bytes (at most {FIND_LIMIT:,})",
+                              self.find_selection)
+        find.setEnabled(0 < n <= FIND_LIMIT)
+        if n > FIND_LIMIT:
+            find.setToolTip(f"a find takes at most {FIND_LIMIT:,} bytes (the find bar holds them as hex): select "
+                            f"fewer than these {n:,}")
+        else:
+            find.setToolTip(f"the next place the file holds these {what} (the find bar, from the cursor)" if n
+                            else "select the bytes to find first")
+        menu.setToolTipsVisible(True)
         menu.addSeparator()
         bad = menu.addAction(f"Corrupt {what} into a copy… (zero / NaN / random / drop)", host.corrupt_selection)
         bad.setEnabled(n > 0 and self.doc.result is not None and self.doc.result.kind != "unknown")
@@ -167,7 +178,11 @@ class HexActions:
             self.host.goto(off, publish=True)
 
     def find_selection(self) -> None:
+        """Find the next place the file holds the selected bytes (at most :data:`FIND_LIMIT`)."""
         a, b = self.host.selection
+        if not 0 < b - a <= FIND_LIMIT:
+            self.doc.message.emit(f"a find takes 1 to {FIND_LIMIT:,} bytes; {b - a:,} are selected")
+            return
         self.host.find_bar.set_query("hex", format_bytes(read_bytes(self.doc.data, a, b - a), "hex"))
         self.host.find_bar.find_next()
 

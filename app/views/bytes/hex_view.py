@@ -409,7 +409,7 @@ class HexView(QWidget):
     def _title_bookmarks(self) -> None:
         n = len(self.doc.bookmarks.items)
         self.model.set_marks([(b.start, b.end, b.name) for b in self.doc.bookmarks.items])
-        self.side_tabs.setTabText(1, f"Bookmarks ({n})" if n else "Bookmarks")
+        self.side_tabs.setTabText(1, f"Bookmarks ({n:,})" if n else "Bookmarks")
 
     def bookmark_selection(self) -> None:
         """Bookmark the selected bytes (asks for a name) and show the list."""

@@ -173,7 +173,7 @@ class FindingsView(QWidget):
 
     def _update_count(self) -> None:
         n, shown = self.model.rowCount(), self.proxy.rowCount()
-        self.count.setText(f"{shown} of {n}" if shown != n else f"{n} finding" + ("" if n == 1 else "s"))
+        self.count.setText(f"{shown:,} of {n:,}" if shown != n else f"{n:,} finding" + ("" if n == 1 else "s"))
 
     def finding_at(self, proxy_row: int) -> Finding | None:
         f = self.proxy.index(proxy_row, 0).data(FINDING_ROLE)
@@ -230,7 +230,7 @@ class FindingsView(QWidget):
         """Copy the selected findings as tab-separated lines (the columns as shown)."""
         text = rows_text(self.proxy, selected_rows(self.table))
         n = text.count("\n") + 1 if text else 0
-        self.doc.message.emit(f"copied {n} finding" + ("" if n == 1 else "s"))
+        self.doc.message.emit(f"copied {n:,} finding" + ("" if n == 1 else "s"))
         return copy_text(text)
 
     def current_finding(self) -> Finding | None:

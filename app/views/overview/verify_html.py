@@ -20,11 +20,13 @@ MAX_LISTED = 24  # records that are not a match, listed one by one
 MAX_NOTES = 6
 
 
-def verdict_title(result: dict[str, Any]) -> str:
-    """``ok in llama.cpp b11434``."""
+def verdict_title(result: dict[str, Any], loud: bool = False) -> str:
+    """``ok in llama.cpp b11434`` (``loud``: ``OK in llama.cpp 0c1e5709``: the verdict upper-cased, never the
+    engine or the build, whose names are case-sensitive)."""
     eng = result.get("engine") or {}
     name = "llama-server" if eng.get("kind") == "server" else str(eng.get("kind") or "the engine")
-    return f"{result.get('verdict', 'no verdict')} in {name}" + (f" {eng['build']}" if eng.get("build") else "")
+    verdict = str(result.get("verdict", "no verdict"))
+    return f"{verdict.upper() if loud else verdict} in {name}" + (f" {eng['build']}" if eng.get("build") else "")
 
 
 def summary_line(result: dict[str, Any]) -> str:
@@ -67,7 +69,7 @@ def result_html(result: dict[str, Any], dark: bool) -> str:
     """The whole section for a finished verification."""
     col = _color(result, dark)
     out = [f'<p style="font-size:large;margin-bottom:2px"><b><span style="color:{col}">'
-           f"{escape(verdict_title(result).upper())}</span></b></p>"]
+           f"{escape(verdict_title(result, loud=True))}</span></b></p>"]
     reasons = [str(r) for r in result.get("reasons") or []]
     if reasons:
         out.append("<ul>" + "".join(f"<li>{escape(r)}</li>" for r in reasons) + "</ul>")

@@ -185,7 +185,7 @@ class TokensView(QWidget):
     def copy_rows(self) -> str:
         """Copy the selected tokens as tab-separated lines: index, id, text, cell."""
         rows = selected_rows(self.table)
-        self.doc.message.emit(f"copied {len(rows)} token" + ("" if len(rows) == 1 else "s"))
+        self.doc.message.emit(f"copied {len(rows):,} token" + ("" if len(rows) == 1 else "s"))
         return copy_text(rows_text(self.model, rows))
 
     def copy_ids(self) -> str:
