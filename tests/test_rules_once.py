@@ -1,7 +1,25 @@
 """Rules kept once: where two layers need the same fact, one takes it from the other, and these tests fail
-when a second copy appears beside it and drifts (the rotation rule's own test is in tests/reader/rotation)."""
+when a second copy appears beside it and drifts (the rotation rule's own test is in tests/reader/rotation).
+
+- **Which sequence a per-sequence file holds** (:mod:`kvscope.core.reader.seq_owner`, issue #30 item 2): verify
+  and repair restore into :func:`restore_seq`, the memory core infers :attr:`SeqOwner.seq`, the Overview lists
+  it, all from :func:`file_sequence`. Verify's copy and the Overview's disagreed on 65 of the 1,867 per-sequence
+  fixtures (the Overview said the sequence was unknown where verify restored into 0); now the Overview says
+  "seq 0 (assumed)" and why.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvharness.fixtures import DATA
+from kvscope.core.analysis.overview import sequences
+from kvscope.core.memory.infer import InferError, infer_context
+from kvscope.core.reader.parse import read_state
+from kvscope.core.reader.seq_owner import ASSUMED_SEQ, file_sequence, restore_seq
+from kvscope.core.reader.state_kinds import PER_SEQUENCE_KINDS
 
 
 def test_the_memory_core_takes_every_layout_rule_from_the_reader_table() -> None:
@@ -31,3 +49,53 @@ def test_the_pinned_builds_are_named_once() -> None:
     for b in pinned_builds.BUILDS:
         assert b.writes in GENERATION_BY_NAME
         assert pinned_builds.build_writing(b.writes) == b.name
+
+
+SUFFIXES = (".seqstate", ".bin", ".slot", ".blob")
+
+
+def _per_sequence_fixtures() -> list[Path]:
+    out = []
+    for p in sorted(DATA.rglob("*")):
+        if p.is_file() and p.suffix in SUFFIXES and p.stat().st_size < (8 << 20):
+            out.append(p)
+    return out
+
+
+def test_one_sequence_owner_rule_over_every_per_sequence_fixture() -> None:
+    checked = unnamed = inferred = 0
+    for path in _per_sequence_fixtures():
+        res = read_state(str(path))
+        if res.kind not in PER_SEQUENCE_KINDS:
+            continue
+        owner = file_sequence(res)
+        assert owner is not None
+        checked += 1
+        assert restore_seq(res) == owner.dest == (owner.seq if owner.seq is not None else ASSUMED_SEQ), path
+        if owner.seq is None:
+            unnamed += 1
+            assert owner.label == f"seq {ASSUMED_SEQ} (assumed)" and "restored as seq 0" in owner.why
+        try:
+            inf = infer_context(res)
+        except InferError:
+            continue
+        inferred += 1
+        assert (inf.seq_id, inf.seq_id_known) == (owner.dest, owner.seq is not None), path
+    assert checked > 1500 and unnamed > 50 and inferred > 1000, (checked, unnamed, inferred)
+
+
+@pytest.mark.parametrize("name", ["llamacpp-2025-05-08/llama-f16-fa0-seq1.seqstate",
+                                  "llamacpp-2026-10-01/mamba-f32state-n3-seq1.seqstate"])
+def test_the_overview_names_the_assumed_sequence(name: str) -> None:
+    """Files whose bytes name no sequence: the Overview says where verify and repair put them."""
+    res = read_state(str(DATA / name))
+    facts = sequences(res)
+    assert facts and all(f.seq is None for f in facts)
+    text = facts[0].text()
+    assert text.startswith("seq 0 (assumed)") and "restore it as seq 0" in text, text
+    assert restore_seq(res) == 0
+
+
+def test_whole_context_files_restore_as_the_whole_context() -> None:
+    res = read_state(str(DATA / "llamacpp-2026-10-01/lfm2-f16-fa0-unified0-ctx.session"))
+    assert file_sequence(res) is None and restore_seq(res) == -1

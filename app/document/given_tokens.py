@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from kvscope.core.analysis.verdict import plural
 from kvscope.core.errors import UsageError
+from kvscope.core.reader.state_kinds import BLOB_KINDS
 from kvscope.core.textsafe import safe_text
 
 if TYPE_CHECKING:
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from kvscope.core.reader.records import ParseResult
 
 GivenTokens = list[int] | dict[int, list[int]]
-BLOB_KINDS = ("seq_blob", "context_blob")
 MAX_LINE = 200  # characters of a refusal shown (the text typed can be a long paste)
 ACTION = "Tools → Tokens for this blob…"
 
@@ -81,7 +81,7 @@ def parse_given(text: str, base_dir: str) -> GivenTokens:
 
 def tokens_problem(res: ParseResult | None, profile: ModelProfile | None, tokens: GivenTokens) -> str | None:
     """Why ``tokens`` cannot be re-prefilled for ``res`` (one line), or None when they can."""
-    from kvscope.core.verify.params import PER_SEQ_KINDS, source_seq
+    from kvscope.core.reader.seq_owner import restore_seq
     from kvscope.core.verify.prefill import plan_prefill
 
     if res is None:
@@ -98,7 +98,7 @@ def tokens_problem(res: ParseResult | None, profile: ModelProfile | None, tokens
     if bad is not None:
         return (f"token id {bad} is negative" if bad < 0 else
                 f"token id {bad} is outside the model's vocabulary of {n_vocab:,} (ids 0 to {n_vocab - 1:,})")
-    plan = plan_prefill(res, source_seq(res) if res.kind in PER_SEQ_KINDS else -1, tokens)
+    plan = plan_prefill(res, restore_seq(res), tokens)
     if not plan.possible:
         return plan.reason or "nothing to re-prefill"
     return None

@@ -73,7 +73,7 @@ def repair_problem(res: ParseResult | None, profile: ModelProfile | None, model_
         return NEEDS_MODEL
     if res.kind == "unknown":
         return "not a llama.cpp state file: there is nothing to rebuild"
-    from kvscope.core.verify.params import PER_SEQ_KINDS, source_seq
+    from kvscope.core.reader.seq_owner import restore_seq
     from kvscope.core.verify.prefill import plan_prefill
 
     if takes_tokens(res):  # a blob: the tokens given, checked by the same plan the command makes
@@ -83,7 +83,7 @@ def repair_problem(res: ParseResult | None, profile: ModelProfile | None, model_
         if why is not None:
             return f"the tokens given cannot be re-prefilled: {why}"
     else:
-        plan = plan_prefill(res, source_seq(res) if res.kind in PER_SEQ_KINDS else -1)
+        plan = plan_prefill(res, restore_seq(res))
         if plan.limit_pos is not None:
             return (f"the prompt holds {plan.n_media} media chunk(s) from position {plan.limit_pos}: they cannot be "
                     "re-prefilled from the file")

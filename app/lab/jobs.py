@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvscope.app.base.tasks import CancelToken, Report
+from kvscope.core.reader.state_kinds import ALL_KINDS, WHOLE_CONTEXT_KINDS
 
 if TYPE_CHECKING:
     from kvscope.core.lab.report import CellResult, LabRun
@@ -25,8 +26,8 @@ if TYPE_CHECKING:
     from kvscope.core.model.profile import ModelProfile
     from kvscope.core.reader.records import CellTable, ParseResult
 
-WHOLE_KINDS = ("context_blob", "session_file")
-RESTORE_KINDS = ("seq_blob", "seq_file", "context_blob", "session_file")
+WHOLE_KINDS = WHOLE_CONTEXT_KINDS  # a scenario folder for these; any kind restores
+RESTORE_KINDS = ALL_KINDS
 SUFFIX_KINDS = {".seqdata.bin": "seq_blob", ".seqstate": "seq_file", ".state.bin": "context_blob",
                 ".session": "session_file"}
 CLEAN_SUFFIX = ".clean.seqdata.bin"

@@ -25,11 +25,11 @@ import numpy as np
 from kvscope.core.analysis.compat import GenCompat, compat_text, migration_text
 from kvscope.core.analysis.consumers import ConsumerAnswer, consumer_answers
 from kvscope.core.analysis.reuse import ReusePrediction, predict_reuse
-from kvscope.core.analysis.seq_owner import file_sequence
 from kvscope.core.analysis.verdict import Verdict, model_mismatch_reason, plural, verdict
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.layouts import GENERATION_BY_NAME
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult
+from kvscope.core.reader.seq_owner import ASSUMED_SEQ, file_sequence
 
 KIND_TITLES = {
     "seq_file": "sequence state file",
@@ -70,10 +70,11 @@ class SequenceFacts:
     pos_max: int
 
     def text(self) -> str:
-        who = f"seq {self.seq}" if self.seq is not None else "the file's sequence"
+        who = f"seq {self.seq}" if self.seq is not None else f"seq {ASSUMED_SEQ} (assumed)"
         where = (f"position {self.pos_min}" if self.pos_min == self.pos_max
                  else f"positions {self.pos_min}..{self.pos_max}")
-        unnamed = " (its id is not stored)" if self.seq is None else ""
+        unnamed = (f" (its id is not stored: verify and repair restore it as seq {ASSUMED_SEQ})"
+                   if self.seq is None else "")
         return f"{who} ({self.table}): {plural(self.cells, 'cell')}, {where}{unnamed}"
 
 

@@ -28,6 +28,7 @@ from kvscope.core.errors import InputError
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.layouts import BLOB_IO_MAGIC, Generation, generation_named
 from kvscope.core.reader.records import KvStream, ParseResult
+from kvscope.core.reader.state_kinds import FILE_KINDS, PER_SEQUENCE_KINDS, WHOLE_CONTEXT_KINDS
 from kvscope.core.reader.tree import coverage
 
 Piece = tuple[int, int] | bytes  # (source offset, length) to copy, or literal bytes
@@ -70,12 +71,12 @@ def _framing_only(src: Generation, dst: Generation, res: ParseResult, profile: M
     why = []
     if src.n_stream != dst.n_stream:
         why.append("the n_stream layout differs")
-    if src.ctx_outputs != dst.ctx_outputs and res.kind in ("context_blob", "session_file"):
+    if src.ctx_outputs != dst.ctx_outputs and res.kind in WHOLE_CONTEXT_KINDS:
         why.append("the context outputs sections differ")
     if src.cell_ext != dst.cell_ext and (profile is None or profile.has_cell_ext()):
         why.append(f"the cell extension differs ({src.cell_ext} vs {dst.cell_ext} bytes per cell"
                    + (")" if profile is not None else "; give --model to show the model has none)"))
-    per_seq = res.kind in ("seq_file", "seq_blob")
+    per_seq = res.kind in PER_SEQUENCE_KINDS
     if src.swa_perseq_masked != dst.swa_perseq_masked and per_seq and (profile is None or profile.n_swa):
         why.append("per-sequence SWA masking differs (cells outside the sliding window)")
     if res.partial and src.partial_kinds != dst.partial_kinds:
@@ -169,7 +170,7 @@ def plan_migration(
         plan.exact = False
         plan.missing.append(f"{cov['trailing_bytes']} trailing bytes after the state (drop them to migrate)")
     edits: list[tuple[int, int, bytes]] = []  # (offset, bytes replaced, new bytes)
-    if res.kind in ("seq_file", "session_file") and res.header.get("version") is not None:
+    if res.kind in FILE_KINDS and res.header.get("version") is not None:
         version = dst.seq_version if res.kind == "seq_file" else dst.session_version
         edits.append((4, 4, struct.pack("<I", version)))
     if res.kind == "seq_blob" and src.blob_header != dst.blob_header:

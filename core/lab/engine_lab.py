@@ -57,10 +57,11 @@ from kvscope.core.lab.report import (
     TargetOutcome,
 )
 from kvscope.core.lab.runner import LabCase, LabRunner, one_thread
-from kvscope.core.lab.scenario import PER_SEQ_KINDS, READER_BY_KIND, RestoreInput, Scenario, blank_like
+from kvscope.core.lab.scenario import READER_BY_KIND, RestoreInput, Scenario, blank_like
 from kvscope.core.memory import ContextParams, MemoryContext
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.pinned_builds import build_writing
+from kvscope.core.reader.state_kinds import PER_SEQUENCE_KINDS
 from kvscope.core.verify.behaviour import judge
 from kvscope.core.verify.engines import Logits, engine_message
 from kvscope.core.verify.faults import abort_fault, behaviour_fault, half_restored_fault
@@ -374,7 +375,7 @@ class EngineLabRunner:
         per-sequence state against the live one)."""
         live = self.live
         assert isinstance(live, LlamaLive)
-        p, t, per_seq = live.proc, self.spec.target, inp.kind in PER_SEQ_KINDS
+        p, t, per_seq = live.proc, self.spec.target, inp.kind in PER_SEQUENCE_KINDS
         held: dict[int, tuple[int, int]] = {}
         extra: list[str] = []
         tgt = res.target

@@ -44,6 +44,7 @@ from kvscope.core.lab.report import (
 from kvscope.core.lab.scenario import LiveCopy, RestoreInput, Scenario, blank_like, restore_into
 from kvscope.core.memory import MemoryContext, ReadResult
 from kvscope.core.reader.parse import read_state
+from kvscope.core.reader.state_kinds import FILE_KINDS
 
 POLICIES = ("contained", "legacy", "transactional")
 READERS = ("buffer", "file")
@@ -293,7 +294,7 @@ class LabRunner:
             res = restore_into(ctx, prep.input, sc.target, policy, reader, sc.n_token_capacity)
             out.restore = RestoreOutcome(res.ok, res.returned, res.n_read, res.check, res.offset, res.message,
                                          res.section, list(res.actions))
-            if prep.input.kind in ("seq_file", "session_file") and reader == "file" and res.check == "truncated":
+            if prep.input.kind in FILE_KINDS and reader == "file" and res.check == "truncated":
                 out.restore = _hazard(res)
                 return out
             if self.keep_after_state:

@@ -36,9 +36,9 @@ from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_mod
 from kvscope.core.reader.layouts import GENERATIONS
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
+from kvscope.core.reader.state_kinds import ALL_KINDS, PER_SEQUENCE_KINDS
 
-PER_SEQ_KINDS = ("seq_blob", "seq_file")
-INPUT_KINDS = (*PER_SEQ_KINDS, "context_blob", "session_file")
+INPUT_KINDS = ALL_KINDS  # every kind restores in the lab
 API_BY_KIND = {"seq_blob": "seq_set_data", "seq_file": "seq_load_file", "context_blob": "set_data",
                "session_file": "load_file"}
 # the reader llama.cpp uses for each API: the buffer APIs defer tensor writes, the file APIs do not
@@ -69,7 +69,7 @@ class RestoreInput:
 
     @property
     def per_seq(self) -> bool:
-        return self.kind in PER_SEQ_KINDS
+        return self.kind in PER_SEQUENCE_KINDS
 
     @property
     def api(self) -> str:

@@ -16,6 +16,7 @@ from kvscope.core.memory.infer import Inferred
 from kvscope.core.memory.kv_cache import KvCache
 from kvscope.core.memory.layout import Layout, LayoutError
 from kvscope.core.reader.records import ParseResult
+from kvscope.core.reader.state_kinds import FILE_KINDS, PER_SEQUENCE_KINDS, WHOLE_CONTEXT_KINDS
 
 # the memory class whose PARTIAL_ONLY blob has the same sections as a full blob of the key
 _PARTIAL_OF = {"kv": "iswa", "recurrent": "hybrid", "hybrid": "hybrid_iswa"}
@@ -23,7 +24,7 @@ _PARTIAL_OF = {"kv": "iswa", "recurrent": "hybrid", "hybrid": "hybrid_iswa"}
 
 def _file_tokens(inf: Inferred, res: ParseResult) -> list[int] | None:
     """The token ids of a session / sequence file (unpacked from a llama-server payload)."""
-    if inf.kind not in ("seq_file", "session_file"):
+    if inf.kind not in FILE_KINDS:
         return None
     if res.token_payload is not None:
         return [int(t) for t in res.token_payload.get("tokens", [])]
@@ -78,9 +79,9 @@ def conversion_problems(inf: Inferred, res: ParseResult, target: Layout) -> list
         target.check_spec(spec, mem.n_stream)
     except LayoutError as e:
         out.append(str(e))
-    per_seq = inf.kind in ("seq_file", "seq_blob")
+    per_seq = inf.kind in PER_SEQUENCE_KINDS
     has_kv = any(isinstance(p.mem, KvCache) for p in mem.parts)
-    if inf.kind in ("session_file", "context_blob") and target.ctx_outputs and inf.ctx.outputs is None:
+    if inf.kind in WHOLE_CONTEXT_KINDS and target.ctx_outputs and inf.ctx.outputs is None:
         out.append("the n_outputs / output ids / logits / embeddings sections of the context state (builds before "
                    "PR #18862 wrote them; the source has none)")
     if per_seq and not inf.seq_id_known and (

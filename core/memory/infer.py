@@ -37,6 +37,8 @@ from kvscope.core.memory.rot_rule import cache_rotation
 from kvscope.core.memory.spec import MemorySpec, SpecError
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult
+from kvscope.core.reader.seq_owner import file_sequence
+from kvscope.core.reader.state_kinds import PER_SEQUENCE_KINDS
 
 __all__ = ["UNKNOWN_SWA", "InferError", "Inferred", "infer_context", "load", "write"]
 _SWA_ROLES = ("kv_swa", "kv_raw_swa")
@@ -73,26 +75,10 @@ def _outputs_needed(res: ParseResult) -> int:
     return int(top) + 1 if top is not None else 0
 
 
-def _source_seq(res: ParseResult, layout: Layout) -> int | None:
-    if res.kind not in ("seq_file", "seq_blob"):
-        return None
-    if layout.blob_header and res.kind == "seq_blob" and res.header.get("seq_id") is not None:
-        return int(res.header["seq_id"])
-    ids = res.sequence_ids()
-    if ids:
-        return min(ids)
-    for sec in res.sections:
-        if sec.kind == "kv" and (sec.n_stream or 1) > 1:
-            for st in sec.streams:
-                if st.cell_count:
-                    return st.index
-    return None
-
-
 def _unmasked_layout(res: ParseResult, spec: MemorySpec, layout: Layout, notes: list[str]) -> Layout:
     """A per-sequence file holding SWA cells outside the window was not written by a masking build:
     among the layouts with the same bytes, take the newest that does not mask."""
-    if res.kind not in ("seq_file", "seq_blob") or not layout.swa_perseq_masked or not spec.n_swa:
+    if res.kind not in PER_SEQUENCE_KINDS or not layout.swa_perseq_masked or not spec.n_swa:
         return layout
     outside = False
     for sec in res.sections:
@@ -216,7 +202,8 @@ def infer_context(res: ParseResult, profile: ModelProfile | None = None, device:
     layout = _unmasked_layout(res, spec, layout, notes)
     kv_secs = [s for s in res.sections if s.kind == "kv"]
     n_stream = max([s.n_stream or 1 for s in kv_secs], default=1)
-    seq = _source_seq(res, layout)
+    owner = file_sequence(res)  # the one rule (None: a whole-context file, or no byte names the sequence)
+    seq = owner.seq if owner is not None else None
     ids = res.sequence_ids()
     rec = next((s for s in res.sections if s.kind == "recurrent"), None)
     if seq_id is not None:
@@ -234,7 +221,7 @@ def infer_context(res: ParseResult, profile: ModelProfile | None = None, device:
     headers_known = not layout.n_stream or all(data_streams(s) or any(st.data_offset is not None for st in s.streams)
                                                for s in kv_secs)
     kv_size = ggml_pad(max(1, cells), 256)
-    per_seq = res.kind in ("seq_file", "seq_blob")
+    per_seq = res.kind in PER_SEQUENCE_KINDS
     try:
         params = ContextParams(
             n_ctx=kv_size * (1 if n_stream == 1 else n_stream),

@@ -16,6 +16,7 @@ from kvscope.core.reader.layouts import BLOB_IO_MAGIC, SERVER_TOKENS_MARKER
 from kvscope.core.reader.memory_state import PlanItem, parse_memory
 from kvscope.core.reader.records import Section
 from kvscope.core.reader.source import ByteSource
+from kvscope.core.reader.state_kinds import FILE_KINDS, WHOLE_CONTEXT_KINDS
 from kvscope.core.reader.tree import Node
 
 MAX_ARCH_LEN = 128
@@ -202,7 +203,7 @@ def parse_container(ctx: ParseCtx, root: Node, kind: str, plan: list[PlanItem] |
     out = Container()
     src = ctx.src
     try:
-        cur = _file_header(ctx, root, out) if kind in ("seq_file", "session_file") else 0
+        cur = _file_header(ctx, root, out) if kind in FILE_KINDS else 0
         if kind == "seq_blob" and ctx.gen.blob_header:
             magic = ctx.u32(root, "io_magic", 0)
             seq = ctx.i32(root, "seq_id", 4)
@@ -212,7 +213,7 @@ def parse_container(ctx: ParseCtx, root: Node, kind: str, plan: list[PlanItem] |
                 ctx.find("error", "unknown_format", 0, 4, f"io_magic 0x{magic:08x}, expected 0x{BLOB_IO_MAGIC:08x}",
                          root)
             cur = 8
-        if kind in ("context_blob", "session_file"):
+        if kind in WHOLE_CONTEXT_KINDS:
             cur, _ = _context_body(ctx, root, cur, out)
         out.memory_offset = cur
         sections, end = parse_memory(ctx, root, cur, src.size, plan)

@@ -11,12 +11,14 @@ from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any
 
+from kvscope.core.reader.state_kinds import ALL_KINDS
+
 SESSION_MAGIC = 0x6767736E  # 'ggsn'
 SEQ_MAGIC = 0x67677371  # 'ggsq'
 BLOB_IO_MAGIC = 0xAF143CD8
 SERVER_TOKENS_MARKER = -1
 
-KINDS = ("seq_file", "session_file", "seq_blob", "context_blob")
+KINDS: tuple[str, ...] = ALL_KINDS  # the kinds a reader tries (kvscope.core.reader.state_kinds)
 
 
 @dataclass(frozen=True)

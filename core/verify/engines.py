@@ -43,6 +43,7 @@ from kvscope.core.engine.server import ServerClient, ServerDied, ServerError, Se
 from kvscope.core.errors import InputError, SetupError
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult
+from kvscope.core.reader.state_kinds import PER_SEQUENCE_KINDS
 from kvscope.core.verify.faults import abort_fault, half_restored_fault
 from kvscope.core.verify.params import ContextPlan
 from kvscope.core.verify.prefill import WHOLE, PrefillPlan, Schedule
@@ -195,7 +196,7 @@ class LlamaCppEngine(VerifyEngine):
         p = self._live()
         p.memory_clear()  # a restore after a prefill (the behaviour's continuation) starts from empty too
         dest = max(plan.dest_seq, 0)
-        per_seq = res.kind in ("seq_file", "seq_blob")
+        per_seq = res.kind in PER_SEQUENCE_KINDS
         empty = p.state_seq_get_data(dest) if per_seq else None  # what an empty sequence's state is
         t0 = time.perf_counter()
         if res.kind == "seq_file":
@@ -222,7 +223,7 @@ class LlamaCppEngine(VerifyEngine):
         p = self._proc
         if report.ok or p is None or not p.alive:
             return None
-        seqs = [dest] if res.kind in ("seq_file", "seq_blob") else list(range(int(self._info.get("n_seq_max") or 1)))
+        seqs = [dest] if res.kind in PER_SEQUENCE_KINDS else list(range(int(self._info.get("n_seq_max") or 1)))
         held: dict[int, tuple[int, int]] = {}
         for s in seqs:
             try:

@@ -43,10 +43,11 @@ from kvscope.core.errors import InputError
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import KvStream, ParseResult, Section
 from kvscope.core.reader.rotation import default_rotation, section_heads
+from kvscope.core.reader.seq_owner import restore_seq
+from kvscope.core.reader.state_kinds import PER_SEQUENCE_KINDS
 
 PAD = 256
 MAX_SEQ = 256  # LLAMA_MAX_SEQ: llama.cpp refuses a context of more sequences
-PER_SEQ_KINDS = ("seq_file", "seq_blob")
 ROT_DISABLE = "LLAMA_ATTN_ROT_DISABLE"
 UINT32_MAX = (1 << 32) - 1  # n_ctx, n_batch, n_ubatch, n_seq_max are uint32_t in llama_context_params
 GGML_MAX_N_THREADS = 512  # ggml's own limit on a thread pool
@@ -91,22 +92,6 @@ def _first_data_stream(res: ParseResult) -> tuple[Section, KvStream] | None:
             if st.k_layers:
                 return sec, st
     return None
-
-
-def source_seq(res: ParseResult) -> int:
-    """The sequence a per-sequence file was saved from: the blob header's, else its cells', else the
-    stream that holds cells (a per-sequence file of a multi-stream cache writes every stream), else 0."""
-    if res.kind == "seq_blob" and res.header.get("seq_id") is not None:
-        return max(0, int(res.header["seq_id"]))
-    ids = res.sequence_ids()
-    if ids:
-        return max(0, min(ids))
-    for sec in _kv_sections(res):
-        if (sec.n_stream or 1) > 1:
-            for st in sec.streams:
-                if st.cell_count:
-                    return st.index
-    return 0
 
 
 def _rotation_env(res: ParseResult, profile: ModelProfile | None) -> tuple[tuple[str, str], ...]:
@@ -190,11 +175,11 @@ def context_for(res: ParseResult, profile: ModelProfile | None = None, n_tokens:
     """The context ``res`` restores into; ``n_tokens``: the most tokens one sequence will re-prefill."""
     sources: dict[str, str] = {}
     notes: list[str] = []
-    per_seq = res.kind in PER_SEQ_KINDS
+    per_seq = res.kind in PER_SEQUENCE_KINDS
     kv = _kv_sections(res)
     n_stream = max([s.n_stream or 1 for s in kv], default=1)
     rec = next((s for s in res.sections if s.kind == "recurrent"), None)
-    dest = source_seq(res) if per_seq else -1
+    dest = restore_seq(res)
     ids = res.sequence_ids()
     if n_stream > 1:
         n_seq_max = n_stream

@@ -30,6 +30,7 @@ from kvscope.core.analysis.slot_tokens import TOKEN_NULL
 from kvscope.core.errors import UsageError
 from kvscope.core.fileio import read_bounded
 from kvscope.core.reader.records import CellTable, ParseResult
+from kvscope.core.reader.state_kinds import BLOB_KINDS
 
 
 @dataclass(frozen=True)
@@ -402,7 +403,7 @@ def plan_prefill(res: ParseResult, dest_seq: int, tokens: Sequence[int] | Mappin
     if flat is not None:
         if not flat:
             plan.reason = ("the file carries no tokens (a blob): give them with --tokens to re-prefill"
-                           if res.kind in ("seq_blob", "context_blob") and not given else "no tokens to re-prefill")
+                           if res.kind in BLOB_KINDS and not given else "no tokens to re-prefill")
             return plan
         if per_seq:
             seqs = {dest_seq: flat}

@@ -38,9 +38,11 @@ from kvscope.core.fsutil import check_output, temporary_folder, write_atomic
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import ReadError, read_state
 from kvscope.core.reader.records import ParseResult
+from kvscope.core.reader.seq_owner import restore_seq
+from kvscope.core.reader.state_kinds import BLOB_KINDS, PER_SEQUENCE_KINDS
 from kvscope.core.textsafe import safe_text
 from kvscope.core.verify.engines import EngineUnavailable, LlamaCppEngine, ServerEngine
-from kvscope.core.verify.params import PER_SEQ_KINDS, ContextPlan, ParamsError, context_for, source_seq
+from kvscope.core.verify.params import ContextPlan, ParamsError, context_for
 from kvscope.core.verify.prefill import PrefillPlan, plan_prefill
 from kvscope.core.verify.result import VerifyResult
 from kvscope.core.verify.run import Verifier, VerifyError, model_misfit
@@ -104,7 +106,7 @@ def _swa_full(res: ParseResult, plan: PrefillPlan) -> bool:
 
 
 def _plan(res: ParseResult, path: str, tokens: Sequence[int] | Mapping[int, Sequence[int]] | None) -> PrefillPlan:
-    dest = source_seq(res) if res.kind in PER_SEQ_KINDS else -1
+    dest = restore_seq(res)
     plan = plan_prefill(res, dest, tokens)
     if plan.limit_pos is not None:
         raise RepairError(f"{path}: the prompt holds {plan.n_media} media chunk(s) from position {plan.limit_pos}: "
@@ -139,7 +141,7 @@ def _rebuild(res: ParseResult, model: str, plan: PrefillPlan, ctx: ContextPlan, 
         with open(dest, "wb") as fh:
             fh.write(data)
         return "llama-server's slot save"
-    if res.kind in ("seq_blob", "context_blob"):
+    if res.kind in BLOB_KINDS:
         eng = LlamaCppEngine(model, ctx.ctx, build=build, timeout_s=timeout_s)
         try:
             data = eng.prefill(plan, ctx)
@@ -218,9 +220,9 @@ def repair(path: str | os.PathLike[str], model: str | os.PathLike[str], out: str
         if (got.kind, got.layout.name) != (res.kind, res.layout.name):
             raise RepairError(f"the rebuilt state is a {got.kind} of layout {got.layout.name}, not a {res.kind} of "
                               f"{res.layout.name}: not written")
-        if res.kind in PER_SEQ_KINDS and source_seq(got) != source_seq(res):
-            raise RepairError(f"the rebuilt state is sequence {source_seq(got)}'s, the file sequence "
-                              f"{source_seq(res)}'s: not written")
+        if res.kind in PER_SEQUENCE_KINDS and restore_seq(got) != restore_seq(res):
+            raise RepairError(f"the rebuilt state is sequence {restore_seq(got)}'s, the file sequence "
+                              f"{restore_seq(res)}'s: not written")
         engine = "server" if result.writer == "llama-server's slot save" else "llama.cpp"
         try:
             v = Verifier(rebuilt, model, engine=engine, build=name, tokens=tokens, profile=prof,

@@ -32,6 +32,7 @@ from kvscope.core.errors import InputError, KvscopeError
 from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, ParseResult, Section
+from kvscope.core.reader.seq_owner import restore_seq
 from kvscope.core.reader.source import ByteSource, FileChangedError
 from kvscope.core.verify.behaviour import STEPS, Behaviour, forced, greedy, judge
 from kvscope.core.verify.calibrate import measure, schedules_for
@@ -48,7 +49,7 @@ from kvscope.core.verify.engines import (
     TorchEngine,
     VerifyEngine,
 )
-from kvscope.core.verify.params import PER_SEQ_KINDS, ROT_DISABLE, ContextPlan, ParamsError, context_for, source_seq
+from kvscope.core.verify.params import ROT_DISABLE, ContextPlan, ParamsError, context_for
 from kvscope.core.verify.prefill import PrefillPlan, Schedule, plan_prefill
 from kvscope.core.verify.result import NextToken, VerifyResult, compare_logits, decide
 from kvscope.core.verify.snapshot import Identity, Snapshot
@@ -231,8 +232,7 @@ class Verifier:
         if self.next_token is not None and prof.n_vocab and self.next_token >= prof.n_vocab:
             raise VerifyError(f"--next-token {self.next_token}: outside the model's vocabulary of {prof.n_vocab:,} "
                               f"tokens (0 to {prof.n_vocab - 1:,})")
-        per_seq = res.kind in PER_SEQ_KINDS
-        dest = source_seq(res) if per_seq else -1
+        dest = restore_seq(res)
         plan = plan_prefill(res, dest, self.tokens, self.next_token)
         if self.tokens is not None and not plan.possible:  # the caller's tokens cannot be this state's
             raise VerifyError(f"the tokens given cannot be re-prefilled: {plan.reason}")

@@ -32,7 +32,7 @@ def test_the_owner_of_a_per_sequence_recurrent_cell(path, seq) -> None:  # type:
     assert t.count == 1 and int(t.n_seq[0]) == 0  # what llama.cpp writes for one sequence
     owner = implied_owner(res, sec, t)
     assert owner is not None and owner.seq == seq
-    assert owner.label == (f"seq {seq}" if seq is not None else "this file's seq")
+    assert owner.label == (f"seq {seq}" if seq is not None else "seq 0 (assumed)")
     im = build_cell_image(with_owner(t, owner.column), [(255, 0, 0)])
     assert im.cells_per_seq() == {owner.column: 1}  # a filled cell of the sequence, not an empty one
     assert im.rgba[0, 0, 3] == 255 and im.rgba[0, -1, 3] == 0  # ... and not shared
@@ -68,8 +68,8 @@ def test_cell_map_of_an_unnamed_sequence(qtbot, open_doc) -> None:  # type: igno
     w = open_doc(MAMBA_SEQ0_FILE, "mamba")
     w.show_view("cells")
     assert w.cells.image.cells_per_seq() == {UNNAMED_SEQ: 1}
-    assert "this file's seq" in w.cells.summary.text()
-    assert [label for _, label in w.cells.plot.getAxis("bottom")._tickLevels[0]][0] == "this file's seq"
+    assert "seq 0 (assumed)" in w.cells.summary.text()
+    assert [label for _, label in w.cells.plot.getAxis("bottom")._tickLevels[0]][0] == "seq 0 (assumed)"
 
 
 def test_integer_and_value_ticks() -> None:

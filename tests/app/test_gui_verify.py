@@ -186,7 +186,7 @@ def test_tokens_of_a_recurrent_per_sequence_file_map_to_its_cell(qtbot, open_doc
     summary = w.tokens.summary.text()
     assert "0 sequences" not in summary
     n = len(w.doc.result.tokens)
-    assert (f"the recurrent state is 1 cell of this file's seq (its state after position {n - 1}): token {n - 1} "
+    assert (f"the recurrent state is 1 cell of seq 0 (assumed) (its state after position {n - 1}): token {n - 1} "
             "↔ that cell") in summary
     sel = idx.for_token(n - 1)
     assert sel.cell == 0 and sel.table == idx.token_link.table

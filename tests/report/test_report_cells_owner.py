@@ -16,7 +16,7 @@ MAMBA = DATA.parent / "lab" / "llamacpp-2026-10-01" / "mamba" / "seq0.clean.seqs
 
 @pytest.mark.parametrize("path,model,label", [
     (DATA / "lfm2-f16-fa0-unified0-seq1.seqdata.bin", DATA / "tiny-lfm2.gguf", "1"),
-    (MAMBA, DATA / "tiny-mamba.gguf", "this file's seq"),
+    (MAMBA, DATA / "tiny-mamba.gguf", "seq 0 (assumed)"),
 ])
 def test_per_sequence_recurrent_cell_is_the_files_sequence(qapp, path: Path, model: Path, label: str) -> None:
     data = collect(ReportOptions(str(path), str(model)))

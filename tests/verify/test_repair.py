@@ -22,7 +22,7 @@ from kvscope.core.engine.server import ServerProcess
 from kvscope.core.lab.corruptions import parse_spec
 from kvscope.core.model.profile import load_model_profile
 from kvscope.core.reader.parse import read_state
-from kvscope.core.verify.params import source_seq
+from kvscope.core.reader.seq_owner import restore_seq
 from kvscope.core.verify.repair import repair
 from kvscope.core.verify.run import verify
 from tests.support.trained import SlotSpec, trained_model, trained_slot
@@ -52,7 +52,7 @@ def test_a_damaged_trained_slot_comes_back_as_a_slot_llama_server_restores(
     assert "verified: ok" in text and "llama-server's slot save" in text
     assert _sha(bad) == before  # the input is never modified
     got, orig = read_state(out, profile=prof), read_state(slot.path, profile=prof)
-    assert (got.kind, got.layout.name, source_seq(got)) == (orig.kind, orig.layout.name, source_seq(orig))
+    assert (got.kind, got.layout.name, restore_seq(got)) == (orig.kind, orig.layout.name, restore_seq(orig))
     assert got.token_payload is not None and got.token_payload.get("format") == "server_tokens"
     assert list(got.tokens) == list(slot.tokens)
     again = verify(out, trained_model(), engine="server")  # llama-server itself restores the rebuilt slot
