@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     from kvscope.core.engine.llamacpp import CtxParams, LlamaProcess
     from kvscope.core.model.profile import load_model_profile
     from kvscope.core.reader.parse import read_state
-    from kvscope.core.verify.params import context_for
+    from kvscope.core.verify.context_plan import context_for
 
     model = _model(args.out / "models")
     prof = load_model_profile(model)

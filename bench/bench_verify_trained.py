@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     from kvscope.core.engine.trained_model import GEMMA3_270M, require_model
     from kvscope.core.model.profile import load_model_profile
     from kvscope.core.reader.parse import read_state
-    from kvscope.core.verify.params import context_for
+    from kvscope.core.verify.context_plan import context_for
 
     model = require_model(GEMMA3_270M)
     prof = load_model_profile(model)

@@ -44,10 +44,10 @@ from kvscope.core.errors import InputError, SetupError
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.state_kinds import PER_SEQUENCE_KINDS
+from kvscope.core.verify.context_plan import ContextPlan
 from kvscope.core.verify.faults import abort_fault, half_restored_fault
-from kvscope.core.verify.params import ContextPlan
+from kvscope.core.verify.file_snapshot import copy_sparse, kind_of, open_regular
 from kvscope.core.verify.prefill import WHOLE, PrefillPlan, Schedule
-from kvscope.core.verify.snapshot import copy_sparse, kind_of, open_regular
 
 ENGINES = VERIFY_ENGINES
 MIN_SLOT_LIMIT = 256 << 20  # bytes a saved slot may have, at least (a fresh state of the file's tokens)

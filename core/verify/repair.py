@@ -41,8 +41,8 @@ from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.seq_owner import restore_seq
 from kvscope.core.reader.state_kinds import BLOB_KINDS, PER_SEQUENCE_KINDS
 from kvscope.core.textsafe import safe_text
+from kvscope.core.verify.context_plan import ContextPlan, ContextPlanError, context_for
 from kvscope.core.verify.engines import EngineUnavailable, LlamaCppEngine, ServerEngine
-from kvscope.core.verify.params import ContextPlan, ParamsError, context_for
 from kvscope.core.verify.prefill import PrefillPlan, plan_prefill
 from kvscope.core.verify.result import VerifyResult
 from kvscope.core.verify.run import Verifier, VerifyError, model_misfit
@@ -195,7 +195,7 @@ def repair(path: str | os.PathLike[str], model: str | os.PathLike[str], out: str
     name = _build(res, build)
     try:
         ctx = context_for(res, prof, plan.n_tokens)
-    except ParamsError as e:
+    except ContextPlanError as e:
         raise RepairError(str(e)) from None
     swa_full = _swa_full(res, plan)
     if swa_full != ctx.ctx.swa_full:

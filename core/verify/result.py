@@ -133,7 +133,7 @@ class VerifyResult:
     seconds: dict[str, float] = field(default_factory=dict)
     cancelled: bool = False
     input_changed: str | None = None  # the path no longer names the file verify read (replaced, rewritten)
-    reuse: dict[str, Any] | None = None  # llama-server's reuse of the restored slot (core.verify.reuse)
+    reuse: dict[str, Any] | None = None  # llama-server's reuse of the restored slot (core.verify.reuse_measure)
     # how the engine is set up otherwise than the file needs (a llama-server's slots, streams, V layout, cache
     # types), one line per setting: with a failed restore, the verdict is ``incompatible``, not ``damaged``
     setup_mismatch: list[str] = field(default_factory=list)

@@ -38,6 +38,7 @@ from kvscope.core.verify.behaviour import STEPS, Behaviour, forced, greedy, judg
 from kvscope.core.verify.calibrate import measure, schedules_for
 from kvscope.core.verify.compare import compare_states
 from kvscope.core.verify.comparison import Cancelled, Tolerance
+from kvscope.core.verify.context_plan import ROT_DISABLE, ContextPlan, ContextPlanError, context_for
 from kvscope.core.verify.engines import (
     ENGINES,
     EngineDiedEarly,
@@ -49,10 +50,9 @@ from kvscope.core.verify.engines import (
     TorchEngine,
     VerifyEngine,
 )
-from kvscope.core.verify.params import ROT_DISABLE, ContextPlan, ParamsError, context_for
+from kvscope.core.verify.file_snapshot import Identity, Snapshot
 from kvscope.core.verify.prefill import PrefillPlan, Schedule, plan_prefill
 from kvscope.core.verify.result import NextToken, VerifyResult, compare_logits, decide
-from kvscope.core.verify.snapshot import Identity, Snapshot
 
 Progress = Callable[[int, int, str], None]
 _WEIGHTS = (("parse", 5), ("start", 10), ("prefill", 25), ("next_fresh", 10), ("calibrate", 20), ("restore", 5),
@@ -238,7 +238,7 @@ class Verifier:
             raise VerifyError(f"the tokens given cannot be re-prefilled: {plan.reason}")
         try:
             ctx = context_for(res, prof, plan.n_tokens, self.overrides)
-        except ParamsError as e:
+        except ContextPlanError as e:
             raise VerifyError(str(e)) from None
         out.context = ctx.to_json()
         out.prefill = {**plan.to_json(), "tokens_given": self.tokens is not None}
@@ -425,7 +425,7 @@ class Verifier:
             t0 = time.perf_counter()
             before = list(res.tokens) if engine.kind == "server" else plan.seqs.get(seq, [])
             if engine.kind == "server":
-                from kvscope.core.verify.reuse import engine_reuse, log_mark
+                from kvscope.core.verify.reuse_measure import engine_reuse, log_mark
 
                 mark = log_mark(engine)
             first, why_r = engine.next_logits(seq, before, tokens[0])

@@ -1,4 +1,4 @@
-"""Reuse after a restore, predicted (core.analysis.reuse) against measured (core.verify.reuse) on every
+"""Reuse after a restore, predicted (core.analysis.reuse) against measured (core.verify.reuse_measure) on every
 memory class the fixture generator writes: each real llama-server slot save under tests/data/gen-*/ is
 restored into its own build's llama-server, with and without --swa-full, and continued by three tokens;
 the server's timings.cache_n must be what the prediction says, token for token."""
@@ -18,7 +18,7 @@ from kvscope.core.analysis.reuse import ServerSettings, predict_one
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.engine.server import ServerProcess
 from kvscope.core.model.profile import load_model_profile
-from kvscope.core.verify.reuse import measure_reuse
+from kvscope.core.verify.reuse_measure import measure_reuse
 
 BUILD_FOLDERS = {"b11434": DATA / "gen-b11434", "0c1e5709": DATA / "gen-0c1e5709"}
 

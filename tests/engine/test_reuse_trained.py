@@ -1,6 +1,6 @@
 """Reuse after a restore on the trained model (Gemma 3 270M, iSWA, window 512), with real llama-server
 slot saves (tests/support/trained.py): the issue's numbers first, then the prediction
-(core.analysis.reuse) against the measurement (core.verify.reuse) for f16/q8_0/q4_0 caches, flash
+(core.analysis.reuse) against the measurement (core.verify.reuse_measure) for f16/q8_0/q4_0 caches, flash
 attention on and off, a prompt longer than the window, two slots and both pinned builds, each file
 restored with --swa-full off and on."""
 
@@ -16,7 +16,7 @@ from kvscope.core.analysis.reuse import ServerSettings, predict_one
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.engine.server import ServerProcess
 from kvscope.core.model.profile import load_model_profile
-from kvscope.core.verify.reuse import measure_reuse
+from kvscope.core.verify.reuse_measure import measure_reuse
 from tests.support.trained import N_CTX, SPECS, SlotSpec, prompt_tokens, trained_model, trained_slot
 
 

@@ -33,8 +33,8 @@ from kvscope.core.engine.server import ServerProcess
 from kvscope.core.engine.trained_model import GEMMA3_270M, ModelError, ensure_model, installed_model, require_model
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult
+from kvscope.core.verify.context_plan import ContextPlan
 from kvscope.core.verify.engines import EngineUnavailable, LlamaCppEngine, Logits, RestoreReport, VerifyEngine
-from kvscope.core.verify.params import ContextPlan
 from kvscope.core.verify.prefill import WHOLE, PrefillPlan, Schedule
 from kvscope.core.verify.run import Verifier, VerifyError
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from kvscope.core.verify.reuse import last_task_id, log_reason, settled_log
+from kvscope.core.verify.reuse_measure import last_task_id, log_reason, settled_log
 
 LAUNCH = "slot launch_slot_: id  0 | task 7 | processing task, is_child = 0"
 REASON = ("slot update_slots: id  0 | task 7 | forcing full prompt re-processing due to lack of cache data "

@@ -21,7 +21,7 @@ from kvharness.states import PROMPT
 from kvscope.core.cli.main import main
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.engine.server import ServerProcess
-from kvscope.core.verify.params import cpu_limit
+from kvscope.core.verify.context_plan import cpu_limit
 from kvscope.core.verify.repair import RepairError, repair
 from kvscope.core.verify.run import Verifier, VerifyError
 

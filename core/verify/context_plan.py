@@ -21,7 +21,7 @@ Every value says where it came from (``sources``: file, default or override).
 calls it): the C types' ranges, ``n_seq_max`` within ``LLAMA_MAX_SEQ``, ``n_threads`` within this
 machine's CPUs, ``n_ctx`` at least what the file and the re-prefill need, and the memory the KV cache
 and the attention scores of that context would take within the memory this process can have. A value
-outside them is a :class:`ParamsError` (one line, exit 2): an engine is never asked to allocate
+outside them is a :class:`ContextPlanError` (one line, exit 2): an engine is never asked to allocate
 23 GB for ``n_ctx=2147483648`` or to start 100000 threads.
 """
 
@@ -57,7 +57,7 @@ _ENV_VALUE_MAX = 4096
 _BOOL = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
-class ParamsError(InputError, ValueError):
+class ContextPlanError(InputError, ValueError):
     """A context parameter that cannot be used (bad ``--ctx-param``): one line."""
 
 
@@ -119,23 +119,23 @@ def _override_value(key: str, value: str, current: Any) -> Any:
         if low == "auto":
             return None
         if low not in _BOOL:
-            raise ParamsError(f"--ctx-param flash_attn={_shown(value)}: expected true, false or auto")
+            raise ContextPlanError(f"--ctx-param flash_attn={_shown(value)}: expected true, false or auto")
         return _BOOL[low]
     if isinstance(current, bool):
         if low not in _BOOL:
-            raise ParamsError(f"--ctx-param {key}={_shown(value)}: expected true or false")
+            raise ContextPlanError(f"--ctx-param {key}={_shown(value)}: expected true or false")
         return _BOOL[low]
     if isinstance(current, int):
         try:
             n = int(value.strip(), 0)
         except ValueError:
-            raise ParamsError(f"--ctx-param {key}={_shown(value)}: expected an integer") from None
+            raise ContextPlanError(f"--ctx-param {key}={_shown(value)}: expected an integer") from None
         if not 1 <= n <= UINT32_MAX:
-            raise ParamsError(f"--ctx-param {key}={_shown(value)}: expected a positive integer below 2**32")
+            raise ContextPlanError(f"--ctx-param {key}={_shown(value)}: expected a positive integer below 2**32")
         return n
     if key in ("type_k", "type_v"):
         if low not in gt.KV_CACHE_TYPE_NAMES:
-            raise ParamsError(f"--ctx-param {key}={_shown(value)}: not a KV cache type "
+            raise ContextPlanError(f"--ctx-param {key}={_shown(value)}: not a KV cache type "
                               f"({', '.join(gt.KV_CACHE_TYPE_NAMES)})")
         return low
     return value
@@ -150,15 +150,15 @@ def apply_overrides(ctx: CtxParams, overrides: Mapping[str, str], sources: dict[
         if key.startswith("env."):
             name = key[4:]
             if not _ENV_NAME.fullmatch(name):
-                raise ParamsError(f"--ctx-param {key}: not an environment variable name (letters, digits, _)")
+                raise ContextPlanError(f"--ctx-param {key}: not an environment variable name (letters, digits, _)")
             if "\0" in value or len(value) > _ENV_VALUE_MAX:
-                raise ParamsError(f"--ctx-param {key}: the value must be at most {_ENV_VALUE_MAX} characters "
+                raise ContextPlanError(f"--ctx-param {key}: the value must be at most {_ENV_VALUE_MAX} characters "
                                   "without a NUL")
             env[name] = value
             sources[key] = "override"
             continue
         if key not in names:
-            raise ParamsError(f"--ctx-param {_shown(key)}: not a context parameter ({', '.join(names)}, env.NAME)")
+            raise ContextPlanError(f"--ctx-param {_shown(key)}: not a context parameter ({', '.join(names)}, env.NAME)")
         changes[key] = _override_value(key, value, getattr(ctx, key))
         sources[key] = "override"
     if "n_batch" in changes and "n_ubatch" not in changes and ctx.n_ubatch > changes["n_batch"]:
@@ -167,7 +167,7 @@ def apply_overrides(ctx: CtxParams, overrides: Mapping[str, str], sources: dict[
     try:
         return dataclasses.replace(ctx, **changes, env=tuple(sorted(env.items())))
     except (TypeError, ValueError) as e:
-        raise ParamsError(f"--ctx-param: {e}") from None
+        raise ContextPlanError(f"--ctx-param: {e}") from None
 
 
 def context_for(res: ParseResult, profile: ModelProfile | None = None, n_tokens: int = 0,
@@ -232,11 +232,11 @@ def context_for(res: ParseResult, profile: ModelProfile | None = None, n_tokens:
         ctx = CtxParams(n_ctx=n_ctx, n_batch=2048, n_ubatch=512, n_seq_max=n_seq_max, kv_unified=n_stream == 1,
                         flash_attn=flash, type_k=type_k, type_v=type_v, swa_full=True, n_threads=threads, env=env)
     except ValueError as e:
-        raise ParamsError(f"the file's context cannot be built: {e}") from None
+        raise ContextPlanError(f"the file's context cannot be built: {e}") from None
     recorded = {k for k, v in sources.items() if v == "file"}
     file_ctx, ctx = ctx, apply_overrides(ctx, overrides or {}, sources)
     if per_seq and dest >= ctx.n_seq_max:
-        raise ParamsError(f"the file is sequence {dest}'s state but n_seq_max is {ctx.n_seq_max}")
+        raise ContextPlanError(f"the file is sequence {dest}'s state but n_seq_max is {ctx.n_seq_max}")
     check_context(ctx, res, profile, n_tokens, sources)
     check_recorded(file_ctx, ctx, recorded & {k for k, v in sources.items() if v == "override"}, n_stream)
     flags = PARTIAL_ONLY if per_seq and res.partial else 0
@@ -318,40 +318,40 @@ def check_recorded(file_ctx: CtxParams, ctx: CtxParams, overridden: set[str], n_
     fa = {None: "auto", True: "true", False: "false"}
     for key in ("type_k", "type_v"):
         if key in overridden and getattr(ctx, key) != getattr(file_ctx, key):
-            raise ParamsError(f"--ctx-param {key}={getattr(ctx, key)}: the file's {key[-1].upper()} cache is "
+            raise ContextPlanError(f"--ctx-param {key}={getattr(ctx, key)}: the file's {key[-1].upper()} cache is "
                               f"{getattr(file_ctx, key)}, and llama.cpp restores it only into a {key} "
                               f"{getattr(file_ctx, key)} cache (leave {key} out)")
     if "flash_attn" in overridden and ctx.flash_attn != file_ctx.flash_attn:
         how = ("untransposed (saved with flash attention)" if file_ctx.flash_attn
                else "transposed (saved without flash attention)")
-        raise ParamsError(f"--ctx-param flash_attn={fa[ctx.flash_attn]}: the file stores V {how}, and llama.cpp "
+        raise ContextPlanError(f"--ctx-param flash_attn={fa[ctx.flash_attn]}: the file stores V {how}, and llama.cpp "
                           f"restores it only with flash_attn={fa[file_ctx.flash_attn]} (leave flash_attn out)")
     if overridden & {"kv_unified", "n_seq_max"}:
         streams = 1 if ctx.kv_unified else ctx.n_seq_max
         if streams != n_stream:
             given = ", ".join(f"--ctx-param {k}={str(getattr(ctx, k)).lower()}" for k in ("kv_unified", "n_seq_max")
                               if k in overridden)
-            raise ParamsError(f"{given}: that context has {plural(streams, 'KV stream')}, the file "
+            raise ContextPlanError(f"{given}: that context has {plural(streams, 'KV stream')}, the file "
                               f"{n_stream}: llama.cpp restores it only into as many (leave "
                               f"{' and '.join(k for k in ('kv_unified', 'n_seq_max') if k in overridden)} out)")
 
 
 def check_context(ctx: CtxParams, res: ParseResult, profile: ModelProfile | None, n_tokens: int,
                   sources: Mapping[str, str]) -> None:
-    """Refuse a context no engine should be started with (:class:`ParamsError`, one line): see the module
+    """Refuse a context no engine should be started with (:class:`ContextPlanError`, one line): see the module
     docstring. ``n_tokens``: the most tokens one sequence re-prefills."""
     def named(key: str, value: object) -> str:
         return f"--ctx-param {key}={value}" if sources.get(key) == "override" else f"{key} {value}"
 
     for key in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max"):
         if getattr(ctx, key) > UINT32_MAX:
-            raise ParamsError(f"{named(key, getattr(ctx, key))}: beyond llama.cpp's 32-bit {key}")
+            raise ContextPlanError(f"{named(key, getattr(ctx, key))}: beyond llama.cpp's 32-bit {key}")
     if ctx.n_seq_max > MAX_SEQ:
-        raise ParamsError(f"{named('n_seq_max', ctx.n_seq_max)}: llama.cpp holds at most {MAX_SEQ} sequences "
+        raise ContextPlanError(f"{named('n_seq_max', ctx.n_seq_max)}: llama.cpp holds at most {MAX_SEQ} sequences "
                           "(LLAMA_MAX_SEQ)")
     cpus = cpu_limit()
     if ctx.n_threads > cpus:
-        raise ParamsError(f"{named('n_threads', ctx.n_threads)}: this machine has {plural(cpus, 'CPU')}; "
+        raise ContextPlanError(f"{named('n_threads', ctx.n_threads)}: this machine has {plural(cpus, 'CPU')}; "
                           f"give 1 to {cpus}")
     streams = 1 if ctx.kv_unified else ctx.n_seq_max
     kv = _kv_sections(res)
@@ -359,7 +359,7 @@ def check_context(ctx: CtxParams, res: ParseResult, profile: ModelProfile | None
     need = max(cells, n_tokens) + 1
     if kv and ctx.n_ctx // max(1, streams) < need:
         where = f" over {plural(streams, 'stream')}" if streams > 1 else ""
-        raise ParamsError(f"{named('n_ctx', ctx.n_ctx)}{where} is too small for the file: a stream must hold its "
+        raise ContextPlanError(f"{named('n_ctx', ctx.n_ctx)}{where} is too small for the file: a stream must hold its "
                           f"{plural(cells, 'cell')}, the {plural(n_tokens, 'token')} to re-prefill and one more "
                           f"({need}{' per stream, ' + str(need * streams) + ' in all' if streams > 1 else ''})")
     kv_bytes, scores = context_bytes(ctx, profile)
@@ -368,6 +368,6 @@ def check_context(ctx: CtxParams, res: ParseResult, profile: ModelProfile | None
         what = [f"{_gib(kv_bytes)} of KV cache"] + ([f"{_gib(scores)} of attention scores"] if scores else [])
         given = [named(k, getattr(ctx, k)) for k in ("n_ctx", "n_ubatch", "n_seq_max", "type_k", "type_v")
                  if sources.get(k) == "override"] or [f"n_ctx {ctx.n_ctx}"]
-        raise ParamsError(f"{', '.join(given)}: the context would take about {' and '.join(what)}, more than "
+        raise ContextPlanError(f"{', '.join(given)}: the context would take about {' and '.join(what)}, more than "
                           f"{MEMORY_SHARE:.0%} of the {_gib(have)} of memory available here: refused before any "
                           "engine starts")
