@@ -7,15 +7,16 @@ the platform will be xcb, :func:`xcb_problem` does what Qt does first, loading t
 (``dlopen``, through :mod:`ctypes`), and when that fails, names the Debian/Ubuntu packages of the
 libraries that cannot be loaded (:data:`SONAME_PACKAGES`, the list of ``.ci/run`` and
 docs/reference.md); :func:`display_problem` connects to the X display as the plugin would (an unset or
-unreachable ``DISPLAY`` makes Qt abort the same way). :func:`check_platform` raises either as a
-:class:`~kvscope.core.errors.SetupError`, which the command prints as one line (exit code 2). No Qt class
-is created here.
+unreachable ``DISPLAY`` makes Qt abort the same way). :func:`check_platform` runs both in a child process
+(about 0.1 s) and raises what it finds as a :class:`~kvscope.core.errors.SetupError`, which the command
+prints as one line (exit code 2). No Qt class is created here.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -142,11 +143,31 @@ def display_problem(display: str | None, load: Loader | None = None) -> str | No
     return None
 
 
+def probe_main(argv: list[str]) -> int:
+    """The child process of :func:`check_platform`: ``PLUGIN DISPLAY`` in, the problem's line (or nothing) out."""
+    plugin, display = (argv + ["", ""])[:2]
+    problem = xcb_problem(Path(plugin) if plugin else None) or display_problem(display or None)
+    if problem is not None:
+        print(problem)
+    return 0
+
+
+PROBE = "import sys; from kvscope.app.base.platform_check import probe_main; sys.exit(probe_main(sys.argv[1:]))"
+
+
 def check_platform() -> None:
     """SetupError (one line) when Qt will start on xcb and its plugin cannot load, or the X display cannot be
-    reached: Qt would print several lines and abort."""
-    if not platform_is_xcb():
+    reached: Qt would print several lines and abort. The plugin is loaded and the display reached in a child
+    process (loading them here first made Qt's own connection fail now and then); a child that cannot run,
+    or a frozen bundle, leaves it to Qt."""
+    if not platform_is_xcb() or getattr(sys, "frozen", False):
         return
-    problem = xcb_problem(xcb_plugin()) or display_problem(os.environ.get("DISPLAY"))
-    if problem is not None:
-        raise SetupError(problem)
+    plugin = xcb_plugin()
+    try:
+        p = subprocess.run([sys.executable, "-c", PROBE, str(plugin or ""), os.environ.get("DISPLAY", "")],
+                           capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return
+    line = p.stdout.strip()
+    if p.returncode == 0 and line:
+        raise SetupError(line.splitlines()[-1])

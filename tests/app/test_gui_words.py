@@ -137,9 +137,12 @@ def test_the_list_of_packages_is_the_one_ci_and_the_docs_install() -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Qt's xcb platform is Linux's")
 def test_kvscope_gui_without_an_xcb_library_says_what_to_install_in_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The process as a user runs it, with libxcb-cursor.so.0 failing to load (made to fail at the ctypes
-    loader the check uses; Qt itself would abort with its several lines and SIGABRT)."""
-    script = textwrap.dedent("""\
-        import ctypes, os, sys
+    loader the check uses, in every Python process of the run through a sitecustomize; Qt itself would
+    abort with its several lines and SIGABRT)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(textwrap.dedent("""\
+        import ctypes, os
         real = ctypes.CDLL
         class CDLL(real):
             def __init__(self, name, *args, **kwargs):
@@ -147,13 +150,12 @@ def test_kvscope_gui_without_an_xcb_library_says_what_to_install_in_one_line(tmp
                     raise OSError("libxcb-cursor.so.0: cannot open shared object file: No such file or directory")
                 super().__init__(name, *args, **kwargs)
         ctypes.CDLL = CDLL
-        from kvscope.app.shell.cli import main
-        sys.exit(main(sys.argv[1:]))
-        """)
+        """))
     env = {k: v for k, v in os.environ.items() if k not in ("WAYLAND_DISPLAY", "KVSCOPE_TEST_QT_PLATFORM")}
-    env.update(QT_QPA_PLATFORM="xcb", DISPLAY=":65000")  # no such display either: the library is named first
-    p = subprocess.run([sys.executable, "-c", script, str(CLEAN)], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=120, check=False)
+    env.update(QT_QPA_PLATFORM="xcb", DISPLAY=":65000",  # no such display either: the library is named first
+               PYTHONPATH=os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    p = subprocess.run([sys.executable, "-m", "kvscope.app.shell.cli", str(CLEAN)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120, check=False)
     assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1, p.stderr
