@@ -232,7 +232,10 @@ def test_layers_open_on_a_dropped_layer(qtbot, open_doc) -> None:  # type: ignor
     w.show_view("layers")
     lv = w.layers
     assert lv.record is None and lv.layer_label.text() == "layer 3"
-    assert "not read" in lv.title.text() and "missing_layer" in lv.info.text()
+    assert lv.title.text().startswith("K layer 3 · ") and "not read" in lv.title.text()
+    assert "missing_layer" in lv.info.text()
+    qtbot.waitUntil(lambda: lv.built, timeout=5000)
+    assert all(m.isVisible() and m.value() == 3 for m in lv.stats.markers)  # the plots mark layer 3 too
 
 
 def test_a_healthy_file_opens_on_layer_0(qtbot, open_doc) -> None:  # type: ignore[no-untyped-def]

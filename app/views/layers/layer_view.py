@@ -89,6 +89,7 @@ class LayerView(LazyParts, QWidget):
         self.record: LayerRecord | None = None
         self.streams: dict[int, KvStream | None] = {}
         self.marks: list[RecordMark] = []  # the verify result's statuses, tied to the file's records
+        self.unread_layer: int | None = None  # the layer show_unread names (a record the file lacks)
         self.chosen = False  # a record was chosen (here, or by a selection elsewhere): the flagged one no longer
         self.unit_combo = QComboBox()
         self.unit_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
@@ -173,6 +174,8 @@ class LayerView(LazyParts, QWidget):
         if self.record is not None:
             self.stats.mark(float(self.record.il if self.record.il is not None else self.record.index))
             self._redraw()
+        elif self.unread_layer is not None:  # the layer of a record the file lacks (show_unread)
+            self.stats.mark(float(self.unread_layer))
 
     # compatibility with callers that size the overview (reports)
     @property
@@ -390,10 +393,14 @@ class LayerView(LazyParts, QWidget):
         if self.unit_combo.currentIndex() != ui:
             self.unit_combo.setCurrentIndex(ui)
         self.record = None
+        self.unread_layer = f.layer
         if self.built:
             self.heatmap.clear()
             self.stats.mark(float(f.layer) if f.layer is not None else None)
         where = sel.node.path if sel.node is not None else f.path
+        role = f.extra.get("role")
+        if isinstance(role, str) and f.layer is not None:  # the dropped record's own name: "K layer 3"
+            where = f"{ROLE_LABEL.get(role, role)} layer {f.layer} · {where}"
         self.layer_label.setText(f"layer {f.layer}" if f.layer is not None else "")
         self.title.setText(f"{where}: no values to show (the record was not read)")
         self.info.setText(f"{f.severity} {f.code} at {f.offset:,}: {f.message}")
@@ -420,6 +427,7 @@ class LayerView(LazyParts, QWidget):
     def show_record(self, rec: LayerRecord) -> None:
         """Show ``rec``: the overview is decoded in the background."""
         self.record = rec
+        self.unread_layer = None
         label = ROLE_LABEL.get(rec.role, rec.role)
         self.layer_label.setText(f"{label} layer {'?' if rec.il is None else rec.il}")
         hd, why = self.head_dim(rec)
@@ -498,6 +506,8 @@ class LayerView(LazyParts, QWidget):
         self.stats.set_verify(self.unit_marks(), " ".join(str(eng[k]) for k in ("kind", "build") if eng.get(k)))
         if self.record is not None:
             self.stats.mark(float(self.record.il if self.record.il is not None else self.record.index))
+        elif self.unread_layer is not None:
+            self.stats.mark(float(self.unread_layer))
 
     # -- export -------------------------------------------------------------------------------------
     def export_widget(self) -> QWidget:
