@@ -159,6 +159,21 @@ def _verdict(data: ReportData) -> str:
             + (f"<p>Top findings:</p><ul>{items}</ul>" if top else ""))
 
 
+def _verify_banner(data: ReportData) -> str:
+    """The verdict Verify measured in real llama.cpp (``kvscope report --verify``), first on the page; "" without."""
+    verify = data.overview.verify
+    if not verify:
+        return ""
+    from kvscope.core.analysis.verdict import VERIFY_VERDICT_LEVEL
+    from kvscope.core.report.verified import verify_headline, verify_lines
+
+    title, reason = verify_headline(verify)
+    level = VERIFY_VERDICT_LEVEL.get(str(verify.get("verdict")), "suspicious")
+    items = "".join(f"<li>{escape(line)}</li>" for line in verify_lines(verify))
+    return (f'<section id="verify"><p class="verdict v-{escape(level)}"><b>{escape(title)}</b>'
+            + (f": {escape(reason)}" if reason else "") + f'</p><ul class="compat">{items}</ul></section>')
+
+
 def _compat(data: ReportData) -> str:
     from kvscope.core.report.build_lines import head_text, text_lines
 
@@ -188,7 +203,8 @@ def render_html(data: ReportData, images: list[ReportImage]) -> str:
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>kvscope report: {escape(data.name)}</title><style>{CSS}</style></head><body>",
-        f"<h1>kvscope report: <code>{escape(data.name)}</code></h1>", _verdict(data), f"<p>{badge}</p>",
+        f"<h1>kvscope report: <code>{escape(data.name)}</code></h1>", _verify_banner(data), _verdict(data),
+        f"<p>{badge}</p>",
         f"<nav>{''.join(nav)}</nav>", '<h2 id="overview">Overview</h2>', f'<table class="kv">{kv}</table>',
         "<h3>Which llama.cpp builds load it</h3>", _compat(data),
         '<h2 id="findings">Findings</h2>', _findings(data),

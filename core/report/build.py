@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kvscope.core.report.atomic import check_destination, report_inputs
 from kvscope.core.report.collect import collect
@@ -20,10 +21,11 @@ Draw = Callable[[ReportData, Progress], tuple[list[ReportImage], HtmlPage | None
 
 
 def build_report(options: ReportOptions, dest: str | os.PathLike[str], progress: Progress = no_progress,
-                 draw: Draw | None = None) -> tuple[ReportData, Path]:
-    """Write the report of ``options.file`` into ``dest``; ReportError on bad input or an unusable ``dest``."""
+                 draw: Draw | None = None, verify: dict[str, Any] | None = None) -> tuple[ReportData, Path]:
+    """Write the report of ``options.file`` into ``dest``; ReportError on bad input or an unusable ``dest``.
+    ``verify``: a Verify result of the file to lead the report with (:func:`~kvscope.core.report.collect.collect`)."""
     check_destination(Path(os.path.abspath(dest)), report_inputs(options))  # before the work, not after it
-    data = collect(options, progress)
+    data = collect(options, progress, verify=verify)
     images, html = draw(data, progress) if draw is not None else ([], None)
     progress(None, "writing")
     return data, write_report(data, images, dest, html)

@@ -3,14 +3,20 @@
 ::
 
     kvscope report FILE [--model GGUF] [--compare OTHER] [--lab [--lab-context CTX] [--lab-into SEQ]]
-                   [--full-paths] -o DIR
+                   [--verify [verify's engine options] | --verify-json PATH] [--full-paths] -o DIR
 
 What the report says is the core's (:mod:`kvscope.core.report`); the pictures and report.html are drawn by
 the Qt layer, :data:`PICTURES`, imported only when the command runs (on the ``offscreen`` platform unless
 QT_QPA_PLATFORM is set) and only where it can be: without the gui extra (no PySide6 or pyqtgraph) the
 report is report.md and report.json, and one line on stderr says what the gui extra would add.
-Exit codes, as ``kvscope inspect``: 0 written and the file has no error findings, 1 written and
-the file has error findings, 2 bad input or an unwritable destination (one line on stderr, no
+``--verify`` runs ``kvscope verify`` on FILE first (with ``--model`` and verify's own engine options,
+:func:`kvscope.core.verify.cli.add_run_options`), ``--verify-json PATH`` takes what an earlier
+``kvscope verify --json`` printed (:mod:`kvscope.core.report.verified` checks it is about FILE): every format
+then leads with the verdict Verify measured. Where Verify cannot run (no engine, a missing model) or the
+result is malformed or about another file, one line on stderr and exit 2, no report.
+Exit codes, as ``kvscope inspect``: 0 written and the file has no error findings (and, with a Verify
+result, its verdict is ``ok``), 1 written and the file has error findings or Verify's verdict is another
+one, 2 bad input, a Verify that cannot run or an unwritable destination (one line on stderr, no
 report written). Files are named by their base name (with size and sha256) unless ``--full-paths``.
 """
 
@@ -20,17 +26,22 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvscope.core.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, error_line
+from kvscope.core.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, KvscopeError, UsageError, error_line
 from kvscope.core.report.model import GUI_EXTRA
+
+if TYPE_CHECKING:
+    from kvscope.core.report.model import Progress, ReportOptions
 
 COMMANDS = ("report",)
 # The Qt layer's part: draw(data, progress) -> (pictures, report.html's renderer). Named, not imported: the
 # core never imports the app (pyproject.toml's import contract), it loads this module when it is there.
 PICTURES = "kvscope.app.report.builder"
 EPILOG = ("exit status: 0 the report is written and the file has no error findings, 1 it is written and the "
-          "file has error findings, 2 bad input or an unwritable destination (nothing is written)")
+          "file has error findings (or, with --verify or --verify-json, Verify's verdict is not ok), 2 bad input, "
+          "a Verify that cannot run (no engine, no model), a --verify-json result that is malformed or about "
+          "another file, or an unwritable destination (nothing is written)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,6 +57,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lab-into", type=int, default=0, metavar="SEQ", help="sequence FILE is restored into (default 0)")
     p.add_argument("--full-paths", action="store_true", help="print the files' paths as given; by default the report "
                    "names them by base name, with size and sha256 (reports end up in public bug trackers)")
+    from kvscope.core.verify.cli import add_run_options
+
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--verify", action="store_true", help="run kvscope verify on FILE (with --model) and lead the "
+                       "report with its verdict: the file restored in real llama.cpp against a fresh prefill")
+    which.add_argument("--verify-json", metavar="PATH", help="lead the report with the verdict of an earlier "
+                       "`kvscope verify FILE --json > PATH` (refused when it is about another file)")
+    add_run_options(p.add_argument_group("how --verify runs (kvscope verify's options)"))
 
 
 def register(subparsers: Any) -> None:
@@ -109,11 +128,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     options = ReportOptions(args.file, args.model, args.compare, bool(args.lab or args.lab_context),
                             args.lab_context, args.lab_into, bool(args.full_paths))
-    _use_offscreen()
-    draw, why_not = load_pictures()
     progress = _progress()
     try:
-        data, _ = build_report(options, args.output, progress, draw)
+        verify = _verify(args, options, progress)
+    except KvscopeError as e:
+        _clear_progress()
+        print(error_line(e), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    _use_offscreen()
+    draw, why_not = load_pictures()
+    try:
+        data, _ = build_report(options, args.output, progress, draw, verify)
     except ReportError as e:
         _clear_progress()
         print(error_line(e), file=sys.stderr)
@@ -125,7 +150,43 @@ def cmd_report(args: argparse.Namespace) -> int:
     if data.lab is not None and data.lab.run is None:
         print(error_line(f"note: the lab did not run: {data.lab.reason}"), file=sys.stderr)
     print(summary_line(data, args.output))
-    return EXIT_FINDINGS if data.result.n_errors else EXIT_OK
+    verified = verify is None or verify.get("verdict") == "ok"
+    return EXIT_FINDINGS if data.result.n_errors or not verified else EXIT_OK
+
+
+def _verify(args: argparse.Namespace, options: ReportOptions, progress: Progress) -> dict[str, Any] | None:
+    """The Verify result the report leads with (``--verify``: run now; ``--verify-json``: read), None without
+    either; KvscopeError (one line, exit 2) when it cannot be had: verify's options without ``--verify``, no
+    ``--model``, an engine that cannot run, a malformed result."""
+    from pathlib import Path
+
+    from kvscope.core.report.atomic import check_destination, report_inputs
+    from kvscope.core.report.collect import check_inputs, verify_for_report
+    from kvscope.core.report.verified import SOURCE_RUN, load_verify_json
+    from kvscope.core.verify.cli import run_options_given, verifier_from_args
+    from kvscope.core.verify.run import VerifyError
+
+    given = run_options_given(args)
+    if given and not args.verify:
+        raise UsageError(f"{given[0]} says how --verify runs: give --verify too")
+    if args.verify_json is not None:
+        result = load_verify_json(args.verify_json)
+        return verify_for_report(result, f"kvscope verify --json ({os.path.basename(args.verify_json)})")
+    if not args.verify:
+        return None
+    if args.model is None:
+        raise UsageError("--verify needs --model (the model the state was written with)")
+    check_inputs(options)  # the report's one-line refusals first, and before the engine's work
+    check_destination(Path(os.path.abspath(args.output)), report_inputs(options))
+
+    def verify_progress(done: int, total: int, label: str) -> None:
+        progress(done / total if total else None, f"verify: {label}")
+
+    try:
+        res = verifier_from_args(args.file, args.model, args, verify_progress).run()
+    except VerifyError as e:
+        raise VerifyError(f"--verify cannot run: {e.message}") from None
+    return verify_for_report(res.to_json(), SOURCE_RUN)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

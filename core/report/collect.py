@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvscope.core.errors import InputError
+from kvscope.core.fsutil import SHA256_MAX_BYTES
 from kvscope.core.report.model import (
     MAX_HEATMAPS,
     Cancelled,
@@ -46,17 +47,27 @@ class Preloaded:
     verify: dict[str, Any] | None = None  # the document's ``kvscope verify`` result (verify_for_report)
 
 
-VERIFY_KEYS = ("verdict", "reasons", "restore", "records", "cells", "next_token", "compared")
+VERIFY_KEYS = ("verdict", "reasons", "restore", "records", "cells", "next_token", "compared", "reuse",
+               "setup_mismatch", "size", "sha256", "kind", "layout")
 
 
-def verify_for_report(result: dict[str, Any] | None) -> dict[str, Any] | None:
+def verify_for_report(result: dict[str, Any] | None, source: str | None = None) -> dict[str, Any] | None:
     """A verify result as a report shows it: the verdict, engine kind / build / why, restore, records, next
-    token; no paths (the file, the model and the engine's library folder stay out of public bug reports)."""
+    token, the llama-server reuse it measured, the size and sha256 of the file it read; no paths (the file, the
+    model and the engine's library folder stay out of public bug reports). ``source``: where it came from
+    (``kvscope report --verify``, a ``verify --json`` file), said in the report."""
     if not result:
         return None
     out = {k: result[k] for k in VERIFY_KEYS if k in result}
     eng = result.get("engine") or {}
-    out["engine"] = {k: eng[k] for k in ("kind", "build", "commit", "writes", "reason") if k in eng}
+    out["engine"] = {k: eng[k] for k in ("kind", "build", "commit", "writes", "reason", "started_by_kvscope")
+                     if k in eng}
+    if "(given with --lib)" in str(out["engine"].get("reason") or ""):  # "the library in PATH (given with --lib)"
+        out["engine"]["reason"] = "a libllama given with --lib"
+    if eng.get("url") and not eng.get("started_by_kvscope"):
+        out["engine"]["url"] = eng["url"]  # the user's own llama-server (kvscope's own listens on a random port)
+    if source:
+        out["source"] = source
     restore = result.get("restore")
     if isinstance(restore, dict):
         out["restore"] = {k: restore.get(k) for k in ("ok", "message", "returned", "aborted")}
@@ -152,9 +163,6 @@ def _spread(hits: list[Flagged]) -> list[Flagged]:
     return [hits[i] for i in keep]
 
 
-# Files above this size get no sha256 in the report: hashing reads every byte, holes of a sparse file
-# included (a 20 GB sparse file took 21-61 s, its parse 0.8 s); the size still identifies them.
-SHA256_MAX_BYTES = 2 << 30
 
 
 def report_overview(options: ReportOptions, found: Inspection, verify: dict[str, Any] | None = None) -> Overview:
@@ -174,8 +182,10 @@ def report_overview(options: ReportOptions, found: Inspection, verify: dict[str,
 
 
 def collect(options: ReportOptions, progress: Progress = no_progress, cancelled: Cancelled | None = None,
-            preloaded: Preloaded | None = None) -> ReportData:
-    """Gather the report's data; ``preloaded`` skips the inspection an open document has already done."""
+            preloaded: Preloaded | None = None, verify: dict[str, Any] | None = None) -> ReportData:
+    """Gather the report's data; ``preloaded`` skips the inspection an open document has already done.
+    ``verify``: a Verify result of the file (:func:`verify_for_report`'s, ``kvscope report --verify`` /
+    ``--verify-json``), checked to be about the file read (ReportError otherwise) and put at the report's head."""
     check_inputs(options)
 
     def check() -> None:
@@ -192,7 +202,13 @@ def collect(options: ReportOptions, progress: Progress = no_progress, cancelled:
         found = inspect(options.file, profile)
     check()
     res, profile = found.result, found.profile
-    overview = report_overview(options, found, preloaded.verify if preloaded is not None else None)
+    if verify is None and preloaded is not None:
+        verify = preloaded.verify
+    overview = report_overview(options, found, verify)
+    if verify is not None and verify.get("source"):  # the CLI's: checked against the bytes read here
+        from kvscope.core.report.verified import check_same_file
+
+        check_same_file(verify, options.file, overview, res, str(verify["source"]))
     check()
     data = ReportData(options, res, profile, found.stats, found.stats_error, found.to_json(), overview)
     data.flagged, data.flagged_total = flagged_records(res, found.stats)

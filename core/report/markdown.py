@@ -36,7 +36,16 @@ def render_markdown(data: ReportData, images: list[ReportImage]) -> str:
         return [markdown_line(line) for line in names.text(text).rstrip("\n").split("\n")]
 
     v = data.overview.verdict
-    lines = [f"# kvscope report: {md(data.name)}", "", f"**{md(v.title.upper())}**: {md(v.reason)}", ""]
+    lines = [f"# kvscope report: {md(data.name)}", ""]
+    verify = data.overview.verify
+    if verify:  # the verdict Verify measured in real llama.cpp leads; the bytes' own verdict follows
+        from kvscope.core.report.verified import verify_headline, verify_lines
+
+        title, reason = verify_headline(verify)
+        lines += [f"## Verify: {md(str(verify.get('verdict')))}", "",
+                  f"**{md(title)}**" + (f": {md(reason)}" if reason else ""), "",
+                  *[f"- {md(line)}" for line in verify_lines(verify)], "", "## Inspection", ""]
+    lines += [f"**{md(v.title.upper())}**: {md(v.reason)}", ""]
     top = top_findings(data)
     if top:
         lines += ["Top findings:", "", *[f"- {md(t)}" for t in top], ""]

@@ -42,13 +42,19 @@ def summary_line(data: ReportData, dest: str) -> str:
         run = data.lab.run
         parts.append(f"lab: {plural(len(run.results), 'cell')}" if run is not None
                      else "lab: not run (see the report)")
-    return f"kvscope report: {dest}: {data.overview.verdict.title}; " + "; ".join(parts)
+    verify = data.overview.verify
+    head = f"verify: {verify.get('verdict')}; " if verify else ""
+    return f"kvscope report: {dest}: {head}{data.overview.verdict.title}; " + "; ".join(parts)
 
 
 def overview(data: ReportData) -> list[tuple[str, str]]:
     """(label, value) rows describing the file: the overview's, then header, tokens, coverage, findings."""
     res, j = data.result, data.inspect
-    rows = [(k, v) for k, v in data.overview.rows() if k not in ("verdict", "loads in")]
+    from kvscope.core.report.build_lines import consumer_lines, reuse_lines
+
+    beside = {"consumers": consumer_lines, "llama-server reuse": reuse_lines}  # a Verify's measurement kept beside
+    rows = [(k, "; ".join(beside[k](data.overview)) if k in beside and data.overview.verify else v)
+            for k, v in data.overview.rows() if k not in ("verdict", "loads in")]
     if res.partial:
         rows.insert(3, ("partial", "PARTIAL_ONLY: the SWA / recurrent part only"))
     if res.header:
@@ -93,7 +99,12 @@ def flagged_note(data: ReportData) -> str:
 def report_json(data: ReportData, images: list[ReportImage]) -> dict[str, Any]:
     """``inspect --json --stats`` plus ``overview`` (verdict, compatibility, sha256...), ``report``
     (generator, images, flagged layers), ``diff`` and ``lab``; paths named as the report names them."""
-    out = dict(data.inspect)
+    out: dict[str, Any] = {}
+    if data.overview.verify:  # kvscope report --verify / --verify-json: the verdict Verify measured comes first
+        from kvscope.core.report.verified import verify_json
+
+        out["verify"] = verify_json(data.overview.verify)
+    out.update(data.inspect)
     out["overview"] = data.overview.to_json()
     heat = [im for im in images if im.file.startswith("heatmap-")]
     out["report"] = {

@@ -118,6 +118,8 @@ class VerifyResult:
     kind: str
     layout: str
     model: str
+    size: int | None = None  # bytes of the file verify read (its private copy)
+    sha256: str | None = None  # their sha256 (None above kvscope.core.fsutil.SHA256_MAX_BYTES): which file it is
     engine: dict[str, Any] = field(default_factory=dict)
     context: dict[str, Any] = field(default_factory=dict)
     restore: RestoreReport | None = None
@@ -161,7 +163,8 @@ class VerifyResult:
         recs = self.comparison.records if self.comparison is not None else []
         restore = self.restore.to_json() if self.restore is not None else {"ok": None, "message": "not run"}
         return {
-            "file": self.file, "kind": self.kind, "layout": self.layout, "model": self.model,
+            "file": self.file, "size": self.size, "sha256": self.sha256, "kind": self.kind, "layout": self.layout,
+            "model": self.model,
             "engine": self.engine, "context": self.context, "restore": restore, "prefill": self.prefill,
             "compared": self.compared,
             "records": [_record_json(r) for r in recs],

@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 from tests.support.report_paths import MODEL, NAN_FILE  # noqa: E402
 
 # Run everywhere, the core suite without Qt included: they test the report without the gui extra.
-QT_FREE = ("test_report_headless.py",)
+QT_FREE = ("test_report_headless.py", "test_report_verify_json.py")
 
 if importlib.util.find_spec("PySide6") is None or importlib.util.find_spec("pytestqt") is None:
     # the core suite runs without Qt: only the Qt-free report tests
