@@ -477,7 +477,9 @@ def test_call_overhead_and_large_payloads(llama2: LlamaProcess) -> None:
         t0 = time.perf_counter()
         llama2.seq_pos_max(0)
         times.append(time.perf_counter() - t0)
-    assert statistics.median(times) < 0.005, f"median round trip {statistics.median(times) * 1e3:.2f} ms"
+    # a generous bound (a loaded machine must pass it): a round trip is well under a millisecond, a process
+    # or a model load per call would be hundreds; bench/bench_engine.py measures it
+    assert statistics.median(times) < 0.05, f"median round trip {statistics.median(times) * 1e3:.2f} ms"
     rng = np.random.default_rng(2)
     for n in (0, 1, (1 << 20) - 1, 1 << 20, (1 << 20) + 1, 48 << 20):  # inline, at the limit, through a file
         data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()

@@ -366,6 +366,8 @@ def test_big_endian_gguf(tmp_path: Path) -> None:
 
 
 def test_large_vocabulary_is_fast(tmp_path: Path) -> None:
+    """A guard against a per-token cost that grows with the vocabulary (a generous bound: a loaded machine
+    must not fail it; a quadratic load of 150,000 tokens takes minutes)."""
     n = 150_000
     tokens = [f"Ġtok{i}" for i in range(n)]
     path = write_gguf(tmp_path / "big.gguf", "qwen2", 2, tokens=tokens, tokenizer="gpt2")
@@ -373,7 +375,7 @@ def test_large_vocabulary_is_fast(tmp_path: Path) -> None:
     p = load_model_profile(path)
     elapsed = time.perf_counter() - t0
     assert len(p.vocab) == p.n_vocab == n
-    assert elapsed < 2.0, f"loading a {n}-token vocabulary took {elapsed:.2f}s"
+    assert elapsed < 30.0, f"loading a {n}-token vocabulary took {elapsed:.2f}s"
     assert p.detokenize([0, 149_999]) == " tok0 tok149999"
 
 
