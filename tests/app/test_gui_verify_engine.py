@@ -62,7 +62,7 @@ def test_verify_shows_ok_in_the_overview_and_match_on_every_record(qtbot, window
     assert result["engine"]["build"] == "b11434"  # writes 2026-10-v4, the file's layout
     text = w.overview.browser.toPlainText()
     assert "Verify: ok in llama.cpp b11434 — all 4 records match" in text
-    assert "OK IN LLAMA.CPP B11434" in text and "match 4" in text and "same argmax" in text
+    assert "OK in llama.cpp b11434" in text and "match 4" in text and "same argmax" in text
     assert "not verified" not in text
     assert w.current_view() == "overview"
     w.show_view("layers")
@@ -86,7 +86,7 @@ def test_a_damaged_file_names_its_records_on_both_views(qtbot, window, b11434, t
     by = {(r["role"], r["il"]): r["status"] for r in result["records"]}
     assert by == {("k", 0): "differs", ("k", 1): "match", ("v", 0): "match", ("v", 1): "nonfinite"}
     text = w.overview.browser.toPlainText()
-    assert "DAMAGED IN LLAMA.CPP B11434" in text
+    assert "DAMAGED in llama.cpp b11434" in text
     assert "differs: layer 0 K (kv · stream 0)" in text and "nonfinite: layer 1 V (kv · stream 0)" in text
     assert "a DIFFERENT argmax" in text
     i = next(k for k, r in enumerate(result["records"]) if r["status"] == "nonfinite")
