@@ -25,7 +25,11 @@ pytestmark = pytest.mark.engine
 SEQ = MODELS / "llama-f16-fa0-unified0-seq1.seqstate"  # a llama-server slot file of 0c1e5709
 OTHER = MODELS / "llama-f16-fa0-unified0-seq0.seqstate"
 NAN = "fill:value=nan,role=v,index=1,cells=3"  # the corruption catalog: NaN over cell 3 of V layer 1
-HAVE_HTML = load_pictures()[0] is not None
+
+
+def _have_html() -> bool:
+    """Whether the report draws report.html here (the gui extra; asked when a test runs, not at collection)."""
+    return load_pictures()[0] is not None
 
 
 def _model() -> str:
@@ -54,7 +58,7 @@ def _leads_with(folder: Path, verdict: str) -> dict[str, Any]:
     assert next(iter(js)) == "verify" and js["verify"]["verdict"] == verdict
     assert js["verify"]["summary"].startswith(f"VERIFY: {verdict.upper()}")
     assert js["overview"]["verify"]["verdict"] == verdict
-    if HAVE_HTML:
+    if _have_html():
         assert html is not None
         body = html.split("</h1>", 1)[1]
         assert body.lstrip().startswith('<section id="verify"><p class="verdict')
@@ -129,7 +133,7 @@ def test_report_verify_in_llama_server_puts_the_measured_reuse_beside_the_predic
     assert any("(predicted); llama-server reuses 12 of 12 restored tokens" in line and "(measured by Verify)" in line
                for line in md.splitlines()), md
     assert any("0c1e5709 llama-server: loads (predicted); loads (measured by Verify)" in line for line in beside)
-    if HAVE_HTML:
+    if _have_html():
         assert html is not None and "(measured by Verify)" in html
 
 
