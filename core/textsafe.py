@@ -19,7 +19,8 @@ reverses what follows on screen). The three media:
   (the same, line by line, for ``<pre>``).
 
 JSON output needs no such step: ``json.dumps`` writes those characters as ``\\uNNNN`` escapes.
-:func:`file_kind` is the words every message uses for what a path is (a folder, a FIFO, a device...).
+:func:`file_kind` is the words every message uses for what a path is (a folder, a FIFO, a device...);
+:func:`plural` the number form every count in a message takes (``1 record``, ``2 records``: never ``record(s)``).
 :func:`markdown_line` is for a line that is Markdown already and carries file-derived text the writer could
 not escape as a value: it stops raw HTML, entities and autolinks only (links stay live), so a writer that
 builds Markdown escapes its values with :func:`markdown_text` instead.
@@ -138,3 +139,7 @@ def file_kind(mode: int) -> str:
         return "a regular file"
     return next((name for test, name in _FILE_KINDS if test(mode)), "a special file")
 
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 cell``, ``2 cells``, ``0 findings``, ``1,024 bytes`` (``many`` for irregular plurals)."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"

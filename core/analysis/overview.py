@@ -463,10 +463,14 @@ def _rows_rotated(recs: list[LayerRecord]) -> str:
     return f"Hadamard-rotated, blocks of {block}" if rotated else "not rotated"
 
 
-def rotation(res: ParseResult) -> list[str]:
+def rotation(res: ParseResult, profile: ModelProfile | None = None) -> list[str]:
     """The K/V rotation of every KV stream with records: the ``n_rot_k``/``n_rot_v`` fields (as written by
-    2026-10-v4 files, else inferred from the model and cache types) and whether the rows are rotated."""
+    2026-10-v4 files, else inferred: from the model and cache types when ``profile``, the model the file was
+    read with, is given; without it, from the cache types alone, where no build rotates such rows) and
+    whether the rows are rotated."""
     out = []
+    inferred = ("inferred from the model and cache types" if profile is not None
+                else "inferred from the cache types: no build rotates such rows")
     for sec in res.sections:
         if sec.kind != "kv":
             continue
@@ -474,7 +478,7 @@ def rotation(res: ParseResult) -> list[str]:
             if not st.k_layers and not st.v_layers:
                 continue
             if st.n_rot_k is not None or st.n_rot_v is not None:
-                how = "inferred from the model and cache types" if st.n_rot_inferred else "as written"
+                how = inferred if st.n_rot_inferred else "as written"
                 fields = f"n_rot_k {st.n_rot_k if st.n_rot_k is not None else '?'}, " \
                          f"n_rot_v {st.n_rot_v if st.n_rot_v is not None else '?'} ({how})"
             else:
@@ -541,6 +545,6 @@ def build_overview(res: ParseResult, profile: ModelProfile | None = None, compat
         layout=lay.name, layout_title=gen.title if gen is not None else "no known layout", confidence=lay.confidence,
         runners_up=runners, model=model, model_fits=fits, model_note=note, tokens=len(res.tokens),
         sequences=sequences(res), sections=sections(res), verdict=verdict(res, profile),
-        cache_types=cache_types(res), rotation=rotation(res), compat=compat, verify=verify,
+        cache_types=cache_types(res), rotation=rotation(res, profile), compat=compat, verify=verify,
         reuse=slot_reuse(res, profile, compat), consumers=consumer_answers(res, profile, compat),
         sha256=sha256, full_paths=full_paths)

@@ -41,7 +41,7 @@ from kvscope.core.findings import Finding
 from kvscope.core.reader.records import LayerRecord, ParseResult
 from kvscope.core.reader.rotation import rotate_blocks
 from kvscope.core.reader.source import ByteSource
-from kvscope.core.textsafe import safe_text
+from kvscope.core.textsafe import plural, safe_text
 
 F32A = npt.NDArray[np.float32]
 U8A = npt.NDArray[np.uint8]
@@ -130,7 +130,7 @@ class StatsReport:
         rows = [[ls.section, "" if ls.stream is None else f"s{ls.stream}", _ROLE.get(ls.role, ls.role),
                  "?" if ls.il is None else str(ls.il), ls.type, str(ls.n_rows), str(ls.n_nonfinite),
                  str(ls.zero_rows), g(ls.min), g(ls.max), g(ls.mean), g(ls.rms), _note(ls)] for ls in self.layers]
-        title = f"{'## ' if markdown else ''}payload statistics: {len(self.layers)} records"
+        title = f"{'## ' if markdown else ''}payload statistics: {plural(len(self.layers), 'record')}"
         if not rows:
             return title + "\n"
         if markdown:

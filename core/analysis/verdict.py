@@ -18,6 +18,11 @@ all call it, so they never disagree. The rules:
 - ``healthy``: nothing of the above (info notes, such as "give the model to confirm the end",
   are mentioned in the reason).
 
+The verdict weighs the findings it is given: the tensor values (NaN/Inf, zero rows) count only once
+the statistics scanned them (:mod:`kvscope.core.analysis.stats`, whose findings join the file's). A
+caller that did not scan them says so in the line: :meth:`Verdict.line` with ``values_scanned=False``
+reads ``healthy (values not scanned): ...`` (:data:`NOT_SCANNED`, the one wording every command uses).
+
 :func:`missing_bytes` says where a truncated file should have gone on: the exact lower bound from
 the truncation finding (``extra["needed"]``, ``extra["file_end"]``), extended by the records the
 cut stream still had to hold (from its ``n_layer``, cell count and the record sizes already seen)
@@ -35,6 +40,7 @@ from kvscope.core.findings import SEVERITY_RANK, Finding
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
 from kvscope.core.reader.tree import coverage
+from kvscope.core.textsafe import plural as plural  # the one number form (re-exported: its old home)
 
 Level = Literal["healthy", "damaged", "suspicious", "not_state"]
 LEVELS: tuple[Level, ...] = ("healthy", "suspicious", "damaged", "not_state")
@@ -56,12 +62,8 @@ VERIFY_VERDICT_TITLE: dict[str, str] = {"ok": "ok", "damaged": "damaged", "stale
 VOCAB_MISMATCH_SHARE = 0.25
 MAX_VOCAB_ID = 1 << 20
 TOP_FINDINGS = 5
+NOT_SCANNED = "values not scanned"  # the verdict of a file whose tensor values were not scanned says so
 EMPTY_STREAM_BYTES = 4  # a stream holds at least its u32 cell_count
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """``1 cell``, ``2 cells``, ``0 findings`` (``many`` for irregular plurals)."""
-    return f"{n:,} {word if n == 1 else (many or word + 's')}"
 
 
 @dataclass(frozen=True)
@@ -123,9 +125,17 @@ class Verdict:
     def title(self) -> str:
         return LEVEL_TITLE[self.state]
 
-    def line(self) -> str:
-        """``damaged: the file ends inside ...``."""
-        return f"{self.title}: {self.reason}"
+    def line(self, values_scanned: bool = True) -> str:
+        """``damaged: the file ends inside ...``; ``values_scanned=False``: the tensor values were not scanned
+        (NaN/Inf and zero rows not looked for), which the title says: ``healthy (values not scanned): ...``."""
+        return f"{self.title_for(values_scanned)}: {self.reason}"
+
+    def title_for(self, values_scanned: bool = True) -> str:
+        """The title, with `` (values not scanned)`` (:data:`NOT_SCANNED`) when the values were not scanned
+        (never for a file that is not a state file: it has no values to scan)."""
+        if values_scanned or self.level == "not_state":
+            return self.title
+        return f"{self.title} ({NOT_SCANNED})"
 
     def to_json(self) -> dict[str, Any]:
         return {"level": self.level, "state": self.state, "title": self.title, "reason": self.reason,

@@ -51,11 +51,21 @@ def _wanted(argv: list[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+def _command_parser(ap: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    """The parser of ``command`` (``ap`` itself without one)."""
+    for a in ap._actions:
+        if isinstance(a, argparse._SubParsersAction) and command in a.choices:
+            return a.choices[command]  # type: ignore[no-any-return]
+    return ap
+
+
 def _parse(argv: list[str]) -> argparse.Namespace | int:
     """The parsed arguments, or the exit code that ``--help``, ``--version`` or a usage error ends with."""
     ap = build_parser(plugin_commands(_wanted(argv)))
     try:
-        args = ap.parse_args(argv)
+        args, unknown = ap.parse_known_args(argv)
+        if unknown:  # as parse_args, but said by the command's own parser: "kvscope: inspect: unrecognized ..."
+            _command_parser(ap, getattr(args, "command", None)).error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as e:
         flush_stdout()  # the help text, written to a full disk, fails here and not at the interpreter's exit
         return int(e.code) if isinstance(e.code, int) else EXIT_BAD_INPUT

@@ -67,8 +67,11 @@ class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line on stderr and exit 2 (its subparsers alike)."""
 
     def error(self, message: str) -> NoReturn:
-        print(error_line(f"{self.prog.removeprefix('kvscope ')}: {message} (see {self.prog} --help)"),
-              file=sys.stderr)
+        """``kvscope: inspect: MESSAGE (see kvscope inspect --help)``; the top parser's own errors (an unknown
+        option after any command, an unknown command) name no command: ``kvscope: MESSAGE (see kvscope --help)``,
+        not ``kvscope: kvscope: ...``."""
+        _, _, command = self.prog.partition(" ")  # "kvscope inspect" -> "inspect"; "kvscope" -> ""
+        print(error_line(f"{command + ': ' if command else ''}{message} (see {self.prog} --help)"), file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
 
     def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:

@@ -35,6 +35,7 @@ from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
 from kvscope.core.reader.source import ByteSource
+from kvscope.core.textsafe import plural
 
 MAX_TRAILER = 1 << 30  # trailer:bytes= above this is a mistake, not a test; also the total of a chain's trailers
 MAX_VALUE = 64  # characters of one parameter value (a 100,000-digit number is not an offset)
@@ -207,6 +208,11 @@ def _cells_of(value: str) -> tuple[int, int]:
     if b < a:
         raise CorruptionError(f"cells={value}: the last cell comes before the first")
     return a, b + 1
+
+
+def cells_text(a: int, b: int) -> str:
+    """The half-open cell range ``[a, b)`` in words: ``cell 3`` for one cell, ``cells 3-5`` for more."""
+    return f"cell {a}" if b - a == 1 else f"cells {a}-{b - 1}"
 
 
 def check_params(kind: str, p: Mapping[str, str]) -> None:
@@ -561,9 +567,9 @@ def _fill(src: ByteSource, res: ParseResult, p: Mapping[str, str], prof: ModelPr
             ranges.append(span)
     if not ranges:
         raise CorruptionError("no payload bytes to fill")
-    cells = f", {'cells' if '-' in p['cells'] else 'cell'} {p['cells']}" if "cells" in p else ""
+    cells = f", {cells_text(*_cells_of(p['cells']))}" if "cells" in p else ""
     which = "every tensor payload" if len(recs) == len(every) and "cells" not in p else (
-        f"{len(recs)} record(s)" + cells)
+        plural(len(recs), "record") + cells)
     desc = f"filled {which} with {value} ({sum(n for _, n in ranges)} bytes)"
     fail = p.get("then_fail")
     if fail:  # make the restore fail late: after every earlier row was handed over
@@ -599,7 +605,7 @@ def _drop(src: ByteSource, res: ParseResult, p: Mapping[str, str], prof: ModelPr
     gone = sum(r.size for r in recs)
     what = ", ".join(f"{r.role.upper()} layer {r.il if r.il is not None else r.index}" for r in recs)
     return Damage(tuple(Edit("delete", r.header_offset, r.size) for r in recs),
-                  f"removed the {what} record(s) ({gone} bytes); n_layer unchanged",
+                  f"removed the {what} record{'' if len(recs) == 1 else 's'} ({gone} bytes); n_layer unchanged",
                   tuple((r.header_offset, r.size) for r in recs), src.size - gone)
 
 

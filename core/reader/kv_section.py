@@ -32,6 +32,7 @@ from kvscope.core.reader.tensor_records import (
     read_record,
 )
 from kvscope.core.reader.tree import Node
+from kvscope.core.textsafe import plural
 
 
 def _kv_expects(ctx: ParseCtx, item: PlanItem, v: bool) -> list[Expect] | None:
@@ -447,7 +448,7 @@ def _missing(
     ils = [e.il for e in exps if e.il is not None] if exps is not None else list(range(n))
     layer = ils[j] if j < len(ils) else None
     role = "K or V" if or_k else what
-    msg = (f"n_layer counts {n} {what} records but only {j} are present: {count} {role} record(s) missing"
+    msg = (f"n_layer counts {n} {what} records but only {j} are present: {plural(count, role + ' record')} missing"
            " (the PR #21576 pattern)")
     if ils:
         msg += (f". The records are alike, so the bytes cannot tell which layer's record was dropped: "

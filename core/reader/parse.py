@@ -34,6 +34,7 @@ from kvscope.core.reader.meta import infer_cell_count
 from kvscope.core.reader.records import LayoutChoice, ParseResult
 from kvscope.core.reader.source import ByteSource
 from kvscope.core.reader.tree import Node, check_tiling, coverage
+from kvscope.core.textsafe import plural
 
 
 class ReadError(InputError):
@@ -444,7 +445,7 @@ def _unconfirmed_end(res: ParseResult) -> None:
         what = ("the file holds no memory state: either the model has none (an embedding model) or the file "
                 "ends early")
     else:
-        what = (f"the memory state ends after {len(res.sections)} section(s) exactly at the end of the file; "
+        what = (f"the memory state ends after {plural(len(res.sections), 'section')} exactly at the end of the file; "
                 "a composite memory (the SWA cache of an iSWA model, the recurrent state of a hybrid model, "
                 "an indexer cache) may have lost a whole section")
     res.findings.append(Finding("info", "unconfirmed_end", end, 0,

@@ -32,6 +32,7 @@ from typing import Any
 
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.source import ByteSource
+from kvscope.core.textsafe import plural
 from kvscope.core.verify.compare import compare_states
 from kvscope.core.verify.comparison import Limits, RecordKey, Tolerance
 from kvscope.core.verify.prefill import PrefillPlan, Schedule
@@ -116,7 +117,8 @@ def measure(main_res: ParseResult, main_src: ByteSource, states: list[tuple[Sche
                               tolerance=tolerance, cancel=cancel)
         bad = [r for r in cmp_.records if r.status not in ("match", "differs")]
         if bad or cmp_.cell_problems:
-            cal.notes.append(f"schedule {sched.name}: {len(bad)} record(s) and {cmp_.cell_problems} cell(s) do not "
+            cal.notes.append(f"schedule {sched.name}: {plural(len(bad), 'record')} and "
+                             f"{plural(cmp_.cell_problems, 'cell')} do not "
                              "pair with the main prefill's; they are left out of the calibration")
         for r in cmp_.records:
             if r.status not in ("match", "differs") or r.max_abs is None:

@@ -129,7 +129,7 @@ def test_fill_with_kv_layer_fills_that_layer_only(tmp_path: Path) -> None:
     done = corrupt_file(SLOT, out, ["fill:value=nan,kv_layer=1"], str(TINY))
     assert out.read_bytes() == parse_spec(f"fill:value=nan,il={il}").apply(SLOT.read_bytes(), prof).data
     res = read_state(SLOT, profile=prof)
-    assert "filled 2 record(s) with nan" in done.lines()[0]
+    assert "filled 2 records with nan" in done.lines()[0]
     data, clean = out.read_bytes(), SLOT.read_bytes()
     for _, r in res.layer_records():
         payload, was = data[r.data_offset:r.data_offset + r.data_size], clean[r.data_offset:r.data_offset + r.data_size]
