@@ -59,13 +59,25 @@ class Inspection:
         res = self.result
         return res.findings[0].message if res.findings else "not a llama.cpp state file"
 
+    @property
+    def values_scanned(self) -> bool:
+        """The tensor values were scanned (:meth:`add_stats`): the verdict weighs NaN/Inf and zero rows."""
+        return self.stats is not None
+
+    def verdict_line(self) -> str:
+        """The verdict's line, saying ``(values not scanned)`` in its title when the values were not scanned."""
+        return self.verdict.line(self.values_scanned)
+
     def to_json(self, tree: bool = False, lazy: bool = False) -> dict[str, Any]:
-        """``kvscope inspect --json``'s object (``--stats`` adds ``stats``): the parse, ``verdict``,
-        ``compatibility`` and, with statistics, the findings they added. ``lazy``: big arrays as
-        :class:`~kvscope.core.jsonout.JsonArray` pieces, for :func:`~kvscope.core.jsonout.write_json`."""
+        """``kvscope inspect --json``'s object: the parse, ``values_scanned`` (whether the verdict weighed the tensor
+        values), ``verdict``, ``compatibility`` and, with statistics (``stats``, inspect's default), the findings
+        they added.
+        ``lazy``: big arrays as :class:`~kvscope.core.jsonout.JsonArray` pieces, for
+        :func:`~kvscope.core.jsonout.write_json`."""
         from kvscope.core.reader.render import result_to_json
 
         out = result_to_json(self.result, self.profile, tree=tree, lazy=lazy)
+        out["values_scanned"] = self.values_scanned
         out["verdict"] = self.verdict.to_json()
         if self.compatibility is not None:
             out["compatibility"] = [c.to_json() for c in self.compatibility]
@@ -123,13 +135,14 @@ class Inspection:
 
     def to_text(self, markdown: bool = False) -> str:
         """``kvscope inspect``'s text (``markdown``: its Markdown): the summary with the verdict under
-        its first line, then which builds load it and the statistics, where they were asked for."""
+        its first line (``(values not scanned)`` in it without the statistics), then which builds load it
+        and the statistics, where they were asked for."""
         from kvscope.core.reader.render import result_to_text
 
         text = result_to_text(self.result, self.profile, markdown=markdown)
         head, _, rest = text.partition("\n")
         esc = markdown_text if markdown else safe_text  # the verdict may quote the file (a finding's message)
-        text = f"{head}\n\n{'**verdict**' if markdown else 'verdict:'} {esc(self.verdict.line())}\n{rest}"
+        text = f"{head}\n\n{'**verdict**' if markdown else 'verdict:'} {esc(self.verdict_line())}\n{rest}"
         if self.compatibility:
             from kvscope.core.analysis.compat import compat_text
 

@@ -1,5 +1,9 @@
 """``kvscope inspect`` and ``kvscope diff``: one state file's structure, findings and verdict; two states compared.
 
+``inspect`` scans the tensor values by default (NaN/Inf, zero rows, extremes: their findings count in the
+verdict, as in the app and the report); ``--no-stats`` skips the scan and the verdict says
+``(values not scanned)``.
+
 Exit codes: 0 clean (diff: identical), 1 error findings (diff: different), 2 unreadable input or not a
 state file, with one line on stderr. Only the standard library is imported until a command runs.
 """
@@ -27,7 +31,13 @@ def register(subparsers: Any) -> None:
     fmt.add_argument("--json", action="store_true",
                      help="one JSON object (big arrays such as cells and tokens are streamed as written)")
     fmt.add_argument("--markdown", action="store_true", help="Markdown summary")
-    p.add_argument("--stats", action="store_true", help="scan tensor payloads: NaN/Inf, zero rows, min/max/mean/RMS")
+    scan = p.add_mutually_exclusive_group()
+    scan.add_argument("--stats", dest="stats", action="store_true", default=True,
+                      help="scan the tensor values: NaN/Inf, zero rows, min/max/mean/RMS (the default; kept for "
+                      "scripts that pass it)")
+    scan.add_argument("--no-stats", dest="stats", action="store_false",
+                      help="skip the value scan (faster on big files): the verdict then says the values were "
+                      "not scanned, and NaN/Inf or zero rows go unseen")
     p.add_argument("--kind", choices=["seq_file", "session_file", "seq_blob", "context_blob"],
                    help="override kind detection")
     p.add_argument("--layout", metavar="GEN", help="force a layout generation (e.g. 2026-10, 2025-05)")

@@ -6,7 +6,9 @@ the summary (counts by status, kind, layout, verdict and target compatibility; t
 can be migrated exactly. ``migrate SOURCE --layout GEN --out DEST`` writes every file that loads
 or can be migrated exactly into DEST (:mod:`kvscope.core.fleet.migrate`). ``--executor local|dask``
 picks the process pool the per-file work runs on; ``--engine`` is its old name, still accepted
-for one release with a one-line note on stderr ("engine" is llama.cpp's).
+for one release with a one-line note on stderr ("engine" is llama.cpp's). Over a whole store the
+value scan stays opt-in (``--stats``: NaN/Inf and zero rows, which ``kvscope inspect`` scans by default);
+without it the summary says the values were not scanned.
 
 Exit codes (both): 0 nothing to act on; 1 a file is damaged, unreadable, or (scan with
 ``--target``, and migrate) will not load in the target and could not be migrated; 2 bad input
@@ -55,6 +57,11 @@ def _executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per line, then a summary object")
 
 
+def _stats_arg(p: argparse.ArgumentParser, without: str) -> None:
+    p.add_argument("--stats", action="store_true", help="also scan every file's tensor values (NaN/Inf, zero rows: "
+                   f"errors in the verdict, as kvscope inspect does by default; slower). Without it {without}")
+
+
 def register(subparsers: Any) -> None:
     """Add ``scan`` and ``migrate`` to an argparse subparsers object."""
     p = subparsers.add_parser("scan", help="scan every state file under a folder or fsspec URL (e.g. a "
@@ -62,6 +69,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("source", metavar="SOURCE", help="a folder, file://..., or any fsspec URL (s3://bucket/slots)")
     p.add_argument("--target", metavar="GEN", help="also tell whether each file loads in this layout generation "
                    "(e.g. 2026-10-v4, v4, b11434) and, if not, whether it migrates exactly")
+    _stats_arg(p, "the values are not scanned, and the summary says so")
     _executor_args(p)
     p.set_defaults(func=cmd_scan)
 
@@ -73,6 +81,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rotation", choices=["auto", "on", "off"], default="auto",
                    help="how the source build rotated K/V (v3 -> v4), as for kvscope rewrite")
     p.add_argument("--drop-trailing", action="store_true", help="accept losing bytes that follow a state")
+    _stats_arg(p, "the values are not scanned (a file with NaN rows is migrated as it is), and the summary says so")
     _executor_args(p)
     p.set_defaults(func=cmd_migrate)
 
@@ -304,8 +313,9 @@ def scan_error(entry: Any, reason: str) -> dict[str, Any]:
 
 
 def run_scan(source: Any, executor: Any, model: str | None, target: str | None, as_json: bool,
-             write: Callable[[str], None], progress: Any = None) -> dict[str, Any]:
-    """Stream one line per file through ``write``, then the summary; returns the summary. If the
+             write: Callable[[str], None], progress: Any = None, stats: bool = False) -> dict[str, Any]:
+    """Stream one line per file through ``write``, then the summary; returns the summary (``stats``: scan each
+    file's tensor values too; without, the summary says they were not scanned). If the
     executor dies for good (:class:`~kvscope.core.fleet.localpool.ExecutorDied`), the summary of what
     was scanned is written and :class:`ExecutorError` raised (one line, exit 2)."""
     from kvscope.core.fleet.localpool import ExecutorDied
@@ -315,7 +325,7 @@ def run_scan(source: Any, executor: Any, model: str | None, target: str | None, 
     summary = Summary(target)
     started = time.monotonic()
     tty = sys.stdout.isatty()
-    fn = partial(scan_entry, model=model, target=target)
+    fn = partial(scan_entry, model=model, target=target, stats=stats)
     shown = 0
     died: ExecutorDied | None = None
     try:
@@ -353,7 +363,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
         _check_common(args)
         target = _generation(args.target) if args.target is not None else None
         with _session(args) as (source, executor):
-            s = run_scan(source, executor, args.model, target, args.json, _writer(), _progress(source, "scan"))
+            s = run_scan(source, executor, args.model, target, args.json, _writer(), _progress(source, "scan"),
+                         stats=args.stats)
     except UsageError as e:
         return _fail(str(e))
     except Stopped as e:
@@ -456,7 +467,8 @@ def run_migrate(source: Any, executor: Any, opts: Any, manifest: Any, swept: int
     s = {"files": sum(actions.values()), "actions": dict(actions), "layouts_from": dict(layouts),
          "target": opts.layout, "dest": opts.dest, "problems": n_problems, "problem_files": problems,
          "executor": executor.name, "elapsed_s": round(elapsed, 3),
-         "workers_lost": int(getattr(executor, "workers_lost", 0)), "temporaries_removed": swept}
+         "workers_lost": int(getattr(executor, "workers_lost", 0)), "temporaries_removed": swept,
+         "values_scanned": bool(getattr(opts, "stats", False))}
     _executor_report(s, executor, died, lambda item: str(item.entry.rel), "migrated")
     write((json.dumps({"summary": s}) if as_json else _migrate_summary(s)) + "\n")
     if died is not None:
@@ -471,6 +483,10 @@ def _migrate_summary(s: dict[str, Any]) -> str:
     lines = [f"summary: {s['files']} files, {counts or 'none'} | into {safe_text(s['dest'])} as {s['target']}"]
     if s.get("temporaries_removed"):
         lines[0] += f" | removed {s['temporaries_removed']} temporaries an interrupted run left"
+    if s.get("values_scanned") is False:
+        from kvscope.core.analysis.verdict import NOT_SCANNED
+
+        lines[0] += f" | {NOT_SCANNED}: a file with NaN/Inf values is migrated as it is (--stats refuses it)"
     lines += [f"executor: {safe_text(e)}" for e in s.get("executor_events", ())]
     if s.get("not_migrated"):
         lines.append(f"not migrated: {s['not_migrated']} files (the executor died; a rerun takes them up)")
@@ -496,7 +512,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             dest = _check_dest(open_source(args.source), args.out)
         except SourceError as e:
             raise UsageError(str(e)) from None
-        opts = MigrateOptions(dest, layout, args.model, args.rotation, args.drop_trailing)
+        opts = MigrateOptions(dest, layout, args.model, args.rotation, args.drop_trailing, args.stats)
         with _dest_locked(dest) as (manifest, swept), _session(args, dest) as (source, executor):
             s = run_migrate(source, executor, opts, manifest, swept, args.json, _writer(),
                             _progress(source, "migrate"))

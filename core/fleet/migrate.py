@@ -21,7 +21,9 @@ ever opened read-only; a folder of SOURCE that leads into DEST is not walked (``
 file that changes while it is migrated is reported, and its output removed. The client appends
 one JSON line per file written to the manifest ``DEST/.kvscope-migrate.jsonl``
 (:data:`~kvscope.core.fleet.source.MANIFEST_NAME`): relative path, layout, source size, mtime,
-sha256, output size and sha256. DEST must be a local folder (on a cluster: one every worker
+sha256, output size and sha256, and whether the tensor values were scanned (``--stats``: a file whose
+values hold NaN/Inf or zero rows is then ``damaged`` and not written; a later run with ``--stats`` scans
+what an earlier run without it wrote). DEST must be a local folder (on a cluster: one every worker
 mounts at the same path).
 """
 
@@ -70,6 +72,7 @@ class MigrateOptions:
     model: str | None = None
     rotation: str = "auto"
     drop_trailing: bool = False
+    stats: bool = False  # scan the tensor values: a file with NaN/Inf values or zero rows is damaged, not migrated
 
 
 def _identity(path: str, entry: Entry) -> tuple[int, int]:
@@ -108,6 +111,8 @@ def _already(path: str, size: int, mtime_ns: int, prior: dict[str, Any] | None, 
              rel: str) -> bool:
     if not prior or prior.get("layout") != opts.layout:
         return False
+    if opts.stats and not prior.get("values_scanned"):  # done without the value scan that this run asks for
+        return False
     if (prior.get("source_size"), prior.get("source_mtime_ns")) != (size, mtime_ns):
         return False
     st = destdir.output_stat(opts.dest, rel)  # a link, or an output on a path through one, is not done
@@ -135,7 +140,8 @@ def _migrate(path: str, ident: tuple[int, int], item: MigrateItem, opts: Migrate
     profile = _profile(opts.model) if opts.model else None
     try:
         with ByteSource.open(path) as src:
-            found = inspect_source(src, profile, compat=False)  # the one pipeline; the target's table below
+            # the one pipeline (the target's table below); one scan thread: the executor runs a worker per core
+            found = inspect_source(src, profile, compat=False, stats=opts.stats, threads=1)
             res = found.result
             if not found.is_state:
                 return {"action": "skipped", "reason": found.not_state_reason()}
@@ -150,7 +156,8 @@ def _migrate(path: str, ident: tuple[int, int], item: MigrateItem, opts: Migrate
     if v.state == "model_mismatch":  # the bytes are sound: the model given is another one
         return facts | {"action": "cannot", "reason": f"not with the model given: {v.reason}"}
     if res.n_errors:
-        return facts | {"action": "damaged", "reason": v.reason}
+        kept = "; DEST still holds what an earlier run wrote of it" if item.prior else ""  # (not removed here)
+        return facts | {"action": "damaged", "reason": v.reason + kept}
     if tgt["status"] == "loads":
         with temporary_folder(opts.dest, TEMP_TAG) as tmp:
             staged = os.path.join(tmp, os.path.basename(dst))
@@ -187,7 +194,8 @@ def _migrate(path: str, ident: tuple[int, int], item: MigrateItem, opts: Migrate
     return facts | _finish(path, item.entry, ident, opts, "migrated", out_sha, out_size, outcome.method)
 
 
-_RECORD_KEYS = ("layout", "source_size", "source_mtime_ns", "source_sha256", "output_size", "output_sha256")
+_RECORD_KEYS = ("layout", "source_size", "source_mtime_ns", "source_sha256", "output_size", "output_sha256",
+                "values_scanned")
 
 
 @contextlib.contextmanager
@@ -222,7 +230,7 @@ def _finish(path: str, entry: Entry, ident: tuple[int, int], opts: MigrateOption
         return {"action": "unreadable", "reason": "the file changed while it was read"}
     return {"action": action, "method": method, "layout": opts.layout, "source_size": ident[0],
             "source_mtime_ns": ident[1], "source_sha256": src_sha, "output_size": out_size,
-            "output_sha256": out_sha}
+            "output_sha256": out_sha, "values_scanned": opts.stats}
 
 
 # -- the manifest (client side) --------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 :func:`scan_file` is pure: it opens the file read-only, parses it, and summarises kind, layout,
 sequences, tokens, findings by severity and the verdict (:mod:`kvscope.core.analysis.verdict`); with
+``stats`` the tensor values are scanned first (NaN/Inf, zero rows: their findings count in the verdict, as
+``kvscope inspect`` does by default), else the result says ``values_scanned: false``; with
 ``target`` also whether a build of that layout generation loads it and, if not, whether
 ``kvscope rewrite``/``migrate`` can convert it exactly (:func:`kvscope.core.analysis.compat.compatibility`),
 and for a slot file what that build's llama-server does with it (``target.server``: restores or
@@ -31,8 +33,9 @@ def _profile(model: str) -> Any:
     return load_model_profile(model)
 
 
-def scan_file(path: str, model: str | None = None, target: str | None = None) -> dict[str, Any]:
-    """Summarise one file (see the module docstring); ``target`` is a layout generation name."""
+def scan_file(path: str, model: str | None = None, target: str | None = None, stats: bool = False) -> dict[str, Any]:
+    """Summarise one file (see the module docstring); ``target`` is a layout generation name, ``stats``: scan
+    the tensor values too."""
     from kvscope.core.reader.source import ByteSource, FileChangedError
 
     out: dict[str, Any] = {"path": path}
@@ -44,7 +47,7 @@ def scan_file(path: str, model: str | None = None, target: str | None = None) ->
         return out | {"status": "unreadable", "reason": str(e)}
     try:
         out["size"] = src.size
-        return out | _summarise(src, model, target)
+        return out | _summarise(src, model, target, stats)
     except FileChangedError as e:
         return out | {"status": "unreadable", "reason": str(e)}
     except OSError as e:
@@ -55,24 +58,26 @@ def scan_file(path: str, model: str | None = None, target: str | None = None) ->
         src.close()
 
 
-def scan_entry(entry: Entry, model: str | None = None, target: str | None = None) -> dict[str, Any]:
+def scan_entry(entry: Entry, model: str | None = None, target: str | None = None,
+               stats: bool = False) -> dict[str, Any]:
     """:func:`scan_file` of an entry of a walk (a remote one is copied to a local temporary file first)."""
     if entry.status != "file":  # a folder the walk did not enter
         return {"path": entry.ref, "status": entry.status, "reason": entry.reason}
     try:
         with local_copy(entry) as path:
-            res = scan_file(path, model, target)
+            res = scan_file(path, model, target, stats)
     except Exception as e:  # the remote read failed
         return {"path": entry.ref, "status": "unreadable", "reason": f"{type(e).__name__}: {e}"}
     res["path"] = entry.ref
     return res
 
 
-def _summarise(src: Any, model: str | None, target: str | None) -> dict[str, Any]:
+def _summarise(src: Any, model: str | None, target: str | None, stats: bool = False) -> dict[str, Any]:
     from kvscope.core.analysis.inspection import inspect_source
 
     profile = _profile(model) if model else None
-    found = inspect_source(src, profile, compat=False)  # the one pipeline (the target's table comes below)
+    # the one pipeline (the target's table comes below); one scan thread: the executor runs a worker per core
+    found = inspect_source(src, profile, compat=False, stats=stats, threads=1)
     res = found.result
     if not found.is_state:
         return {"status": "skipped", "reason": found.not_state_reason()}
@@ -105,6 +110,7 @@ def _summarise(src: Any, model: str | None, target: str | None) -> dict[str, Any
         "worst": worst,
         "verdict": v.level,
         "verdict_reason": v.reason,
+        "values_scanned": found.values_scanned,
     }
     if target is not None:
         out["target"] = target_check(res, profile, src, target, v.reason)

@@ -7,6 +7,9 @@ scan could not read (its worker died, an I/O error), then damaged files (most er
 files that will not load in the target generation and cannot be migrated, suspicious ones, and
 those whose migration the memory core has to decide.
 
+:class:`Summary` also counts the parsed files whose tensor values were not scanned (``scan`` without
+``--stats``): :func:`format_summary` says so, since their verdicts do not weigh NaN/Inf or zero rows.
+
 :func:`format_line` is the text line of one result; :func:`format_summary` the closing lines;
 :func:`exit_code` the command's status (0 clean, 1 something needs attention).
 """
@@ -19,8 +22,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from kvscope.core.analysis.verdict import NOT_SCANNED
 from kvscope.core.findings import SEVERITY_RANK
-from kvscope.core.textsafe import safe_text
+from kvscope.core.textsafe import plural, safe_text
 
 WORST = 10
 REASON_CHARS = 160
@@ -66,6 +70,7 @@ class Summary:
         self.codes: Counter[str] = Counter()
         self.worst_severity: str | None = None
         self.files_with_errors = 0
+        self.values_not_scanned = 0  # parsed files whose tensor values were not scanned (no --stats)
         self.workers_lost = 0
         self._keep = worst
         self._heap: list[tuple[tuple[int, int, int], int, str, str, str]] = []
@@ -82,6 +87,7 @@ class Summary:
             self.verdicts[r.get("verdict") or "?"] += 1
             self.findings.update({k: v for k, v in r["findings"].items() if v})
             self.codes.update(r["codes"])
+            self.values_not_scanned += r.get("values_scanned") is False
             if r.get("target"):
                 self.targets[r["target"]["status"]] += 1
                 self.not_reused += bool((r["target"].get("server") or {}).get("wasted"))
@@ -117,6 +123,7 @@ class Summary:
             "codes": dict(self.codes),
             "worst": self.worst_severity,
             "files_with_errors": self.files_with_errors,
+            "values_not_scanned": self.values_not_scanned,
             "workers_lost": self.workers_lost,
             "worst_files": self.worst_files(),
         }
@@ -162,7 +169,7 @@ def format_line(r: dict[str, Any], rel: str) -> str:
     seqs = ",".join(f"{k}:{v}" for k, v in r["sequences"].items()) or "-"
     mark = "ERROR" if f["error"] else ("warn" if f["warning"] else "ok")
     line = (f"{mark:10s} {rel}: {r['kind']} {r['layout']} [{'+'.join(r['sections']) or '-'}] seqs {seqs} "
-            f"tokens {r['n_tokens']} | {f['error']} errors, {f['warning']} warnings"
+            f"tokens {r['n_tokens']} | {plural(f['error'], 'error')}, {plural(f['warning'], 'warning')}"
             + (f" ({', '.join(r['codes'])})" if r["codes"] else ""))
     if r.get("target"):
         line += " | " + safe_text(_target_text(r["target"]))
@@ -182,6 +189,11 @@ def format_summary(s: dict[str, Any], display: Callable[[str], str] | None = Non
         if s.get(key):
             line += f" | {title}: {_counts(s[key])}"
     line += f" | files with errors: {s['files_with_errors']}"
+    unscanned = int(s.get("values_not_scanned") or 0)
+    if unscanned:
+        every = unscanned == s["status"].get("parsed", 0)
+        line += (f" | {NOT_SCANNED}{'' if every else ' in ' + plural(unscanned, 'file')} "
+                 "(--stats scans them: NaN/Inf, zero rows)")
     if s.get("workers_lost"):
         line += f" | workers lost: {s['workers_lost']}"
     lines = [line] + [f"executor: {safe_text(e)}" for e in s.get("executor_events", ())]
@@ -191,7 +203,8 @@ def format_summary(s: dict[str, Any], display: Callable[[str], str] | None = Non
     if t:
         lines.append(f"target {t['generation']}: {t['loads']} load, {t['migratable']} migratable, "
                      f"{t['not migratable']} not migratable, {t['unknown']} unknown"
-                     + (f"; {t['restore_not_reused']} slot(s) restore but will not be reused by llama-server"
+                     + (f"; {plural(t['restore_not_reused'], 'slot')} "
+                        f"restore{'s' if t['restore_not_reused'] == 1 else ''} but will not be reused by llama-server"
                         if t.get("restore_not_reused") else ""))
     if s.get("worst_files"):
         lines.append("worst files:")

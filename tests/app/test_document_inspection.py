@@ -111,7 +111,7 @@ def test_the_compatibility_follows_the_statistics(qtbot, window, capsys) -> None
     assert doc.compat is not None and doc.result is not None
     shown = [c.to_json() for c in doc.compat]
     capsys.readouterr()
-    core_cli.main(["inspect", path, "--json", "--model", model_path])  # no --stats: the table before the scan
+    core_cli.main(["inspect", path, "--json", "--model", model_path, "--no-stats"])  # the table before the scan
     before = json.loads(capsys.readouterr().out)["compatibility"]
     assert shown == _cli(path, model_path, capsys)["compatibility"] and shown != before
     own = next(c for c in doc.compat if c.generation == doc.result.layout.name)

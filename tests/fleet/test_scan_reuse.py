@@ -60,4 +60,4 @@ def test_the_summary_counts_slots_restored_but_not_reused(tmp_path: Path, capsys
     main(["scan", str(tmp_path), "--target", "2026-10-v4", "--model", str(model), "--jobs", "1"])
     text = capsys.readouterr().out
     assert "llama-server b11434 restores, reuses 0/9 tokens (--swa-full: 9)" in text
-    assert "2 slot(s) restore but will not be reused by llama-server" in text
+    assert "2 slots restore but will not be reused by llama-server" in text
