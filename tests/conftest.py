@@ -7,6 +7,11 @@ makes every GUI test drive real X11 windows; the default is Qt's offscreen platf
 Tests marked ``engine`` drive libllama through llama-cpp-python; where that binding (the engine extra) is
 not installed, as in CI's core-only venv, they are deselected, as whole engine test files are left
 uncollected by their folders' conftests. Where the README's set-up ran, nothing is deselected.
+
+``pytest -m "not slow"`` is the fast inner loop (docs/testing.md). ``slow`` is set on a test file that is
+heavy of its own (``pytestmark``), and here on every test that runs real llama.cpp: marked ``engine``, or
+using the pinned builds (the ``builds`` / ``pinned_builds`` fixtures, directly or through another fixture).
+CI runs everything.
 """
 
 import importlib.util
@@ -39,7 +44,14 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
+SLOW_FIXTURES = frozenset({"builds", "pinned_builds"})  # the pinned llama.cpp builds: libllama, llama-server
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("engine") is not None or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     if importlib.util.find_spec("llama_cpp") is not None:
         return
     engine = [item for item in items if item.get_closest_marker("engine") is not None]

@@ -23,6 +23,8 @@ from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.rotation import hadamard
 from tests.support.value_rows import BF16, ELEMENT_TYPES, F16, KERNEL_TYPES, SPECIAL, plain_rows
 
+pytestmark = pytest.mark.slow  # the C kernel against numpy over large random inputs
+
 Q8, Q4, F32 = GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.F32
 GEN = Path(__file__).parent.parent / "data" / "gen-b11434"
 OLD = Path(__file__).parent.parent / "data" / "llamacpp-2026-10-01"

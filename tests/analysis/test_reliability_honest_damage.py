@@ -19,6 +19,8 @@ from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.tree import coverage
 
+pytestmark = pytest.mark.slow  # damaged copies of every real fixture
+
 V3 = DATA / "llamacpp-2026-10-01"
 
 

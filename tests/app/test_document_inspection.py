@@ -17,6 +17,8 @@ from kvscope.core.cli import main as core_cli
 from tests.support.gui_helpers import DATA, STATE, model
 from tests.support.report_paths import EXAMPLES, NAN_FILE
 
+pytestmark = pytest.mark.slow  # every fixture kind through the app's document
+
 GEN_V4 = DATA / "gen-b11434"
 NAN_ONLY = NAN_FILE.parent.parent / "nan_rows_valid.seqdata.bin"  # NaN rows, nothing else wrong
 

@@ -27,6 +27,8 @@ from kvscope.core.reader.parse import read_state
 from tests.support.gui_helpers import open_loaded
 from tests.support.llama_builds import need_build
 
+pytestmark = pytest.mark.slow  # real llama.cpp
+
 BLOB, ENTRY = next((p, e) for p, e in manifest_entries()
                    if p.parent == MODELS and p.name == "llama-f16-fa0-unified0-seq1.seqdata.bin")
 MODEL = entry_model(BLOB, ENTRY)

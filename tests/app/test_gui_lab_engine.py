@@ -14,6 +14,8 @@ from kvscope.app.lab.model import DISAGREE_ROLE
 from tests.support.gui_helpers import LAB, model
 from tests.support.llama_builds import need_build
 
+pytestmark = pytest.mark.slow  # real llama.cpp
+
 LIVE = LAB / "fa0-unified1" / "context.state.bin"
 CASES = ["truncated_half", "cell_count_zero", "nan_rows_valid", "drop_k_layer_1"]
 TIMEOUT = 180000

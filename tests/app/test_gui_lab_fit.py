@@ -13,6 +13,8 @@ from kvscope.app.lab.detail import PLOT_MIN
 from kvscope.app.lab.jobs import beside_inputs
 from tests.support.gui_helpers import LAB, STATE, model
 
+pytestmark = pytest.mark.slow  # the Lab at every window size
+
 CONTEXT = LAB.parent / "llama" / "fa0-unified1" / "context.state.bin"
 CASES = ["truncated_half", "cell_count_zero", "nan_rows_valid", "nan_rows_valid_then_seq_rm", "nan_rows_late_fail",
          "drop_k_layer_1"]

@@ -22,6 +22,8 @@ from tests.support.gui_helpers import open_loaded
 from tests.support.llama_builds import need_build
 from tests.support.slot_damage import oov_slot
 
+pytestmark = pytest.mark.slow  # real llama.cpp
+
 SEQ = DATA / "gen-0c1e5709" / "llama-f16-fa0-unified0-seq0.seqstate"
 LLAMA = DATA / "gen-models" / "llama.gguf"
 TIMEOUT = 300000

@@ -16,6 +16,8 @@ from kvscope.core.model.profile import load_model_profile
 from tests.support.gui_helpers import DATA, open_loaded
 from tests.support.llama_builds import need_build
 
+pytestmark = pytest.mark.slow  # real llama.cpp
+
 GEN = DATA / "gen-b11434"
 LLAMA = DATA / "gen-models" / "llama.gguf"
 SEQ = GEN / "llama-f16-fa0-unified0-seq0.seqstate"

@@ -17,6 +17,8 @@ import pytest
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel
 
+pytestmark = pytest.mark.slow  # the xserver tests again in Xvfb
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 

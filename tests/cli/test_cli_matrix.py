@@ -34,6 +34,8 @@ import pytest
 from kvharness.fixtures import DATA, model_path
 from kvscope.core.cli.main import build_parser, main, plugin_commands
 
+pytestmark = pytest.mark.slow  # every command over every fixture kind, in subprocesses
+
 GOOD_STATE = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq1.slot-emulated.seqstate"
 MODEL = model_path("llama")
 MODES = ("--json", "--markdown")  # besides plain text

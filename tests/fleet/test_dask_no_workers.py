@@ -9,8 +9,12 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from kvscope.core.fleet.daskpool import DaskPool
 from kvscope.core.fleet.localpool import ExecutorDied
+
+pytestmark = pytest.mark.slow  # a dask cluster whose workers go
 
 
 def test_a_cluster_without_workers_stops_the_run_and_names_the_files_in_flight() -> None:

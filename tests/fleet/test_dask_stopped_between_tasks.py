@@ -17,7 +17,11 @@ import time
 from functools import partial
 from typing import Any
 
+import pytest
+
 from kvscope.core.fleet.daskpool import DaskPool
+
+pytestmark = pytest.mark.slow  # dask workers stopped between tasks
 
 
 def _pid(_: Any) -> int:

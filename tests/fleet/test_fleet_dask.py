@@ -20,6 +20,8 @@ from distributed import Client, LocalCluster
 from kvharness.fleet_tree import Killer, build_tree, write_slow_state
 from kvscope.core.cli.main import main
 
+pytestmark = pytest.mark.slow  # real dask clusters
+
 
 def _scan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
     rc = main(["scan", *args, "--json"])

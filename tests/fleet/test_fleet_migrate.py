@@ -21,6 +21,8 @@ from kvscope.core.cli.main import main
 from kvscope.core.fleet.source import MANIFEST_NAME
 from kvscope.core.reader.parse import read_state
 
+pytestmark = pytest.mark.slow  # migrate over real stores
+
 V3_FILES = ("blobs/llama-seq2.seqdata.bin", "sessions/llama.session", "sessions/llama.state.bin",
             "slots/a/slot0.bin", "slots/a/slot1.bin", "slots/b/gemma2.seqstate", "slots/b/lfm2.seqstate")
 DAMAGED = ("slots/damaged/cut.bin", "slots/damaged/huge.bin")

@@ -20,6 +20,8 @@ import pytest
 from kvharness.fleet_tree import build_tree
 from kvharness.proc_runs import leftovers, run_until, temporaries
 
+pytestmark = pytest.mark.slow  # signals while a cluster starts
+
 MOMENTS = {"folder": "kvscope-dask-*", "scratch": "kvscope-dask-*/scratch/dask-scratch-space"}
 
 

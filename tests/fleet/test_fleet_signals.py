@@ -26,6 +26,8 @@ import pytest
 from kvharness.fleet_tree import build_tree, write_slow_state
 from kvharness.proc_runs import CHILD
 
+pytestmark = pytest.mark.slow  # signals to real scan/migrate runs
+
 SEED = int(os.environ.get("KVSCOPE_TEST_SEED", "20"))
 WAIT = 180.0
 

@@ -19,6 +19,8 @@ import pytest
 from kvharness.fleet_tree import Killer, build_tree, write_slow_state
 from kvscope.core.cli.main import main
 
+pytestmark = pytest.mark.slow  # stopped runs
+
 TIMEOUT = "5"
 
 

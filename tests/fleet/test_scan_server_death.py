@@ -24,6 +24,8 @@ from kvharness.fleet_tree import ServerKiller, write_slow_state
 from kvscope.core.cli.main import main
 from kvscope.core.fleet.tree_scan import scan_file
 
+pytestmark = pytest.mark.slow  # a dask scheduler killed mid-run
+
 SMALL = ("llama-f16-fa0-unified0-seq0.seqstate", "llama-f16-fa0-unified1-seq1.seqstate",
          "lfm2-f16-fa0-unified0-seq1.seqstate", "llama-f16-fa0-unified0-ctx.session")
 

@@ -20,6 +20,8 @@ from kvscope.core.lab.corruptions import CATALOG, CorruptionError, parse_spec
 from kvscope.core.lab.damaged_copy import CorruptCopyError, corrupt_file
 from kvscope.core.model.profile import ModelProfile, load_model_profile
 
+pytestmark = pytest.mark.slow  # kvscope corrupt in subprocesses over the catalog
+
 ROOT = Path(__file__).resolve().parents[2]
 SLOT = ROOT / "resources/examples/llama-slot.seqstate"
 TINY = ROOT / "resources/examples/tiny-llama.gguf"

@@ -24,6 +24,8 @@ from kvscope.core.lab.runner import (
 )
 from kvscope.core.lab.scenario import Scenario, load_scenario, read_input
 
+pytestmark = pytest.mark.slow  # the memory core's lab matrix
+
 LAB = DATA / "lab/llamacpp-2026-10-01"
 MODELS = ("llama", "mamba", "gemma2", "lfm2")
 

@@ -15,6 +15,8 @@ import pytest
 
 from kvharness.fixtures import DATA, model_path
 
+pytestmark = pytest.mark.slow  # special files through the lab
+
 FA0 = DATA / "lab/llamacpp-2026-10-01/llama/fa0-unified1"
 
 

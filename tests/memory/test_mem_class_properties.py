@@ -29,6 +29,8 @@ from kvscope.core.memory.tensors import quantize_rows
 from kvscope.core.reader.parse import read_state
 from tests.support.mem_helpers import class_spec
 
+pytestmark = pytest.mark.slow  # hypothesis over every memory class
+
 N_SEQ = 2
 LAYOUTS = (Layout.named("2026-10"), Layout.named("2026-10-v4"))
 CLASSES = ["dsa", "dsa_iswa", "hybrid_idx", "msa", "dsv4", "hybrid_iswa0"]

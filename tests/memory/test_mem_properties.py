@@ -20,6 +20,8 @@ from kvscope.core.memory.recurrent import RecurrentError
 from kvscope.core.reader.layouts import GENERATIONS
 from tests.support.mem_helpers import spec_of
 
+pytestmark = pytest.mark.slow  # hypothesis
+
 N_SEQ = 3
 
 

@@ -16,6 +16,8 @@ from kvharness.fixtures import entry_profile, manifest_entries, profile
 from kvscope.core.memory.infer import infer_context, load, write
 from kvscope.core.reader.parse import read_state
 
+pytestmark = pytest.mark.slow  # the memory core round trip over every real fixture
+
 ENTRIES = manifest_entries()
 
 

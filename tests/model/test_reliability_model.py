@@ -29,6 +29,8 @@ from kvscope.core.model.profile import ModelProfileError, load_model_profile
 from kvscope.core.textsafe import safe_text
 from tests.support.bigstate import run_kvscope
 
+pytestmark = pytest.mark.slow  # corrupted GGUF models
+
 SEQ = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
 CTX = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-ctx.state.bin"
 ARCH = ("general.architecture", T_STR, gguf_str("llama"))

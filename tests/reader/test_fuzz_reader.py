@@ -52,6 +52,8 @@ from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.source import FileChangedError
 from kvscope.core.reader.tree import check_tiling, coverage
 
+pytestmark = pytest.mark.slow  # fuzz: generated corruptions of every real fixture
+
 # (fixture relative to tests/data, model key of the tiny GGUF that wrote it)
 FIXTURES: tuple[tuple[str, str], ...] = (
     ("llamacpp-2025-05-08/llama-f16-fa0-seq1.seqstate", "llama"),  # seq_file, pre-n_stream

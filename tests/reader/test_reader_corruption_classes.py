@@ -19,6 +19,8 @@ from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.tree import check_tiling, coverage
 
+pytestmark = pytest.mark.slow  # the corruption catalog over every memory class
+
 # one file per memory class (v4 unless said), and the model that wrote it
 CASES = [
     ("gen-b11434/llama-q8_0-fa1-unified0-seq0.seqstate", "llama"),  # kv, rotation words 64/64

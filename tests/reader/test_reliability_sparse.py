@@ -23,6 +23,8 @@ from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.source import ByteSource
 from tests.support.bigstate import run_kvscope, sparse_copy
 
+pytestmark = pytest.mark.slow  # GiB-sized sparse files
+
 SEQ = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
 RSS_BOUND_MIB = 200
 GB = 1 << 30

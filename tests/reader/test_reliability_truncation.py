@@ -31,6 +31,8 @@ from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.source import CHANGED_MESSAGE, ByteSource, FileChangedError, FileIdentity
 from tests.support.bigstate import run_kvscope, write_seq_state
 
+pytestmark = pytest.mark.slow  # every truncation point of real files
+
 SEQ = DATA / "llamacpp-2026-10-01" / "llama-f16-fa0-unified0-seq0.seqstate"
 
 # Cuts the file to half its size and grows it back (a hole of zeros) until killed.

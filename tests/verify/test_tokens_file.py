@@ -22,6 +22,8 @@ from kvscope.core.errors import UsageError
 from kvscope.core.fileio import read_bounded
 from kvscope.core.verify.prefill import MAX_TOKENS_FILE, parse_tokens
 
+pytestmark = pytest.mark.slow  # token files in subprocesses
+
 ROOT = Path(__file__).resolve().parents[2]
 BLOB = ROOT / "resources/examples/llama-dropped-layer.seqdata.bin"
 TINY = ROOT / "resources/examples/tiny-llama.gguf"
