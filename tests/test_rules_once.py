@@ -6,10 +6,13 @@ when a second copy appears beside it and drifts (the rotation rule's own test is
   it, all from :func:`file_sequence`. Verify's copy and the Overview's disagreed on 65 of the 1,867 per-sequence
   fixtures (the Overview said the sequence was unknown where verify restored into 0); now the Overview says
   "seq 0 (assumed)" and why.
+- **The state-kind groups** (:mod:`kvscope.core.reader.state_kinds`): no module spells a group of kinds as a tuple
+  literal of its own.
 """
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,7 @@ from kvscope.core.analysis.overview import sequences
 from kvscope.core.memory.infer import InferError, infer_context
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.seq_owner import ASSUMED_SEQ, file_sequence, restore_seq
-from kvscope.core.reader.state_kinds import PER_SEQUENCE_KINDS
+from kvscope.core.reader.state_kinds import ALL_KINDS, PER_SEQUENCE_KINDS
 
 
 def test_the_memory_core_takes_every_layout_rule_from_the_reader_table() -> None:
@@ -51,6 +54,7 @@ def test_the_pinned_builds_are_named_once() -> None:
         assert pinned_builds.build_writing(b.writes) == b.name
 
 
+ROOT = Path(__file__).resolve().parent.parent
 SUFFIXES = (".seqstate", ".bin", ".slot", ".blob")
 
 
@@ -99,3 +103,26 @@ def test_the_overview_names_the_assumed_sequence(name: str) -> None:
 def test_whole_context_files_restore_as_the_whole_context() -> None:
     res = read_state(str(DATA / "llamacpp-2026-10-01/lfm2-f16-fa0-unified0-ctx.session"))
     assert file_sequence(res) is None and restore_seq(res) == -1
+
+
+def _kind_tuples(tree: ast.AST) -> list[int]:
+    kinds = {str(k) for k in ALL_KINDS}
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Tuple | ast.List | ast.Set) and len(node.elts) >= 2:
+            values = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+            if len(values) == len(node.elts) and all(v in kinds for v in values):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_spells_a_group_of_state_kinds() -> None:
+    home = ROOT / "core" / "reader" / "state_kinds.py"
+    bad = []
+    for folder in ("core", "app"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path == home:
+                continue
+            lines = _kind_tuples(ast.parse(path.read_text(encoding="utf-8")))
+            bad += [f"{path.relative_to(ROOT)}:{n}" for n in lines]
+    assert bad == [], f"groups of state kinds spelled out (use kvscope.core.reader.state_kinds): {bad}"

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from kvscope.core.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, InputError, error_line
+from kvscope.core.reader.state_kinds import ALL_KINDS
 
 COMMANDS = ("inspect", "diff")
 
@@ -38,7 +39,7 @@ def register(subparsers: Any) -> None:
     scan.add_argument("--no-stats", dest="stats", action="store_false",
                       help="skip the value scan (faster on big files): the verdict then says the values were "
                       "not scanned, and NaN/Inf or zero rows go unseen")
-    p.add_argument("--kind", choices=["seq_file", "session_file", "seq_blob", "context_blob"],
+    p.add_argument("--kind", choices=[str(k) for k in ALL_KINDS],
                    help="override kind detection")
     p.add_argument("--layout", metavar="GEN", help="force a layout generation (e.g. 2026-10, 2025-05)")
     p.add_argument("--tree", action="store_true", help="with --json: include the full structure tree")

@@ -33,6 +33,7 @@ from kvscope.core.reader.memory_state import PlanItem, may_continue, parse_bare_
 from kvscope.core.reader.meta import infer_cell_count
 from kvscope.core.reader.records import LayoutChoice, ParseResult
 from kvscope.core.reader.source import ByteSource
+from kvscope.core.reader.state_kinds import FILE_KINDS, PER_SEQUENCE_KINDS
 from kvscope.core.reader.tree import Node, check_tiling, coverage
 from kvscope.core.textsafe import plural
 
@@ -162,7 +163,7 @@ def _attempt(
     plan: list[PlanItem] | None,
     profile: ModelProfile | None,
 ) -> _Attempt:
-    per_seq = kind in ("seq_file", "seq_blob")
+    per_seq = kind in PER_SEQUENCE_KINDS
     ctx = ParseCtx(src, gen, ext, per_seq, profile, seq_blob=kind == "seq_blob", bare_section=parse_bare_section)
     root = Node(os.path.basename(src.path) or "<bytes>", "file", 0, src.size)
     cont: Container = parse_container(ctx, root, kind, plan)
@@ -199,7 +200,7 @@ def _attempt(
         memory_end=cont.memory_end,
         model_path=profile.path if profile is not None else None,
     )
-    if kind in ("seq_file", "session_file") and cont.header.get("version") is not None:
+    if kind in FILE_KINDS and cont.header.get("version") is not None:
         known = {g.session_version if kind == "session_file" else g.seq_version for g in GENERATION_BY_NAME.values()}
         if cont.header["version"] not in known:
             ctx.find("error", "value_invalid", 4, 4, f"version {cont.header['version']} was never written by "
@@ -291,7 +292,7 @@ def _swa_masking_consistent(res: ParseResult, gen: Generation, profile: ModelPro
     From 2026-06 llama.cpp writes only the cells inside the sliding window of a sequence; an older
     file can hold cells that such a build would have left out, which tells the two apart.
     """
-    if profile is None or not profile.n_swa or res.kind not in ("seq_file", "seq_blob") or not gen.swa_perseq_masked:
+    if profile is None or not profile.n_swa or res.kind not in PER_SEQUENCE_KINDS or not gen.swa_perseq_masked:
         return True
     for sec in res.sections:
         if sec.role != "kv_swa":
@@ -341,7 +342,7 @@ def _read_source(
     if detected is None or detected not in KINDS:
         return _unknown(src, "too short to be a llama.cpp state file" if detected is None
                         else f"unknown kind {detected!r}")
-    version = src.u32(4) if detected in ("seq_file", "session_file") else None
+    version = src.u32(4) if detected in FILE_KINDS else None
     has_header = src.u32(0) == BLOB_IO_MAGIC if detected == "seq_blob" else None
     if layout is not None:
         forced = generation_named(layout)
@@ -352,7 +353,7 @@ def _read_source(
         gens = candidate_generations(detected, version, has_header)
     has_ext = profile.has_cell_ext() if profile is not None else _arch_cell_ext(arch_string(src, detected))
     attempts: list[_Attempt] = []
-    per_seq = detected in ("seq_file", "seq_blob")
+    per_seq = detected in PER_SEQUENCE_KINDS
     # Cell-extension readings are tried only when no plain reading explains the file cleanly:
     # on a file without extensions they can only misparse, and misparsing a big file costs time.
     for with_ext in (False, True):
