@@ -3,7 +3,9 @@ could not run".
 
 :class:`DamageBanner` is shown whatever view is in front while the file has error findings (or
 is not a state file): the verdict in one line, a button to the overview and one that selects the
-first error's bytes. :class:`ChangedBanner` appears when the file changed on disk or while it was
+first error's bytes (disabled, the reason in its tooltip, where there are none to show: an empty or random
+file; :func:`kvscope.core.verify.preconditions.show_damage_problem`).
+:class:`ChangedBanner` appears when the file changed on disk or while it was
 read (``Document.fileChanged``) and offers Reload. :class:`VerifyBanner` says why the last Verify could
 not run (no model, no engine installed: the verifier's message says how to install it) and offers the
 model chooser or the engine settings. :class:`CorruptedBanner` heads a corrupted copy the hex view wrote:
@@ -20,6 +22,9 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 from kvscope.app.base.theme import Theme, verdict_color
 from kvscope.app.document.document import Document
 from kvscope.app.document.verify_job import NEEDS_MODEL
+from kvscope.core.verify.preconditions import damage_finding, show_damage_problem
+
+SHOW_TIP = "select the bytes of the first error"
 
 
 class _Strip(QFrame):
@@ -49,7 +54,7 @@ class DamageBanner(_Strip):
         self.doc, self.theme = doc, theme
         self.label.setTextFormat(Qt.TextFormat.PlainText)
         self.overview_button = self.button("Overview", "the verdict, the findings and what the file is")
-        self.show_button = self.button("Show the damage", "select the bytes of the first error")
+        self.show_button = self.button("Show the damage", SHOW_TIP)
         self.overview_button.clicked.connect(lambda: self.jumpRequested.emit("overview"))
         self.show_button.clicked.connect(self.show_damage)
         for sig in (doc.loaded, doc.statsReady, doc.verifyChanged):
@@ -67,14 +72,16 @@ class DamageBanner(_Strip):
         self.label.setStyleSheet(f"color: {verdict_color(v.level, self.theme.dark).name()}; font-weight: 600")
         self.show_button.setText("Show the mismatch" if v.state == "model_mismatch" else "Show the damage")
         self.show_button.setVisible(any(f.severity == "error" for f in v.top_findings))
+        why = show_damage_problem(res, v)  # the core's check: an empty or random file has no damaged bytes
+        self.show_button.setEnabled(why is None)
+        self.show_button.setToolTip(SHOW_TIP + (f": not possible: {why}" if why else ""))
         self.show()
 
     def show_damage(self) -> None:
-        v, idx = self.doc.verdict(), self.doc.index
-        if v is None or idx is None:
+        v, idx, res = self.doc.verdict(), self.doc.index, self.doc.result
+        if v is None or idx is None or res is None or show_damage_problem(res, v) is not None:
             return
-        f = v.missing.finding if v.missing is not None else next((f for f in v.top_findings
-                                                                   if f.severity == "error"), None)
+        f = damage_finding(v)
         if f is not None:
             self.doc.bus.select(idx.for_finding(f), origin=self)
             self.jumpRequested.emit("hex")

@@ -266,14 +266,30 @@ class Document(QObject):
         t = self._tasks.get("verify")
         return t is not None and not t.done
 
+    def verify_problem(self) -> str | None:
+        """Why Verify cannot run on this file with this model (one line; the core's check, the one ``kvscope
+        verify`` makes before any engine starts: an empty or random file, a model the file does not fit, tokens
+        given that cannot be re-prefilled), None when it can or when only the model is missing (Verify then
+        says so and offers the model chooser)."""
+        if self.result is None or self.profile is None:
+            return None
+        from kvscope.core.verify.preconditions import verify_problem
+
+        return verify_problem(self.result, self.profile, self.given_tokens)
+
     def start_verify(self, choice: EngineChoice) -> Task | None:
         """Verify the file in ``choice``'s engine in the background (None, and ``verify_error`` set, when it
-        cannot start: no parse yet, no model)."""
+        cannot start: no parse yet, no model, :meth:`verify_problem`)."""
         if self.result is None:
             return None
         self.verify_engine = choice.describe()
         if self.profile is None or not self.model_path:
             self.verify_error = NEEDS_MODEL if not self.model_error else f"{NEEDS_MODEL} ({self.model_error})"
+            self.verifyChanged.emit()
+            return None
+        why = self.verify_problem()
+        if why is not None:
+            self.verify_error = why
             self.verifyChanged.emit()
             return None
         self.verify_error = None

@@ -81,24 +81,10 @@ def parse_given(text: str, base_dir: str) -> GivenTokens:
 
 def tokens_problem(res: ParseResult | None, profile: ModelProfile | None, tokens: GivenTokens) -> str | None:
     """Why ``tokens`` cannot be re-prefilled for ``res`` (one line), or None when they can."""
-    from kvscope.core.reader.seq_owner import restore_seq
-    from kvscope.core.verify.prefill import plan_prefill
-
     if res is None:
         return "the file is still being read"
     if not takes_tokens(res):
         return f"only a state blob takes tokens: this file is a {res.kind} and carries its own"
-    ids = all_ids(tokens)
-    if not ids:
-        return "no token ids given: the list is empty"
-    from kvscope.core.analysis.slot_tokens import first_outside_vocab, token_array
+    from kvscope.core.verify.preconditions import given_tokens_problem  # the check kvscope repair/verify make
 
-    n_vocab = profile.n_vocab if profile is not None else 0
-    bad = first_outside_vocab(token_array(ids), n_vocab if n_vocab > 0 else 1 << 62)  # no model: negatives only
-    if bad is not None:
-        return (f"token id {bad} is negative" if bad < 0 else
-                f"token id {bad} is outside the model's vocabulary of {n_vocab:,} (ids 0 to {n_vocab - 1:,})")
-    plan = plan_prefill(res, restore_seq(res), tokens)
-    if not plan.possible:
-        return plan.reason or "nothing to re-prefill"
-    return None
+    return given_tokens_problem(res, profile, tokens)

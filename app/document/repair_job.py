@@ -11,9 +11,10 @@ one (``TMPDIR``), removed when it ends however it ends. The input is never writt
 it, by any path, is refused before anything runs.
 
 :func:`repair_problem` says, before anything runs, why the file cannot be repaired from the app (no
-model, not a state file, a blob given no tokens, media chunks, no pinned build for its layout), from the
-core's own rules (:func:`kvscope.core.verify.prefill.plan_prefill`,
-:func:`kvscope.core.pinned_builds.build_writing`); :func:`repair_build` applies the engine settings' build
+model, an empty or random file, a model the file does not fit, a blob given no tokens, a token outside the
+vocabulary, media chunks, no pinned build for its layout): the check ``kvscope repair`` makes before any
+engine starts (:func:`kvscope.core.verify.preconditions.repair_problem`), so Repair… is offered only where the
+command would run; :func:`repair_build` applies the engine settings' build
 where it writes the file's layout. A state blob carries no tokens: those the user gave for it (Tools →
 Tokens for this blob…) go to the command as ``--tokens @FILE``, a JSON file in the run's private
 temporary folder (never on the command line itself: a long prompt would pass the kernel's 128 KiB limit
@@ -39,12 +40,13 @@ from PySide6.QtCore import QObject, Signal
 
 from kvscope.app.base.tasks import Cancelled, CancelToken, Job, Report, Task, TaskRunner
 from kvscope.app.document.given_tokens import ACTION as TOKENS_ACTION
-from kvscope.app.document.given_tokens import GivenTokens, all_ids, takes_tokens, to_json, tokens_problem
+from kvscope.app.document.given_tokens import GivenTokens, all_ids, to_json
 from kvscope.app.document.verify_job import EngineChoice
 from kvscope.core.errors import InputError
 from kvscope.core.fsutil import TEMP_PREFIX, output_problem
-from kvscope.core.pinned_builds import BUILDS, build_writing
+from kvscope.core.pinned_builds import BUILDS
 from kvscope.core.textsafe import safe_text
+from kvscope.core.verify.preconditions import REPAIR_NEEDS_MODEL
 
 if TYPE_CHECKING:
     from kvscope.core.model.profile import ModelProfile
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
 
 KILL_AFTER_S = 10.0  # after SIGINT, the command has this long to unwind before its process group is killed
 SUFFIX = ".repaired"  # the default output: beside the input, this before its extension
-NEEDS_MODEL = "Repair needs the GGUF model the file was written with: choose it with File → Model… (Ctrl+M)."
+NEEDS_MODEL = f"{REPAIR_NEEDS_MODEL}: choose it with File → Model… (Ctrl+M)."
 EXIT_BAD_INPUT = 2  # kvscope repair: the file cannot be rebuilt (one line on stderr)
 
 
@@ -60,38 +62,21 @@ class RepairRefused(InputError):
     """``kvscope repair`` refused the file or could not rebuild it: its one line."""
 
 
-NEEDS_TOKENS = f"a state blob carries no tokens: give the ones it was made of with {TOKENS_ACTION}"
+NEEDS_TOKENS = f"a state blob carries no tokens: give the ones it was made of with {TOKENS_ACTION}"  # the core's line
 
 
 def repair_problem(res: ParseResult | None, profile: ModelProfile | None, model_path: str | None,
                    tokens: GivenTokens | None = None) -> str | None:
     """Why the file cannot be repaired from the app (one line), or None when it can (``tokens``: those given
-    for a blob, which carries none)."""
+    for a blob, which carries none): the core's own check, the one ``kvscope repair`` makes before any engine
+    starts (:func:`kvscope.core.verify.preconditions.repair_problem`)."""
     if res is None:
         return "the file is still being read"
     if profile is None or not model_path:
         return NEEDS_MODEL
-    if res.kind == "unknown":
-        return "not a llama.cpp state file: there is nothing to rebuild"
-    from kvscope.core.reader.seq_owner import restore_seq
-    from kvscope.core.verify.prefill import plan_prefill
+    from kvscope.core.verify.preconditions import repair_problem as core_repair_problem
 
-    if takes_tokens(res):  # a blob: the tokens given, checked by the same plan the command makes
-        if tokens is None:
-            return NEEDS_TOKENS
-        why = tokens_problem(res, profile, tokens)
-        if why is not None:
-            return f"the tokens given cannot be re-prefilled: {why}"
-    else:
-        plan = plan_prefill(res, restore_seq(res))
-        if plan.limit_pos is not None:
-            return (f"the prompt holds {plan.n_media} media chunk(s) from position {plan.limit_pos}: they cannot be "
-                    "re-prefilled from the file")
-        if not plan.possible:
-            return f"it cannot be re-prefilled: {plan.reason or 'no tokens'}"
-    if build_writing(res.layout.name) is None:
-        return f"no pinned llama.cpp build writes layout {res.layout.name}: the rebuilt state would be of another"
-    return None
+    return core_repair_problem(res, profile, tokens, give_tokens=TOKENS_ACTION)
 
 
 def repair_build(res: ParseResult, choice: EngineChoice) -> str | None:

@@ -81,10 +81,11 @@ class Actions:
             self.by_name[f"view_{name}"].setEnabled(w is not None)
         verifying = w is not None and w.doc.verifying
         act = self.by_name["verify"]
-        act.setEnabled(loaded and not verifying)
+        why = w.doc.verify_problem() if loaded and w is not None else None  # the core's check, as kvscope verify's
+        act.setEnabled(loaded and not verifying and why is None)
         needs = "" if loaded and w is not None and w.doc.profile is not None else (
             " (it needs the model: File → Model…)" if loaded else " (open a state file first)")
-        act.setToolTip(VERIFY_TIP + needs)
+        act.setToolTip(VERIFY_TIP + (f" (not now: {why})" if why else needs))
         self.by_name["cancel_verify"].setEnabled(verifying)
         act = self.by_name["repair"]
         why = w.overview.repair_problem() if loaded and w is not None else "open a state file first"

@@ -12,8 +12,10 @@ into the file's sequence and saves the state the way the file was saved:
   ``llama_state_save_file``; a blob: ``llama_state_seq_get_data_ext`` (with the file's flags) or
   ``llama_state_get_data``.
 
-The rebuilt state is verified (``run.Verifier``: the same kind, layout and sequence, verdict ``ok``)
-in a private temporary folder, and only then written to OUT atomically. OUT never names the input.
+Before anything runs, :func:`kvscope.core.verify.preconditions.repair_problem` (the check the app's Repair…
+asks too) refuses what cannot be rebuilt. The rebuilt state is verified (``run.Verifier``: the same kind,
+layout and sequence, verdict ``ok``) in a private temporary folder, and only then written to OUT
+atomically. OUT never names the input.
 Anything that prevents a faithful rebuild raises :class:`RepairError` (one line).
 """
 
@@ -43,9 +45,10 @@ from kvscope.core.reader.state_kinds import BLOB_KINDS, PER_SEQUENCE_KINDS
 from kvscope.core.textsafe import safe_text
 from kvscope.core.verify.context_plan import ContextPlan, ContextPlanError, context_for
 from kvscope.core.verify.engines import EngineUnavailable, LlamaCppEngine, ServerEngine
+from kvscope.core.verify.preconditions import repair_problem
 from kvscope.core.verify.prefill import PrefillPlan, plan_prefill
 from kvscope.core.verify.result import VerifyResult
-from kvscope.core.verify.run import Verifier, VerifyError, model_misfit
+from kvscope.core.verify.run import Verifier, VerifyError
 
 SERVER_TOKENS = "server_tokens"  # the token payload format of a llama-server slot save
 
@@ -186,11 +189,11 @@ def repair(path: str | os.PathLike[str], model: str | os.PathLike[str], out: str
         res = read_state(path, profile=prof)
     except ReadError as e:
         raise RepairError(str(e)) from None
-    if res.kind == "unknown":
-        raise RepairError(f"{path}: not a llama.cpp state file")
-    misfit = model_misfit(path, model, res, prof)  # before any engine: a state of another model is no repair
-    if misfit is not None:
-        raise RepairError(misfit)
+    # before any engine: what the app asks to offer Repair (an empty or random file, a model the file does not
+    # fit, a blob without tokens, a token outside the vocabulary, media chunks, no build writing its layout)
+    why = repair_problem(res, prof, tokens, model=model)
+    if why is not None:
+        raise RepairError(f"{path}: {why}")
     plan = _plan(res, path, tokens)
     name = _build(res, build)
     try:

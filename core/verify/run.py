@@ -24,7 +24,6 @@ from typing import Any
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.analysis.inspection import Inspection, inspect_source, open_state
-from kvscope.core.analysis.verdict import model_mismatch_reason
 from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.choose import build_for_layout
 from kvscope.core.engine.llamacpp import EngineError, EngineSetupError
@@ -52,6 +51,7 @@ from kvscope.core.verify.engines import (
     VerifyEngine,
 )
 from kvscope.core.verify.file_snapshot import Identity, Snapshot
+from kvscope.core.verify.preconditions import model_problem, verify_problem
 from kvscope.core.verify.prefill import PrefillPlan, Schedule, plan_prefill
 from kvscope.core.verify.result import NextToken, VerifyResult, compare_logits, decide
 
@@ -241,16 +241,13 @@ class Verifier:
         out.findings = [{"severity": f.severity, "code": f.code, "offset": f.offset, "message": f.message}
                         for f in res.findings if f.severity in ("error", "warning")][:20]
         reader_errors = res.n_errors
-        misfit = model_misfit(self.path, self.model, res, prof)
-        if misfit is not None:
-            raise VerifyError(misfit)
-        if self.next_token is not None and prof.n_vocab and self.next_token >= prof.n_vocab:
-            raise VerifyError(f"--next-token {self.next_token}: outside the model's vocabulary of {prof.n_vocab:,} "
-                              f"tokens (0 to {prof.n_vocab - 1:,})")
+        # before any engine: what the app asks to offer Verify (a model the file does not fit, a --next-token
+        # outside the vocabulary, tokens given that cannot be this state's)
+        why = verify_problem(res, prof, self.tokens, self.next_token, model=self.model, path=self.path)
+        if why is not None:
+            raise VerifyError(why)
         dest = restore_seq(res)
         plan = plan_prefill(res, dest, self.tokens, self.next_token)
-        if self.tokens is not None and not plan.possible:  # the caller's tokens cannot be this state's
-            raise VerifyError(f"the tokens given cannot be re-prefilled: {plan.reason}")
         try:
             ctx = context_for(res, prof, plan.n_tokens, self.overrides)
         except ContextPlanError as e:
@@ -525,11 +522,7 @@ def model_misfit(path: str, model: str, res: ParseResult, prof: ModelProfile) ->
     """The line that refuses ``model`` for the file ``path`` when the file does not fit it, as ``kvscope inspect``
     judges it (its verdict's model mismatch: every error is about the model, and one says the model is
     another); None when it fits or the file is damaged. verify and repair ask it before any engine starts."""
-    why = model_mismatch_reason(res, prof)
-    if why is None:
-        return None
-    return (f"the model {model} does not fit {path} (kvscope inspect: model mismatch): {why}; give the model "
-            "the file was written with")
+    return model_problem(res, prof, model, path)
 
 
 def _data_stream(sec: Section) -> KvStream | None:

@@ -43,6 +43,9 @@ from kvscope.core.findings import Finding
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.textsafe import html_text as escape  # one visible line (bidi, controls escaped), then entities
 
+VERIFY_BUTTON_TIP = ("restore the file in real llama.cpp, re-prefill its tokens (a blob's: those given with "
+                     f"{TOKENS_ACTION}) and compare (Tools → Verify, Ctrl+Shift+V)")
+
 
 class OverviewView(QWidget):
     """The overview page of one document; ``jumpRequested(view)`` asks the page to show a view,
@@ -70,8 +73,7 @@ class OverviewView(QWidget):
         self.browser.setOpenExternalLinks(False)
         self.browser.anchorClicked.connect(self._on_link)
         self.verify_button = QPushButton("Verify")
-        self.verify_button.setToolTip("restore the file in real llama.cpp, re-prefill its tokens (a blob's: those "
-                                      f"given with {TOKENS_ACTION}) and compare (Tools → Verify, Ctrl+Shift+V)")
+        self.verify_button.setToolTip(VERIFY_BUTTON_TIP)
         self.verify_button.clicked.connect(self.verifyRequested)
         self.repair_button = QPushButton("Repair…")
         self.repair_button.clicked.connect(lambda: self.follow("repair:"))
@@ -127,8 +129,10 @@ class OverviewView(QWidget):
     def show_page(self) -> None:
         """Show the overview (the scroll position kept, so a verification's progress does not jump the page)."""
         doc = self.doc
-        self.verify_button.setEnabled(not doc.verifying and self.overview is not None)
+        why = doc.verify_problem()  # the core's check, as kvscope verify's: disabled with the reason
+        self.verify_button.setEnabled(not doc.verifying and self.overview is not None and why is None)
         self.verify_button.setText("Verifying…" if doc.verifying else "Verify")
+        self.verify_button.setToolTip(VERIFY_BUTTON_TIP + (f": not now: {why}" if why else ""))
         if self.overview is None:
             return
         self._update_repair_button()
@@ -197,8 +201,9 @@ class OverviewView(QWidget):
                          '<a href="verify:">Verify again</a></p>')
             return stale + verify_html.result_html(doc.verify, dark)
         engine = doc.verify_engine or "the engine of the settings"
-        can = doc.profile is not None
-        return verify_html.not_verified_html(engine, can, "" if can else NEEDS_MODEL)
+        why = NEEDS_MODEL if doc.profile is None else doc.verify_problem()
+        return verify_html.not_verified_html(engine, why is None, f"Verify: not possible: {why}"
+                                             if why is not None and why != NEEDS_MODEL else why or "")
 
     def _findings_html(self, v: Verdict, dark: bool) -> list[str]:
         res = self.doc.result
