@@ -27,7 +27,7 @@ from kvscope.app.views.findings.findings_view import FindingsView
 from kvscope.app.views.layers.layer_view import LayerView
 from kvscope.app.views.overview.overview_view import OverviewView
 from kvscope.app.views.structure.tree_view import StructureView
-from kvscope.app.views.tokens.tokens_view import TokensView
+from kvscope.app.views.tokens.tokens_view import TokensView, doc_tokens
 from kvscope.core.analysis.verdict import plural
 
 # The views shown as tabs, in order (VIEW_NAMES, what --view and the View menu accept, adds the tree and
@@ -105,6 +105,7 @@ class DocumentWidget(QWidget):
         doc.loaded.connect(self._on_loaded)
         doc.loaded.connect(self.fit_tree)  # after the tree sized its columns for the file
         doc.statsReady.connect(self._update_titles)
+        doc.tokensChanged.connect(self._update_titles)
         for sig in (doc.loaded, doc.statsReady, doc.verifyChanged):  # after the tree's own reload (connected first)
             sig.connect(self._flag_tree)
         doc.diffReady.connect(lambda: self.show_view("diff"))
@@ -221,7 +222,8 @@ class DocumentWidget(QWidget):
         self.tabs.setTabText(i, f"Findings ({n:,})" if n else "Findings")
         self.tabs.setTabToolTip(i, plural(errors, "error") if errors else "")
         i = TAB_VIEWS.index("tokens")
-        self.tabs.setTabText(i, f"Tokens ({len(res.tokens):,})" if res is not None and res.tokens else "Tokens")
+        tokens = doc_tokens(self.doc)  # a blob's: those given for it
+        self.tabs.setTabText(i, f"Tokens ({len(tokens):,})" if tokens else "Tokens")
 
     def show_view(self, name: str) -> None:
         """Bring view ``name`` (one of :data:`VIEW_NAMES`) to the front."""

@@ -1,5 +1,8 @@
 """Tokens: ids and, with a model, their text; a token selects its cell where tokens map to cells.
 
+A state blob carries no tokens: once they are given for it (Tools → Tokens for this blob…) the view lists
+those, with their text, and says they were given; without them it says how to give them.
+
 Ctrl+C copies the selected tokens (index, id, text, cell: tab-separated); the context menu copies their
 ids or text and shows a token's bytes; Export saves every token as CSV or the view as PNG.
 """
@@ -24,12 +27,24 @@ from PySide6.QtWidgets import (
 from kvscope.app.base.widgets import plain_label
 from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
+from kvscope.app.document.given_tokens import ACTION as TOKENS_ACTION
+from kvscope.app.document.given_tokens import all_ids, count_text
 from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.table_tools import copy_text, install_copy, install_menu, rows_text, selected_rows
 from kvscope.core.analysis.verdict import plural
 
 Index = QModelIndex | QPersistentModelIndex
 NEEDS_MODEL = "needs a model: token text comes from the GGUF vocabulary (File → Model…)"
+
+
+def doc_tokens(doc: Document) -> list[int]:
+    """What the view lists: the file's tokens, or the ones given for a blob that carries none."""
+    res = doc.result
+    if res is None:
+        return []
+    if not res.tokens and doc.takes_tokens() and doc.given_tokens is not None:
+        return all_ids(doc.given_tokens)
+    return res.tokens
 
 
 class TokensModel(QAbstractTableModel):
@@ -47,7 +62,8 @@ class TokensModel(QAbstractTableModel):
 
     @property
     def tokens(self) -> list[int]:
-        return self.doc.result.tokens if self.doc.result is not None else []
+        """The file's tokens; a blob's (it carries none): those given for it (Tools → Tokens for this blob…)."""
+        return doc_tokens(self.doc)
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self.tokens)
@@ -130,6 +146,7 @@ class TokensView(QWidget):
         lay.addWidget(self.table, 1)
         self.table.selectionModel().currentRowChanged.connect(self._on_current)
         doc.loaded.connect(self._reload)
+        doc.tokensChanged.connect(self._reload)  # tokens given for a blob (or cleared): listed, with their text
         doc.bus.changed.connect(self._on_selection)
         self._syncing = False
         self._reload()
@@ -143,19 +160,26 @@ class TokensView(QWidget):
     def _reload(self) -> None:
         self.model.reset()
         res, idx = self.doc.result, self.doc.index
+        tokens = doc_tokens(self.doc)
         if res is not None:
             max_cell = max((t.table.count for t in idx.tables), default=0) if idx is not None else 0
-            self._fit_columns(len(res.tokens), max(res.tokens, default=0), max_cell)
+            self._fit_columns(len(tokens), max(tokens, default=0), max_cell)
         if res is None:
             self.summary.setText("")
             return
-        parts = [plural(len(res.tokens), "token")]
+        given = self.doc.given_tokens if tokens and not res.tokens else None
+        if given is not None:
+            parts = [f"{count_text(given)} given ({TOKENS_ACTION}): the blob carries none"]
+        elif not tokens and self.doc.takes_tokens():
+            parts = [f"0 tokens: a state blob carries none; give the ones it was made of with {TOKENS_ACTION}"]
+        else:
+            parts = [plural(len(tokens), "token")]
         if res.token_payload is not None:
             parts.append("unpacked from a llama-server token payload")
-        if self.doc.profile is not None and res.tokens:
-            text = self.doc.profile.detokenize(res.tokens)
+        if self.doc.profile is not None and tokens:
+            text = self.doc.profile.detokenize(tokens)
             parts.append(f"text: {text[:300]!r}" + ("…" if len(text) > 300 else ""))
-        else:
+        elif self.doc.profile is None:
             parts.append("token text " + NEEDS_MODEL)
         if idx is not None and (idx.token_link is not None or res.tokens):
             parts.append(idx.token_link_text())
@@ -230,10 +254,11 @@ class TokensView(QWidget):
     def csv_table(self) -> CsvTable | None:
         """Every token: index, id, text (with a model), cell (where tokens map to cells)."""
         res, idx, prof = self.doc.result, self.doc.index, self.doc.profile
-        if res is None or not res.tokens:
+        tokens = doc_tokens(self.doc)
+        if res is None or not tokens:
             return None
-        cells = [idx.cell_of_token(i) if idx is not None else None for i in range(len(res.tokens))]
-        texts = [prof.token_text(t) if prof is not None else None for t in res.tokens]
+        cells = [idx.cell_of_token(i) if idx is not None else None for i in range(len(tokens))]
+        texts = [prof.token_text(t) if prof is not None else None for t in tokens]
         return (["index", "id", "text", "cell"],
                 ([i, t, "" if x is None else x, "" if c is None else c]
-                 for i, (t, x, c) in enumerate(zip(res.tokens, texts, cells, strict=True))))
+                 for i, (t, x, c) in enumerate(zip(tokens, texts, cells, strict=True))))
