@@ -121,7 +121,8 @@ def inspect(path: str, profile: ModelProfile | None, stats: bool = True, compat:
 
 def flagged_records(res: ParseResult, stats: StatsReport | None) -> tuple[list[Flagged], int]:
     """Records with non-finite values or zero rows (at most :data:`MAX_HEATMAPS`, plus how many in all);
-    with none, the first K record (else the first record) so the report still shows one heatmap."""
+    with none, a record of the damaged layer (:func:`damaged_record`: where a truncated file's end cuts a
+    record), else the first K record (else the first record) so the report still shows one heatmap."""
     records = layer_records(res)
     by_key = {(si, st.index if st is not None else None, r.role, r.index): r for si, _, st, r in records}
     hits: list[Flagged] = []
@@ -137,12 +138,56 @@ def flagged_records(res: ParseResult, stats: StatsReport | None) -> tuple[list[F
         hits.append(Flagged(rec, ls, why))
     if hits:
         return _spread(hits), len(hits)
+    damaged = damaged_record(res, stats)
+    if damaged is not None:
+        return [damaged], 0
     recs = [r for _, _, _, r in records]
     first = next((r for r in recs if r.role == "k"), recs[0] if recs else None)
     if first is None:
         return [], 0
     ref = next((x for x in stats.layers if x.data_offset == first.data_offset), None) if stats is not None else None
     return [Flagged(first, ref, "for reference: no record has non-finite values or zero rows")], 0
+
+
+def _finding_place(path: str) -> tuple[str | None, int | None]:
+    """The record role (``k``/``v``) and KV stream a finding's node path names (``/memory/kv/stream0/V1``)."""
+    import re
+
+    last = path.rstrip("/").rsplit("/", 1)[-1]
+    role = last[0].lower() if re.fullmatch(r"[KV]\d+( .*)?", last) else None
+    m = re.search(r"/stream(\d+)(/|$)", path)
+    return role, int(m.group(1)) if m else None
+
+
+def damaged_record(res: ParseResult, stats: StatsReport | None) -> Flagged | None:
+    """The record that pictures the damaged layer: the first error finding in the file that names a layer (a
+    record cut short by the file's end, a missing layer record...), its own record where the file holds it, else
+    the same layer's other record, else the nearest record of its role; None when no error names a layer."""
+    errors = sorted((f for f in res.findings if f.severity == "error" and f.layer is not None),
+                    key=lambda f: f.offset)
+    records = layer_records(res)
+    for f in errors:
+        role, stream = _finding_place(f.path or "")
+        layer = f.layer
+        assert layer is not None
+        mine = [(st, r) for _, _, st, r in records if stream is None or st is None or st.index == stream]
+        same = [r for _, r in mine if r.il == layer]
+        rec = next((r for r in same if role is None or r.role == role), None)
+        what = f"the damaged layer {layer}: {f.message}"
+        if rec is None and same:
+            rec = same[0]
+            what += (f" (its {(role or '?').upper()} record is cut short or missing: its {rec.role.upper()} record "
+                     "is shown)")
+        if rec is None:
+            near = [r for _, r in mine if r.il is not None and (role is None or r.role == role)]
+            if not near:
+                continue
+            rec = min(near, key=lambda r: (abs((r.il or 0) - layer), -(r.il or 0)))
+            what += (f" (layer {layer} has no record in the file: the nearest, {rec.role.upper()} layer {rec.il}, is "
+                     "shown)")
+        ref = next((x for x in stats.layers if x.data_offset == rec.data_offset), None) if stats is not None else None
+        return Flagged(rec, ref, what)
+    return None
 
 
 def _spread(hits: list[Flagged]) -> list[Flagged]:

@@ -52,6 +52,9 @@ Index = QModelIndex | QPersistentModelIndex
 COLUMNS = ("kind", "offset A", "offset B", "layer", "description")
 BUILD_MS = 120  # the plots are made this long after the view (kvscope.app.base.lazy)
 
+NAN_TITLE = "NaN values: A ●, B ▲"  # A circles, B triangles; the line styles are the series' (legend)
+NAN_B_SYMBOL = "t1"  # pyqtgraph's upward triangle
+
 
 class DiffModel(RowTableModel["DiffItem"]):
     """Rows are ``StateDiff.differences`` in the core's order."""
@@ -177,7 +180,7 @@ class DiffView(LazyParts, QWidget):
         place_legend(self.glw, self.legend, 1, 0, 3)
         self.abs_plot.setTitle("max |A − B| (finite values)")
         self.cells_plot.setTitle("cells that differ")
-        self.nan_plot.setTitle("NaN values: A solid, B dashed")
+        self.nan_plot.setTitle(NAN_TITLE)
         for p in self.plots:
             p.setLabel("bottom", "layer")
             p.setMenuEnabled(False)
@@ -327,9 +330,11 @@ class DiffView(LazyParts, QWidget):
             fin = [(x, y) for x, y in zip(xs, ys[0], strict=True) if math.isfinite(y)]
             self.legend.addItem(self.abs_plot.plot([x for x, _ in fin], [y for _, y in fin], pen=pen, **kw), key)
             self.cells_plot.plot(xs, ys[1], pen=pen, **kw)
+            # A and B by their markers (A a circle, B a triangle on a thinner line of the series' own style): a
+            # line style of their own would read as one of the series' (the dotted ones are other streams)
             self.nan_plot.plot(xs, ys[2], pen=pen, **kw)
-            self.nan_plot.plot(xs, ys[3], pen=pg.mkPen(color, width=2, style=Qt.PenStyle.DashLine), symbol="t1",
-                               symbolSize=7, symbolBrush=color)
+            self.nan_plot.plot(xs, ys[3], pen=pg.mkPen(color, width=1, style=pen.style()), symbol=NAN_B_SYMBOL,
+                               symbolSize=8, symbolBrush=color)
             layers.update(xs)
         ticks = [(x, f"{x:g}") for x in sorted(layers)] if 0 < len(layers) <= 40 else None
         tops = self._tops(series)
