@@ -34,6 +34,7 @@ FINDING_CODES: frozenset[str] = frozenset(
         "value_invalid",
         "unconfirmed_end",
         "read_by_structure",
+        "token_cell_mismatch",
     }
 )
 

@@ -32,6 +32,7 @@ from kvscope.core.reader.layouts import (
     Generation,
 )
 from kvscope.core.reader.records import KvStream, ParseResult
+from kvscope.core.reader.token_cells import CODE as TOKEN_CELL_CODE
 
 # a migration note for a file read with a model it does not fit (the verdict's model_mismatch)
 MODEL_MISFIT = "the file does not fit the model given (give the model that wrote it)"
@@ -39,11 +40,15 @@ MODEL_MISFIT = "the file does not fit the model given (give the model that wrote
 # errors in the values a record holds, which no llama.cpp read path checks (it copies the rows into
 # the cache as they are): a file whose only errors are these loads, and computes with the bad values
 VALUE_ONLY_ERRORS = frozenset({"nonfinite_values"})
+# and the errors no read path checks either: a token list that disagrees with the cells (llama.cpp restores the
+# cells at the positions written; llama-server fails or misreads only on the next request, which
+# kvscope.core.analysis.reuse predicts)
+UNCHECKED_ERRORS = VALUE_ONLY_ERRORS | {TOKEN_CELL_CODE}
 
 
 def _structural_errors(res: ParseResult) -> list[Finding]:
-    """The error findings llama.cpp's read path can trip over (all but :data:`VALUE_ONLY_ERRORS`)."""
-    return [f for f in res.findings if f.severity == "error" and f.code not in VALUE_ONLY_ERRORS]
+    """The error findings llama.cpp's read path can trip over (all but :data:`UNCHECKED_ERRORS`)."""
+    return [f for f in res.findings if f.severity == "error" and f.code not in UNCHECKED_ERRORS]
 
 
 @dataclass
@@ -59,6 +64,10 @@ class GenCompat:
     migratable: bool | None = None  # rewrite --layout GEN gives an exact file (None: ask the memory core)
     migration_missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # the answer depends on how the build is launched: under this environment (``LLAMA_ATTN_ROT_DISABLE=1``)
+    # it is ``launch_answer`` ("loads", or llama.cpp's refusal) instead (None: the launch does not matter)
+    launch_env: str | None = None
+    launch_answer: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -132,7 +141,7 @@ def _forced(res: ParseResult, gen: Generation, profile: ModelProfile | None, dat
 
 def _same_reading(a: ParseResult, b: ParseResult) -> bool:
     """Two readings of one file see the same sections, streams, cells and records."""
-    if b.n_errors or len(a.sections) != len(b.sections):
+    if _structural_errors(b) or len(a.sections) != len(b.sections):
         return False
     for sa, sb in zip(a.sections, b.sections, strict=True):
         if (sa.kind, sa.offset, sa.size) != (sb.kind, sb.offset, sb.size):
@@ -177,6 +186,78 @@ def _rotation_note(res: ParseResult, gen: Generation, profile: ModelProfile | No
                         return False, (f"{r.role.upper()} rows are not rotated; a default {gen.name} build rotates "
                                        f"{r.type} rows of this head size (run it with LLAMA_ATTN_ROT_DISABLE=1)")
     return True, None
+
+
+ROT_DISABLE_ENV = "LLAMA_ATTN_ROT_DISABLE=1"
+
+
+def _launch_blocks(st: KvStream, sec: Any, heads: Any, disabled: bool) -> tuple[int | None, int | None]:
+    """``(n_rot_k, n_rot_v)`` a v11/v4 build computes for this stream's cache when launched with rotation
+    disabled or not (None: not known without the model). Without the model a rotated file's own fields are
+    its writer's, a default launch (only a default launch rotates, but for an indexer's forced K rotation)."""
+    from kvscope.core.reader.rotation import default_rotation
+
+    tk = st.k_layers[0].type_id if st.k_layers else None
+    tv = st.v_layers[0].type_id if st.v_layers else None
+    if heads is not None:
+        blocks: tuple[int, int] = heads.blocks(tk, tv, disabled=disabled)
+        return blocks
+    if disabled:  # rot_v is off; rot_k too, except the forced rotation of a lightning indexer's cache
+        return (None if sec.role == "kv_lid" else 0), 0
+    rk, rv = default_rotation(st, sec, None)
+    return (st.n_rot_k if st.n_rot_k else rk), (st.n_rot_v if st.n_rot_v else rv)
+
+
+def _rotation_refusal(res: ParseResult, profile: ModelProfile | None, disabled: bool) -> tuple[bool | None, str]:
+    """Does a v11/v4 build launched with rotation ``disabled`` (``LLAMA_ATTN_ROT_DISABLE=1``) or not accept the
+    file's ``n_rot_k``/``n_rot_v`` fields? ``state_read_data`` (b11434 ``src/llama-kv-cache.cpp``) compares them
+    with the cache's own, per stream, K first: (True, ""), (False, its refusal), or (None, why not known)."""
+    from kvscope.core.reader.rotation import section_heads
+
+    for sec in res.sections:
+        if sec.kind != "kv":
+            continue
+        heads = section_heads(profile, sec, kv_rot=True)
+        for st in sec.streams:
+            if st.data_offset is None or st.n_rot_k is None or st.n_rot_v is None:
+                continue
+            want = _launch_blocks(st, sec, heads, disabled)
+            for got, w, word in ((st.n_rot_k, want[0], "key"), (st.n_rot_v, want[1], "value")):
+                if w is None:
+                    rows = st.k_layers if word == "key" else st.v_layers
+                    kind = rows[0].type if rows else "these"
+                    return None, (f"whether it rotates the {kind} {word.upper()[0]} rows of this cache (a head size "
+                                  "that is a multiple of 64) needs the model (--model)")
+                if got != w:
+                    return False, f"state_read_data: incompatible {word} rotation ({got} instead of {w})"
+    return True, ""
+
+
+def _launch(res: ParseResult, profile: ModelProfile | None, out: GenCompat) -> None:
+    """The answer of a v11/v4 build to the file's rotation fields, on a default launch and on one with
+    ``LLAMA_ATTN_ROT_DISABLE=1`` (``llama_kv_cache``'s constructor reads it): set on ``out`` when they differ."""
+    d_ok, d_msg = _rotation_refusal(res, profile, False)
+    x_ok, x_msg = _rotation_refusal(res, profile, True)
+    if d_ok and x_ok is False:
+        out.launch_env, out.launch_answer = ROT_DISABLE_ENV, x_msg
+        out.notes.append(f"a build launched with {ROT_DISABLE_ENV} refuses it: {x_msg}")
+    elif d_ok is False:
+        out.loads, out.stage = False, "memory"
+        if x_ok:
+            out.launch_env, out.launch_answer = ROT_DISABLE_ENV, "loads"
+            out.answer = f"refuses on a default launch ({d_msg}); loads with {ROT_DISABLE_ENV}"
+            out.exact_message = False
+        else:
+            out.answer = d_msg
+            out.notes.append(f"launched with {ROT_DISABLE_ENV}: " + (x_msg if x_ok is False else f"unknown: {x_msg}"))
+    elif d_ok is None:
+        out.loads, out.stage, out.exact_message = None, "unknown", False
+        if x_ok:
+            out.launch_env, out.launch_answer = ROT_DISABLE_ENV, "loads"
+            out.answer = (f"loads with {ROT_DISABLE_ENV} (the file records no rotation); on a default launch "
+                          f"it refuses where the build rotates: {d_msg}")
+        else:
+            out.answer = f"loads, but {d_msg}"
 
 
 def compatibility(res: ParseResult, profile: ModelProfile | None = None, data: Any = None) -> list[GenCompat]:
@@ -238,14 +319,20 @@ def _one(res: ParseResult, own: Generation, gen: Generation, profile: ModelProfi
             out.loads, out.stage, out.exact_message = False, "memory", False
             out.answer = f"the file is damaged: {bad.message} (offset {bad.offset})"
             return out
-        if res.n_errors:  # only bad values: llama.cpp loads them as they are
+        if res.n_errors:  # only errors llama.cpp does not check: it loads the file as it is
             bad = next(f for f in res.findings if f.severity == "error")
-            out.notes.append(f"loads the damaged values as they are (llama.cpp does not check values): "
-                             f"{bad.message} (offset {bad.offset})")
+            if bad.code == TOKEN_CELL_CODE:
+                out.notes.append(f"loads the cells as they are (llama.cpp does not compare the token list with "
+                                 f"them): {bad.message} (offset {bad.offset})")
+            else:
+                out.notes.append(f"loads the damaged values as they are (llama.cpp does not check values): "
+                                 f"{bad.message} (offset {bad.offset})")
         ok, note = _rotation_note(res, gen, profile) if gen.name != own.name else (True, None)
         out.loads, out.answer, out.stage = ok, "loads" if ok else (note or "loads"), "ok" if ok else "silent"
         if ok is None:
             out.stage, out.answer = "unknown", f"loads, but {note}"
+        if ok and gen.kv_rot and res.layout.features.get("kv_rot"):  # the fields the build compares with its own
+            _launch(res, profile, out)
         return out
     pair = _v3_v4_answer(res, own, gen, data) if {own.name, gen.name} == {"2026-10", "2026-10-v4"} else None
     if pair is not None:
@@ -289,5 +376,9 @@ def compat_text(entries: list[GenCompat]) -> list[str]:
         build = f" ({e.build})" if e.build else ""
         mig = f"; {migration_text(e)}" if migration_text(e) else ""
         detail = "" if e.answer == "loads" else f": {e.answer}"
+        if e.loads and e.launch_env:
+            detail = f" on a default launch; refuses with {e.launch_env}: {e.launch_answer}"
+        if e.loads is False and e.launch_env:  # "refuses on a default launch (...); loads with ..."
+            mark, detail = "", e.answer
         lines.append(f"  {e.generation}{build}: {mark}{detail}{mig}")
     return lines

@@ -401,5 +401,20 @@ def consumer_answers(res: ParseResult, profile: ModelProfile | None = None, comp
             lib = ConsumerAnswer(b.name, "libllama", "refuses", c.answer)
         else:
             lib = ConsumerAnswer(b.name, "libllama", "unknown", c.answer)
-        out += [lib, _server(res, profile, lib, n_ctx)]
+        srv = _server(res, profile, lib, n_ctx)
+        if c is not None and c.launch_env and cut is None:
+            _launch_note(c, lib, srv)
+        out += [lib, srv]
     return out
+
+
+def _launch_note(c: GenCompat, lib: ConsumerAnswer, srv: ConsumerAnswer) -> None:
+    """Say that the answer is a default launch's where another launch (``c.launch_env``) answers otherwise."""
+    env = c.launch_env
+    if lib.answer == "loads" and c.launch_answer != "loads":
+        lib.message = f"on a default launch; launched with {env} it refuses: {c.launch_answer}"
+        if srv.answer == "loads":
+            srv.message = f"on a default launch; started with {env} it refuses: {SERVER_PREFIX}{LOAD_FAILED}"
+    elif lib.answer in ("refuses", "unknown") and c.launch_answer == "loads" and srv.answer == lib.answer \
+            and srv.message.startswith(SERVER_PREFIX):
+        srv.message += f" (on a default launch; started with {env} it restores the slot)"

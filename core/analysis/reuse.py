@@ -32,6 +32,15 @@ Before that, ``/slots/N?action=restore`` itself must accept the file: ``llama_st
 context" (more tokens than the slot's ``n_ctx``) and "Invalid tokens in slot save file" (a token
 outside ``[0, n_vocab)``). :func:`predict_reuse` answers per pinned build and ``--swa-full`` setting;
 :mod:`kvscope.core.verify.reuse` measures the same on a real server.
+
+After step 4, a slot the server keeps is continued at position ``n_past``: it removes the cells from
+``n_past`` on (``seq_rm``) and decodes the new tokens there, and ``llama_decode`` requires the memory's
+last position to be ``n_past - 1``. A slot whose token list and cells disagree
+(:mod:`kvscope.core.reader.token_cells`: a token list longer than its cells, cells shifted or missing)
+therefore either fails that request (HTTP 500 "Invalid input batch.": measured on b11434's llama-server
+with ``--swa-full``, a Gemma 3 slot with one token appended) or is continued without an error from a
+cache that does not hold its tokens at their positions (every position moved by one: the server reports
+the whole slot as cached).
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ import numpy.typing as npt
 from kvscope.core.analysis.slot_tokens import first_outside_vocab, holds_media, token_array
 from kvscope.core.pinned_builds import BUILDS
 from kvscope.core.reader.records import ParseResult
+from kvscope.core.reader.token_cells import CODE as TOKEN_CELL_CODE
+from kvscope.core.reader.token_cells import agreement, memory_pos_max_before
 
 if TYPE_CHECKING:
     from kvscope.core.analysis.compat import GenCompat
@@ -54,6 +65,8 @@ FORCED_RESET = ("forcing full prompt re-processing due to lack of cache data (li
                 "hybrid/recurrent memory)")  # llama-server's log line, without its link
 INVALID_TOKENS = "Unable to restore slot: Invalid tokens in slot save file"
 DOES_NOT_FIT = "Unable to restore slot: Restored prompt does not fit in the slot context"
+INVALID_BATCH = "Invalid input batch."  # llama-server's HTTP 500 when llama_decode returns -1
+RESAVE = "re-save the slot from a server that holds it, or rebuild it from its tokens (`kvscope repair`)"
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,7 @@ class ReusePrediction:
     reprocessed_tokens: int | None
     reason: str
     fix: str | None = None
+    fails: bool = False  # the slot restores, but the next request that continues it fails (HTTP 500)
 
     @property
     def wasted(self) -> bool:
@@ -96,7 +110,10 @@ class ReusePrediction:
         who = f"llama-server {self.build}" if self.build else "llama-server"
         who += " --swa-full" if self.swa_full else ""
         if self.restores is False:
-            return f"{who}: refuses the slot: {self.reason}"
+            return f"{who}: refuses the slot: {self.reason}" + (f" (fix: {self.fix})" if self.fix else "")
+        if self.fails:
+            return f"{who}: restores, but the next request fails: {self.reason}" + (
+                f" (fix: {self.fix})" if self.fix else "")
         if self.reused_tokens is None:
             return f"{who}: reuse cannot be told: {self.reason}"
         if self.reused_tokens == 0 and self.restored_tokens:
@@ -157,8 +174,10 @@ def _has_recurrent(res: ParseResult) -> bool:
 
 def predict_one(res: ParseResult, profile: ModelProfile | None, settings: ServerSettings,
                 build: str | None = None, load_refusal: str | None = None,
-                loads: bool | None = True, tokens: npt.NDArray[np.int64] | None = None) -> ReusePrediction:
-    """The prediction for one server (``loads``/``load_refusal``: what its libllama does with the layout;
+                loads: bool | None = True, tokens: npt.NDArray[np.int64] | None = None,
+                launch_env: str | None = None) -> ReusePrediction:
+    """The prediction for one server (``loads``/``load_refusal``: what its libllama does with the layout on a
+    default launch; ``launch_env``: the environment under which it loads it instead, ``LLAMA_ATTN_ROT_DISABLE=1``;
     ``tokens``: the file's tokens as :func:`~kvscope.core.analysis.slot_tokens.token_array`, when the caller
     has them)."""
     tokens = token_array(res.tokens) if tokens is None else tokens
@@ -172,7 +191,8 @@ def predict_one(res: ParseResult, profile: ModelProfile | None, settings: Server
         return out(False, 0, f"llama-server restores slot files (sequence files), not a {res.kind}")
     if loads is False:
         return out(False, 0, f"Unable to restore slot: No available space in KV cache or invalid slot save file "
-                             f"(libllama: {load_refusal})" if load_refusal else "the layout does not load")
+                             f"(libllama: {load_refusal})" if load_refusal else "the layout does not load",
+                   f"start llama-server with {launch_env}" if launch_env else None)
     if holds_media(tokens) or (res.token_payload or {}).get("n_media"):
         return out(None, None, "the slot holds media chunks: its restore needs the server's --mmproj, "
                                "and cache reuse is not predicted for them")
@@ -182,8 +202,9 @@ def predict_one(res: ParseResult, profile: ModelProfile | None, settings: Server
     if profile is not None and bad is not None:
         return out(False, 0, f"{INVALID_TOKENS} (token {bad} is outside the model's {profile.n_vocab}-token "
                              "vocabulary)", "none: the file's tokens are not this model's")
-    if res.n_errors:
-        return out(None, None, f"the reader found {res.n_errors} error(s) in the file: whether llama-server "
+    n_errors = sum(1 for f in res.findings if f.severity == "error" and f.code != TOKEN_CELL_CODE)
+    if n_errors:  # a token list that disagrees with the cells restores: what follows is answered below
+        return out(None, None, f"the reader found {n_errors} error(s) in the file: whether llama-server "
                                "restores it is for `kvscope verify --engine server` to tell")
     restores: bool | None = True if loads else None
     if n == 0:
@@ -200,6 +221,10 @@ def predict_one(res: ParseResult, profile: ModelProfile | None, settings: Server
     n_swa = profile.n_swa if (swa and not settings.swa_full and profile is not None) else 0
     n_past = n  # a prompt that continues the slot's tokens
     thold = max(0, n_past - n_swa)  # the prompt has new tokens
+    window = None if profile is None else (profile.n_swa > 0 and bool(profile.swa_layers))
+    found = agreement(res, window)
+    if found is not None and found.agrees:
+        found = None
     if pos_min >= thold:
         if swa and not settings.swa_full:
             why = (f"{FORCED_RESET}: the sliding-window cache starts at position {pos_min}, within the "
@@ -215,7 +240,21 @@ def predict_one(res: ParseResult, profile: ModelProfile | None, settings: Server
             why = (f"{FORCED_RESET}: the memory starts at position {pos_min}, not below {thold}, "
                    "and the save file holds no context checkpoint")
             fix = None
+        if found is not None:  # re-processed in full, which works; a slot kept as it is would not
+            fix = RESAVE
         return out(restores, 0, why, fix)
+    if found is not None:
+        end = memory_pos_max_before(res, n)
+        what = "; ".join(f"{p.section.role}: {w}" for p, w in found.problems)
+        if 0 <= end != n - 1:
+            why = (f"it continues the slot at position {n_past} while the memory ends at {end} (the token list "
+                   f"and the cells disagree: {what}): llama_decode rejects the batch (\"inconsistent sequence "
+                   f"positions\") and the server answers HTTP 500 \"{INVALID_BATCH}\"")
+            return ReusePrediction(build, settings.swa_full, restores, n, 0, None, why, RESAVE, fails=True)
+        why = (f"the server keeps the {n} restored tokens and continues at position {n_past} without an error, but "
+               f"the cells do not hold them at their positions ({what}): the continuation is computed from a "
+               "misplaced cache")
+        return out(restores, n, why, RESAVE)
     if swa and settings.swa_full:
         why = f"--swa-full keeps the whole sliding-window cache: the {n} restored tokens are reused"
     elif swa:
@@ -242,9 +281,10 @@ def predict_reuse(res: ParseResult, profile: ModelProfile | None = None,
         c = by_build.get(b.name)
         loads = c.loads if c is not None else None
         refusal = c.answer if c is not None and c.loads is False else None
+        env = c.launch_env if c is not None and c.launch_answer == "loads" else None
         for swa_full in (False, True):
             out.append(predict_one(res, profile, ServerSettings(swa_full=swa_full, n_ctx=n_ctx), b.name,
-                                   refusal, loads, tokens))
+                                   refusal, loads, tokens, env))
     return out
 
 

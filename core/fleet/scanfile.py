@@ -167,6 +167,8 @@ def target_check(res: Any, profile: Any, src: Any, target: str, damage: str) -> 
         return out | {"status": "loads", "reason": ""}
     if entry.loads is None:
         return out | {"status": "unknown", "reason": entry.answer}
+    if entry.launch_env and entry.launch_answer == "loads":  # refused on a default launch only: say which loads it
+        return out | {"status": "unknown", "reason": entry.answer}
     if entry.migratable:
         return out | {"status": "migratable", "reason": entry.answer}
     if entry.migratable is False:

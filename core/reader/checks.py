@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvscope.core.findings import Severity
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.context import ParseCtx
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult, Section
+from kvscope.core.reader.token_cells import CODE as TOKEN_CELL_CODE
+from kvscope.core.reader.token_cells import agreement, memory_pos_max_before
 
 POSITION_JUMP = 1 << 24  # a position this far from its neighbours is almost surely garbage
 
@@ -25,6 +28,8 @@ def check_result(res: ParseResult, ctx: ParseCtx, profile: ModelProfile | None) 
         for table, where in tables:
             if table is not None and table.count:
                 _check_positions(ctx, sec, table, where)
+    if not ctx.n_errors:  # a damaged structure's cells say nothing of its tokens
+        _check_token_cells(res, ctx, profile)
 
 
 def check_model_only(res: ParseResult, ctx: ParseCtx, p: ModelProfile) -> None:
@@ -118,3 +123,37 @@ def _check_positions(ctx: ParseCtx, sec: Section, t: CellTable, where: str) -> N
             ctx.find("warning", "position_anomaly", t.offset, t.size,
                      f"{sec.role} {where}: {dup.size} (sequence, position) pair(s) held by more than one cell, "
                      f"e.g. seq {seq} pos {pos}", node)
+
+
+def _check_token_cells(res: ParseResult, ctx: ParseCtx, profile: ModelProfile | None) -> None:
+    """A sequence file's token list against its cells (:mod:`kvscope.core.reader.token_cells`): an error in a
+    llama-server slot (its packed token payload), else a warning for a count that differs and an info for
+    positions alone (a libllama application's ``seq_rm``/``seq_add`` writes those)."""
+    window = None if profile is None else (profile.n_swa > 0 and bool(profile.swa_layers))
+    found = agreement(res, window)
+    if found is None or found.agrees:
+        return
+    n = found.n_tokens
+    part, _ = found.problems[0]
+    what = "; ".join(f"{p.section.role}: {why}" for p, why in found.problems)
+    end = memory_pos_max_before(res, n)
+    if 0 <= end != n - 1:
+        then = (f"a llama-server that reuses the slot (no sliding window, or --swa-full) continues it at position "
+                f"{n} while the memory ends at {end}: llama_decode rejects the batch (\"inconsistent sequence "
+                f"positions\") and the request fails with HTTP 500 \"Invalid input batch.\"")
+    else:
+        then = (f"llama-server keeps these cells and continues the slot at position {n} without an error, from a "
+                "cache that does not hold the slot's tokens at their positions")
+    counts = any(p.section.kind == "recurrent" or p.pos.size != n for p, _ in found.problems)
+    sev: Severity
+    if found.server_tokens:
+        sev = "error"
+    else:
+        sev = "warning" if counts else "info"
+        then += ("; a libllama application that removed or shifted positions (llama_memory_seq_rm/seq_add) "
+                 "writes such files legitimately, a llama-server slot never")
+    node = part.section.node
+    ctx.find(sev, TOKEN_CELL_CODE, part.offset, part.size,
+             f"the token list ({n} tokens) and the cells disagree: {what}; {then}", node,
+             n_tokens=n, memory_pos_max=end, server_tokens=found.server_tokens,
+             parts={p.section.role: why for p, why in found.problems})
