@@ -172,6 +172,18 @@ def test_f8_moves_the_layers_view(qtbot, open_doc, window) -> None:  # type: ign
     assert seen >= 2  # the recurrent findings moved the view to their records
 
 
+def test_a_recurrent_record_of_one_cell_is_one_cell(qtbot, open_doc) -> None:  # type: ignore[no-untyped-def]
+    """A per-sequence recurrent state is one cell: the heading said "1 recurrent cells" (issue #29 item 10)."""
+    w = open_doc(LAB.parent / "mamba" / "seq0.clean.seqstate", "mamba")
+    w.show_view("layers")
+    lv = w.layers
+    rec = next(r for sec in w.doc.result.sections if sec.kind == "recurrent" for r in sec.all_layers())
+    assert lv.select_record(rec)
+    qtbot.waitUntil(lambda: "recurrent cell" in lv.title.text(), timeout=10000)
+    title = lv.title.text()
+    assert "1 recurrent cell × " in title and "recurrent cells" not in title, title
+
+
 @pytest.mark.xserver
 def test_layers_export(qtbot, open_doc, tmp_path) -> None:  # type: ignore[no-untyped-def]
     w = open_doc(STATE / "llama-f16-fa1-unified1-frag-ctx.session", "llama")

@@ -32,6 +32,7 @@ from kvscope.app.views.layers.heatmap import Heatmap
 from kvscope.app.views.layers.lod import rotation_block
 from kvscope.app.views.layers.stats_plot import ROLE_LABEL, StatsPlot, stats_csv, unit_stats
 from kvscope.core.reader.records import KvStream, LayerRecord
+from kvscope.core.textsafe import plural
 
 if TYPE_CHECKING:
     from kvscope.core.reader.tree import Node
@@ -457,9 +458,9 @@ class LayerView(LazyParts, QWidget):
         hm = self.heatmap
         u = self.unit
         where = f" · {u.label}" if u is not None else ""
-        kind = "recurrent cells" if rec.role in ("r", "s", "p") else "cells"
+        kind = "recurrent cell" if rec.role in ("r", "s", "p") else "cell"
         text = (f"{ROLE_LABEL.get(rec.role, rec.role)} layer {'?' if rec.il is None else rec.il}{where} · {rec.type} · "
-                f"{hm.n_rows:,} {kind} × {hm.n_cols:,} channels")
+                f"{plural(hm.n_rows, kind)} × {plural(hm.n_cols, 'channel')}")
         note = rotation_note(rec, self.streams.get(id(rec)), hm.n_cols)
         status = self.verify_text(rec)
         return text + (f" · {note}" if note else "") + (f" · {status}" if status else "")
