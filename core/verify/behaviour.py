@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvscope.core.textsafe import plural
 from kvscope.core.verify.engines import Logits
 
 STEPS = 8  # continuation tokens decoded on every path
@@ -201,15 +202,27 @@ class Behaviour:
         s = self.first_beyond
         worst = max(self.steps, key=lambda x: x.kl if x.kl is not None else -1.0, default=None)
         if s is None:
-            kl = f"{worst.kl:.3g}" if worst is not None and worst.kl is not None else "?"
-            return (f"behaviour: {len(self.steps)} continuation steps within the engine's own variation (largest KL "
-                    f"{kl}, limit {self.limit_kl:.3g})")
-        kl = "inf" if s.kl is None or not math.isfinite(s.kl) else f"{s.kl:.3g}"
-        dl = "inf" if s.max_abs_logit_diff is None or not math.isfinite(s.max_abs_logit_diff) else \
-            f"{s.max_abs_logit_diff:.3g}"
+            n = plural(len(self.steps), "continuation step")
+            if worst is None or worst.kl is None:
+                return f"behaviour: {n} within the engine's own variation (KL not measured)"
+            if worst.kl <= self.limit_kl:
+                return (f"behaviour: {n} within the engine's own variation (largest KL {worst.kl:.3g}, limit "
+                        f"{self.limit_kl:.3g})")
+            # a step is beyond only when both its KL and its max |dlogit| are: a figure above its own limit
+            # is never called within it
+            dl = worst.max_abs_logit_diff
+            tail = (f"its max |dlogit| {dl:.3g} is within its limit {self.limit_max_abs:.3g}" if dl is not None else
+                    "its max |dlogit| was not measured")
+            kl, lim = _apart(worst.kl, self.limit_kl)
+            return (f"behaviour: no step of {n} beyond the engine's own variation on both figures: step "
+                    f"{worst.step}'s KL {kl} is above its limit {lim}, but {tail}")
+        kl, lim_kl = ("inf", f"{self.limit_kl:.3g}") if s.kl is None or not math.isfinite(s.kl) else \
+            _apart(s.kl, self.limit_kl)
+        dl, lim_dl = (("inf", f"{self.limit_max_abs:.3g}") if s.max_abs_logit_diff is None
+                      or not math.isfinite(s.max_abs_logit_diff) else _apart(s.max_abs_logit_diff, self.limit_max_abs))
         return (f"the restored state makes the model compute beyond the engine's own variation: step {s.step} "
-                f"(after token {s.token}): KL {kl} (limit {self.limit_kl:.3g}), max |dlogit| {dl} (limit "
-                f"{self.limit_max_abs:.3g}), top-{TOP_K} overlap {s.top_k_overlap}, same argmax {s.same_argmax}")
+                f"(after token {s.token}): KL {kl} (limit {lim_kl}), max |dlogit| {dl} (limit "
+                f"{lim_dl}), top-{TOP_K} overlap {s.top_k_overlap}, same argmax {s.same_argmax}")
 
     def to_json(self) -> dict[str, Any]:
         first = self.first_beyond
@@ -220,6 +233,29 @@ class Behaviour:
                 "floors": {"kl": KL_FLOOR, "max_abs_logit_diff": LOGIT_FLOOR}, "diverges": self.diverges,
                 "first_step_beyond": first.step if first is not None else None, "skipped": self.skipped or None,
                 "notes": list(self.notes)}
+
+
+def spread_note(behaviour: dict[str, Any] | None, step: int = 0) -> str:
+    """What the engine's own variation was at ``step`` of the continuation (``Behaviour.to_json()``), to show
+    beside a different argmax: the schedules' largest KL there and the limit; "" when not measured."""
+    if not isinstance(behaviour, dict):
+        return ""
+    steps = [s for s in behaviour.get("steps") or [] if isinstance(s, dict) and s.get("step") == step]
+    spread, limit = (steps[0].get("spread_kl") if steps else None), behaviour.get("limit_kl")
+    if not isinstance(spread, int | float) or not isinstance(limit, int | float):
+        return ""
+    return (f"the engine's own variation at that step: KL up to {spread:.3g} under other batch schedules, "
+            f"limit {limit:.3g}")
+
+
+def _apart(a: float, b: float) -> tuple[str, str]:
+    """``a`` and ``b`` shown with the fewest significant digits (3 at least) that keep them apart: a figure
+    above its limit never reads equal to it."""
+    for digits in (3, 4, 5, 6, 8, 12):
+        fa, fb = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if fa != fb:
+            break
+    return fa, fb
 
 
 def _finite_max(xs: list[float | None]) -> float:

@@ -39,7 +39,7 @@ import numpy as np
 
 from kvscope.core.analysis.verdict import plural
 from kvscope.core.textsafe import safe_text
-from kvscope.core.verify.behaviour import Behaviour
+from kvscope.core.verify.behaviour import Behaviour, spread_note
 from kvscope.core.verify.comparison import Comparison, RecordCheck
 from kvscope.core.verify.engines import Logits, RestoreReport
 
@@ -320,6 +320,9 @@ def result_text(res: VerifyResult) -> str:
             lines.append(f"next token {nt.token}: max |dlogit| {nt.max_abs_logit_diff:.4g}, same argmax "
                          f"{nt.same_argmax}, KL {nt.kl:.3g}" if nt.max_abs_logit_diff is not None and nt.kl is not None
                          else f"next token {nt.token}: same argmax {nt.same_argmax}")
+            spread = spread_note(res.behaviour.to_json() if res.behaviour is not None else None)
+            if nt.same_argmax is False and spread:
+                lines[-1] += f" ({spread})"
     b = res.behaviour
     if b is not None and not b.skipped and b.steps:
         kls = [x.kl for x in b.steps if x.kl is not None]

@@ -234,3 +234,16 @@ sys.exit(app.exec())
         if p.stdout is not None:
             p.stdout.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_different_argmax_in_the_overview_comes_with_the_engines_own_variation() -> None:
+    """#28: the Overview printed "a DIFFERENT argmax" under an ok verdict without the spread that explains it."""
+    from kvscope.app.views.overview.verify_html import next_token_text
+
+    nt = {"token": 5, "same_argmax": False, "argmax_restored": 7, "argmax_fresh": 9, "kl": 0.05,
+          "max_abs_logit_diff": 0.8}
+    beh = {"steps": [{"step": 0, "spread_kl": 0.04}], "limit_kl": 0.12}
+    assert ("a DIFFERENT argmax (7 after the restore, 9 after the prefill; the engine's own variation at that step: "
+            "KL up to 0.04 under other batch schedules, limit 0.12)") in next_token_text(nt, beh)
+    assert "a DIFFERENT argmax (7 after the restore, 9 after the prefill)" in next_token_text(nt, None)
+    assert "variation" not in next_token_text({**nt, "same_argmax": True}, beh)

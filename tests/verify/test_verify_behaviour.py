@@ -18,7 +18,7 @@ from kvharness.fixtures import DATA
 from kvscope.core.analysis.verdict import VERIFY_VERDICT_LEVEL
 from kvscope.core.cli.main import main
 from kvscope.core.engine.builds import InstalledBuild
-from kvscope.core.verify.behaviour import KL_FLOOR, MARGIN, judge
+from kvscope.core.verify.behaviour import KL_FLOOR, MARGIN, Behaviour, StepCheck, judge
 from kvscope.core.verify.calibrate import SCHEDULES
 from kvscope.core.verify.engines import Logits
 from kvscope.core.verify.prefill import WHOLE, Schedule
@@ -75,6 +75,55 @@ def test_a_step_diverges_only_beyond_the_schedules_own_figures_and_the_floors() 
     nan = [_lg(base), _lg([float("nan")] * 5), _lg(base)]
     d = judge(0, [1, 2, 3], fresh, nan, noisy)
     assert d.diverges and d.to_json()["steps"][1]["kl_is_infinite"]
+
+
+def test_a_figure_above_its_limit_is_never_called_within_it() -> None:
+    """#28: "8 continuation steps within the engine's own variation (largest KL 0.0654, limit 0.0279)": a step
+    is beyond only when its KL and its max |dlogit| both are, so a KL above its limit with the logits within
+    theirs is not a divergence, and the words must say which figure is above and which within."""
+    import random
+    import re
+
+    step = StepCheck(3, 17, 0.0654, 0.41, 1.0, True, 17, 17, 0.009, 0.2)
+    b = Behaviour(0, steps=[step], limit_kl=0.0279, limit_max_abs=1.0)
+    assert not b.diverges
+    text = b.summary()
+    assert "within the engine's own variation (largest KL 0.0654" not in text
+    assert "KL 0.0654 is above its limit 0.0279" in text and "max |dlogit| 0.41 is within its limit 1" in text
+    rng = random.Random(28)
+    for _ in range(2000):  # every summary: a figure called within its limit is within it
+        steps = [StepCheck(i, i, rng.uniform(0, 0.1), rng.choice([None, rng.uniform(0, 3)]), 1.0, True, 1, 1, None,
+                           None) for i in range(rng.randint(1, 8))]
+        lim_kl, lim_dl = rng.uniform(0.001, 0.1), rng.uniform(0.1, 3)
+        for st in steps:
+            st.beyond = st.max_abs_logit_diff is not None and st.kl > lim_kl and st.max_abs_logit_diff > lim_dl
+        text = Behaviour(0, steps=steps, limit_kl=lim_kl, limit_max_abs=lim_dl).summary()
+        for a, lim in re.findall(r"largest KL ([0-9.e+-]+), limit ([0-9.e+-]+)\)", text):
+            assert float(a) <= float(lim), text
+        for a, lim in re.findall(r"([0-9.e+-]+) is within its limit ([0-9.e+-]+)", text):
+            assert float(a) <= float(lim), text
+        for a, lim in re.findall(r"([0-9.e+-]+) is above its limit ([0-9.e+-]+)", text):
+            assert float(a) > float(lim), text
+        for a, lim in re.findall(r"(?:KL|max \|dlogit\|) ([0-9.e+-]+) \(limit ([0-9.e+-]+)\)", text):  # beyond
+            assert float(a) > float(lim), text
+
+
+def test_a_different_argmax_comes_with_the_engines_own_variation() -> None:
+    """#28: "a DIFFERENT argmax" under an ok verdict, without the spread that explains it: verify's terminal
+    lines now carry the engine's own variation at that step (the app's Overview: tests/app/test_gui_verify.py)."""
+    from kvscope.core.verify.behaviour import spread_note
+    from kvscope.core.verify.result import NextToken, VerifyResult, result_text
+
+    beh = Behaviour(0, steps=[StepCheck(0, 5, 0.05, 0.8, 1.0, False, 7, 9, 0.04, 0.5)], limit_kl=0.12,
+                    limit_max_abs=1.5)
+    note = spread_note(beh.to_json())
+    assert note == "the engine's own variation at that step: KL up to 0.04 under other batch schedules, limit 0.12"
+    assert spread_note(None) == "" and spread_note({"steps": []}) == ""
+    res = VerifyResult(file="f", kind="seq_file", layout="2026-10", model="m")
+    res.next_token, res.behaviour = NextToken(5, 0, 0.8, False, 0.05, 7, 9), beh
+    assert f"same argmax False, KL 0.05 ({note})" in result_text(res)
+    res.next_token = NextToken(5, 0, 0.1, True, 0.001, 7, 7)
+    assert "variation at that step" not in result_text(res)
 
 
 def test_server_top_k_scores_are_judged_too() -> None:

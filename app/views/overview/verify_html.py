@@ -97,7 +97,7 @@ def result_html(result: dict[str, Any], dark: bool) -> str:
             where = str(c.get("section")) + (f" · stream {c['stream']}" if c.get("stream") is not None else "")
             rows.append(("cells", escape(f"{where}: {c.get('missing', 0)} missing, {c.get('extra', 0)} extra "
                                          f"(file {c.get('n_file')}, engine {c.get('n_fresh')})")))
-    rows.append(("next token", escape(next_token_text(result.get("next_token")))))
+    rows.append(("next token", escape(next_token_text(result.get("next_token"), result.get("behaviour")))))
     secs = (result.get("seconds") or {}).get("total")
     if secs is not None:
         rows.append(("time", f"{float(secs):.1f} s"))
@@ -132,7 +132,10 @@ def result_html(result: dict[str, Any], dark: bool) -> str:
     return "".join(out)
 
 
-def next_token_text(nt: Any) -> str:
+def next_token_text(nt: Any, behaviour: Any = None) -> str:
+    """The next token after the restore against after the fresh prefill; a different argmax comes with the
+    engine's own variation at that step (``behaviour``: the result's continuation), which says whether it
+    matters."""
     if not isinstance(nt, dict) or not nt:
         return "not decoded"
     if nt.get("skipped"):
@@ -143,9 +146,12 @@ def next_token_text(nt: Any) -> str:
     if nt.get("max_abs_logit_diff") is not None:
         parts.append(f"max |Δ logit| {float(nt['max_abs_logit_diff']):.3g}")
     if nt.get("same_argmax") is not None:
+        from kvscope.core.verify.behaviour import spread_note
+
+        spread = spread_note(behaviour) if not nt["same_argmax"] else ""
         parts.append("same argmax" if nt["same_argmax"] else
                      f"a DIFFERENT argmax ({nt.get('argmax_restored')} after the restore, "
-                     f"{nt.get('argmax_fresh')} after the prefill)")
+                     f"{nt.get('argmax_fresh')} after the prefill" + (f"; {spread})" if spread else ")"))
     if nt.get("kl") is not None:
         parts.append(f"KL {float(nt['kl']):.3g}")
     return ", ".join(parts) or "not compared"
