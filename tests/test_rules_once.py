@@ -66,6 +66,7 @@ def _per_sequence_fixtures() -> list[Path]:
     return out
 
 
+@pytest.mark.slow  # every per-sequence fixture
 def test_one_sequence_owner_rule_over_every_per_sequence_fixture() -> None:
     checked = unnamed = inferred = 0
     for path in _per_sequence_fixtures():

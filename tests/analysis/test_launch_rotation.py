@@ -88,6 +88,7 @@ def test_scan_target_says_the_launch() -> None:
     assert f"loads with {ROT_DISABLE_ENV}" in format_line(r, NOROT.name)
 
 
+@pytest.mark.slow  # every real b11434 fixture
 @pytest.mark.parametrize("folder", ["gen-b11434", "variants-b11434"])
 def test_every_real_b11434_file_is_answered_for_the_launch_that_wrote_it(folder: str) -> None:
     """Over every b11434 fixture with its model (per-sequence files and blobs, context blobs, sessions): a file

@@ -473,6 +473,7 @@ def test_cold_file_feed_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 @given(qt=st.sampled_from(KERNEL_TYPES), transposed=st.booleans(), cells=st.integers(1, 40),
        units=st.integers(1, 80), chunk=st.sampled_from([64 << 20, 1000, 100, 7]), seed=st.integers(0, 2**32 - 1),
        data=st.data())
+@pytest.mark.slow  # large random inputs through both paths
 def test_the_kernel_gives_the_numpy_paths_statistics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      qt: GGMLQuantizationType, transposed: bool, cells: int,
                                                      units: int, chunk: int, seed: int, data: st.DataObject) -> None:

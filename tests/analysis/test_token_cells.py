@@ -119,6 +119,7 @@ def _seq_files() -> list[Path]:
     return sorted(p for p in DATA.rglob("*.seqstate") if p.is_file())
 
 
+@pytest.mark.slow  # every real fixture
 def test_no_real_fixture_is_flagged_but_the_fragmented_ones() -> None:
     """Every real sequence file in tests/data (five builds, both generated sets and their variants: 687 with
     tokens) agrees, but the four written after a seq_rm, which are an info."""

@@ -56,6 +56,7 @@ def _no_seconds(d: dict) -> dict:  # type: ignore[type-arg]
     return {k: v for k, v in d.items() if k != "seconds"}
 
 
+@pytest.mark.slow  # a lab matrix twice
 def test_gui_matrix_equals_kvscope_lab(qtbot, open_doc, capsys, tmp_path):  # type: ignore[no-untyped-def]
     w, lab = _lab_tab(qtbot, open_doc, CONTEXT)
     assert lab.controls.live_path == str(CONTEXT) and lab.controls.restore_path == str(CLEAN)
@@ -203,6 +204,7 @@ def test_specs_are_checked_inline_and_folders_work(qtbot, open_doc):  # type: ig
     assert "drop:role=k,il=99" in lab.error and lab.lab_run is None
 
 
+@pytest.mark.slow  # the app in a subprocess
 def test_screenshot_runs_a_small_matrix(qtbot, window, tmp_path):  # type: ignore[no-untyped-def]
     from kvscope.app.shell.screenshot import take_screenshot
 

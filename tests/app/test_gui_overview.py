@@ -179,6 +179,7 @@ def test_open_dialog_lists_every_llama_cpp_extension() -> None:
     assert STATE_FILTERS[-1] == ALL_FILTER == "All files (*)"
 
 
+@pytest.mark.slow  # the app in a subprocess
 def test_screenshot_prints_no_qt_noise(tmp_path: Path) -> None:
     out = tmp_path / "shot.png"
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}

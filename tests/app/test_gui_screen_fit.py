@@ -73,6 +73,7 @@ def test_first_window_fits_its_screen_and_a_too_big_saved_one_is_not_restored(
     assert third.size() == QSize(620, 410)
 
 
+@pytest.mark.slow  # an Xvfb of its own
 def test_first_window_fits_a_1280x800_screen(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """In a real X server whose screen is 1280x800 (no window manager: nothing else would move it)."""
     from tests.support.xserver import start_xvfb

@@ -82,6 +82,7 @@ def test_verify_without_the_engine_extra_says_how_to_install_it(qtbot, window, o
     assert w.doc.verify is None and "pip install" in w.overview.browser.toPlainText()
 
 
+@pytest.mark.slow  # the app in a subprocess
 def test_the_app_starts_and_draws_without_the_engine_extra(tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "shot.png"
     code = ("import sys; sys.modules['llama_cpp'] = None\n"

@@ -55,6 +55,7 @@ def test_server_flags_gives_up_after_its_timeout_and_kills_the_group(tmp_path: P
     assert _running(marker) == []
 
 
+@pytest.mark.slow  # waits out a timeout
 def test_verify_with_a_hanging_server_bin_is_refused_within_timeout(tmp_path: Path) -> None:
     marker = f"kvscope-probe-{os.getpid()}-b"
     script = _hanging_server(tmp_path, marker)

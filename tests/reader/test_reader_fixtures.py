@@ -13,6 +13,9 @@ from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
 from kvscope.core.reader.tree import check_tiling, coverage
 
+# every check over every real fixture (3,928 cases); test_reader_without_model stays in the fast loop
+pytestmark = pytest.mark.slow
+
 ENTRIES = manifest_entries() + manifest_entries(VARIANT_FOLDERS)
 IDS = [f"{p.parent.name}/{p.name}" for p, _ in ENTRIES]
 

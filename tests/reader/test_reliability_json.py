@@ -43,6 +43,7 @@ def _sparse_tokens(path: Path, n_tokens: int) -> Path:
     return path
 
 
+@pytest.mark.slow  # every fixture streamed and dumped
 @pytest.mark.parametrize("indent", [None, 1])
 def test_streamed_json_equals_json_dumps(indent: int | None) -> None:
     """Every fixture: the streamed text is exactly json.dumps of the plain object (tree included)."""
@@ -58,6 +59,7 @@ def test_streamed_json_equals_json_dumps(indent: int | None) -> None:
     assert seen > 50
 
 
+@pytest.mark.slow  # every cell shape of every fixture
 def test_cell_pieces_cover_every_shape() -> None:
     rng = np.random.default_rng(3)
     for case in range(200):
@@ -82,6 +84,7 @@ def _big_object(n: int) -> dict[str, object]:
     return {"memory": [{"cells": t.json_cells(True)}], "tokens": JsonArray.of_ints(list(range(n)))}
 
 
+@pytest.mark.slow  # 524,288 cells under tracemalloc
 def test_streaming_memory_is_one_piece() -> None:
     """524,288 cells and tokens: write_json holds one piece, never the whole list of pairs."""
     obj = _big_object(1 << 19)
