@@ -210,12 +210,12 @@ class Behaviour:
                         f"{self.limit_kl:.3g})")
             # a step is beyond only when both its KL and its max |dlogit| are: a figure above its own limit
             # is never called within it
-            dl = worst.max_abs_logit_diff
-            tail = (f"its max |dlogit| {dl:.3g} is within its limit {self.limit_max_abs:.3g}" if dl is not None else
-                    "its max |dlogit| was not measured")
-            kl, lim = _apart(worst.kl, self.limit_kl)
+            wdl = worst.max_abs_logit_diff
+            tail = (f"its max |dlogit| {wdl:.3g} is within its limit {self.limit_max_abs:.3g}" if wdl is not None
+                    else "its max |dlogit| was not measured")
+            wkl, lim = _apart(worst.kl, self.limit_kl)
             return (f"behaviour: no step of {n} beyond the engine's own variation on both figures: step "
-                    f"{worst.step}'s KL {kl} is above its limit {lim}, but {tail}")
+                    f"{worst.step}'s KL {wkl} is above its limit {lim}, but {tail}")
         kl, lim_kl = ("inf", f"{self.limit_kl:.3g}") if s.kl is None or not math.isfinite(s.kl) else \
             _apart(s.kl, self.limit_kl)
         dl, lim_dl = (("inf", f"{self.limit_max_abs:.3g}") if s.max_abs_logit_diff is None
