@@ -97,6 +97,13 @@ def model_problem(res: ParseResult, profile: ModelProfile, model: str = "the mod
             "the file was written with")
 
 
+def _state_and_model_problem(res: ParseResult, profile: ModelProfile, nothing: str, model: str,
+                             path: str) -> str | None:
+    """What repair and verify both ask first: a state file (``nothing``: what is then missing), and one the
+    model fits."""
+    return not_state_problem(res, nothing) or model_problem(res, profile, model, path)
+
+
 def repair_problem(res: ParseResult, profile: ModelProfile | None, tokens: Tokens | None = None, *,
                    give_tokens: str = GIVE_TOKENS, model: str = "the model", path: str = "the file") -> str | None:
     """Why ``res`` cannot be rebuilt from its tokens (``kvscope repair``), one line, or None when it can
@@ -108,10 +115,7 @@ def repair_problem(res: ParseResult, profile: ModelProfile | None, tokens: Token
 
     if profile is None:
         return REPAIR_NEEDS_MODEL
-    why = not_state_problem(res, "there is nothing to rebuild")
-    if why is not None:
-        return why
-    why = model_problem(res, profile, model, path)
+    why = _state_and_model_problem(res, profile, "there is nothing to rebuild", model, path)
     if why is not None:
         return why
     if tokens is None and res.kind in BLOB_KINDS and not res.tokens:
@@ -143,10 +147,7 @@ def verify_problem(res: ParseResult, profile: ModelProfile | None, tokens: Token
     file whose own tokens the engine refuses is a verdict, not a refusal."""
     if profile is None:
         return VERIFY_NEEDS_MODEL
-    why = not_state_problem(res, "there is nothing to restore")
-    if why is not None:
-        return why
-    why = model_problem(res, profile, model, path)
+    why = _state_and_model_problem(res, profile, "there is nothing to restore", model, path)
     if why is not None:
         return why
     if next_token is not None and profile.n_vocab and not 0 <= next_token < profile.n_vocab:
