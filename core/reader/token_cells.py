@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvscope.core.reader.records import CellTable, ParseResult, Section
+from kvscope.core.textsafe import plural
 
 CODE = "token_cell_mismatch"
 TOKEN_NULL = -1  # LLAMA_TOKEN_NULL: a media position in llama-server's token list
@@ -94,7 +95,7 @@ def _span(pos: npt.NDArray[np.int64]) -> str:
     lo, hi = int(pos[0]), int(pos[-1])
     gaps = int(np.count_nonzero(np.diff(pos) != 1)) if pos.size > 1 else 0
     run = f"positions {lo}..{hi}" if lo != hi else f"position {lo}"
-    return f"{pos.size} cell{'s' if pos.size != 1 else ''} at {run}" + (f" with {gaps} break(s)" if gaps else "")
+    return f"{plural(int(pos.size), 'cell')} at {run}" + (f" with {plural(gaps, 'break')}" if gaps else "")
 
 
 def _check_part(p: PartCells, n: int, may_be_window: bool) -> str | None:
