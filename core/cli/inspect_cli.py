@@ -57,12 +57,9 @@ def register(subparsers: Any) -> None:
 def _load_profile(path: str | None) -> Any:
     if path is None:
         return None
-    from kvscope.core.model.profile import ModelProfileError, load_model_profile
+    from kvscope.core.model.profile import load_model_or
 
-    try:
-        return load_model_profile(path)
-    except ModelProfileError as e:
-        raise InputError(f"cannot use model {path}: {e}") from None
+    return load_model_or(path, InputError)
 
 
 def _open(path: str) -> Any:

@@ -216,12 +216,9 @@ def _check_common(args: argparse.Namespace) -> None:
                   f"at least {MIN_JOB_LIMIT})", file=sys.stderr)
             args.jobs = limit
     if args.model is not None:
-        from kvscope.core.model.profile import ModelProfileError, load_model_profile
+        from kvscope.core.model.profile import load_model_or
 
-        try:
-            load_model_profile(args.model)  # fail early with one message, not once per file
-        except (ModelProfileError, OSError) as e:
-            raise UsageError(f"cannot use model {args.model}: {e}") from None
+        load_model_or(args.model, UsageError)  # fail early with one message, not once per file
 
 
 @contextmanager

@@ -28,7 +28,7 @@ from kvscope.core.lab.corruptions import (
     apply_edits_fd,
     parse_spec,
 )
-from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
+from kvscope.core.model.profile import ModelProfile, load_model_or
 from kvscope.core.reader.source import ByteSource
 from kvscope.core.textsafe import safe_text
 
@@ -84,10 +84,7 @@ def read_file(path: str | os.PathLike[str]) -> bytes:
 def _profile(model: str | None) -> ModelProfile | None:
     if model is None:
         return None
-    try:
-        return load_model_profile(model)
-    except (ModelProfileError, OSError) as e:
-        raise CorruptCopyError(f"cannot use model {safe_text(model)}: {e}") from None
+    return load_model_or(model, CorruptCopyError)
 
 
 def corrupt_file(source: str | os.PathLike[str], output: str | os.PathLike[str], specs: Sequence[str | Corruption],

@@ -32,7 +32,7 @@ from kvscope.core.errors import InputError
 from kvscope.core.fileio import open_regular, pread_into
 from kvscope.core.memory import ContextParams, Layout, MemoryContext, ParamsError, ReadResult, SpecError
 from kvscope.core.memory.layout import FLAG_PARTIAL_ONLY
-from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
+from kvscope.core.model.profile import ModelProfile, load_model_or
 from kvscope.core.reader.layouts import GENERATIONS
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import ParseResult
@@ -367,10 +367,7 @@ def _profile(model: str | Path | ModelProfile | None, cj: Mapping[str, Any] | No
         path = _recorded_model(cj, folder)
     if path is None:
         raise ScenarioError("no model: give the GGUF the state was written with")
-    try:
-        return load_model_profile(path)
-    except ModelProfileError as e:
-        raise ScenarioError(f"cannot use model {path}: {e}") from None
+    return load_model_or(path, ScenarioError)
 
 
 def _sha256_regular(path: Path) -> tuple[int, str]:

@@ -20,7 +20,7 @@ This module never imports Qt or torch.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -422,6 +422,15 @@ def _build_profile(meta: GGUFMetadata, path: str) -> ModelProfile:
         ple_layers=ple_layers,
         n_embd_p=n_embd_p,
     )
+
+
+def load_model_or(path: str | os.PathLike[str], error: Callable[[str], Exception]) -> ModelProfile:
+    """:func:`load_model_profile`, a failure raised as ``error("cannot use model PATH: why")``: the calling
+    command's own error class, with the one sentence every command says."""
+    try:
+        return load_model_profile(path)
+    except (ModelProfileError, OSError) as e:
+        raise error(f"cannot use model {os.fspath(path)}: {e}") from None
 
 
 def load_model_profile(path: str | os.PathLike[str], *, backend: Backend = "fast") -> ModelProfile:

@@ -91,12 +91,9 @@ def load_profile(path: str | None) -> ModelProfile | None:
     """The model profile of ``path`` (None without one); ReportError when it cannot be used."""
     if path is None:
         return None
-    from kvscope.core.model.profile import ModelProfileError, load_model_profile
+    from kvscope.core.model.profile import load_model_or
 
-    try:
-        return load_model_profile(path)
-    except ModelProfileError as e:
-        raise ReportError(f"cannot use model {path}: {e}") from None
+    return load_model_or(path, ReportError)
 
 
 def inspect(path: str, profile: ModelProfile | None, stats: bool = True, compat: bool = True) -> Inspection:

@@ -37,7 +37,7 @@ from kvscope.core.engine.janitor import janitor
 from kvscope.core.engine.llamacpp import EngineError, LlamaProcess
 from kvscope.core.errors import InputError
 from kvscope.core.fsutil import check_output, temporary_folder, write_atomic
-from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
+from kvscope.core.model.profile import ModelProfile, load_model_or
 from kvscope.core.reader.parse import ReadError, read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.seq_owner import restore_seq
@@ -93,10 +93,7 @@ class RepairResult:
 def _profile(model: str) -> ModelProfile:
     if not os.path.isfile(model):
         raise RepairError(f"{model}: no such model file")
-    try:
-        return load_model_profile(model)
-    except ModelProfileError as e:
-        raise RepairError(f"cannot use model {model}: {e}") from None
+    return load_model_or(model, RepairError)
 
 
 def _swa_full(res: ParseResult, plan: PrefillPlan) -> bool:

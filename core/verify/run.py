@@ -29,7 +29,7 @@ from kvscope.core.engine.choose import build_for_layout
 from kvscope.core.engine.llamacpp import EngineError, EngineSetupError
 from kvscope.core.errors import InputError, KvscopeError
 from kvscope.core.fsutil import SHA256_MAX_BYTES, sha256_file
-from kvscope.core.model.profile import ModelProfile, ModelProfileError, load_model_profile
+from kvscope.core.model.profile import ModelProfile, load_model_or
 from kvscope.core.reader.parse import read_state
 from kvscope.core.reader.records import KvStream, ParseResult, Section
 from kvscope.core.reader.seq_owner import restore_seq
@@ -156,10 +156,7 @@ class Verifier:
                 from kvscope.core.errors import path_kind
 
                 raise VerifyError(f"{self.model}: {path_kind(self.model)} (--model names the GGUF model file)")
-            try:
-                prof = load_model_profile(self.model)
-            except ModelProfileError as e:
-                raise VerifyError(f"cannot use model {self.model}: {e}") from None
+            prof = load_model_or(self.model, VerifyError)
         try:
             self._snapshot = Snapshot(self.path)
         except InputError as e:
