@@ -134,7 +134,6 @@ def test_the_list_of_packages_is_the_one_ci_and_the_docs_install() -> None:
         assert package in ci and package in docs, package
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Qt's xcb platform is Linux's")
 def test_kvscope_gui_without_an_xcb_library_says_what_to_install_in_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The process as a user runs it, with libxcb-cursor.so.0 failing to load (made to fail at the ctypes
     loader the check uses, in every Python process of the run through a sitecustomize; Qt itself would
