@@ -50,6 +50,17 @@ def test_recent_menu_opens_files(qtbot, window):  # type: ignore[no-untyped-def]
     assert window.current() is not None and window.current().doc.path == str(path)
 
 
+def _restarted(win, qtbot, isolated_settings):  # type: ignore[no-untyped-def]
+    """``win`` saved and closed, and a new window on the same settings file (the app started again)."""
+    win.save_settings()
+    win.runner.shutdown()
+    win.close()
+    win2 = MainWindow(AppSettings(QSettings(isolated_settings.fileName(), QSettings.Format.IniFormat)),
+                      Theme("light"))
+    qtbot.addWidget(win2)
+    return win2
+
+
 def test_model_association_remembered(qtbot, tmp_path, isolated_settings):  # type: ignore[no-untyped-def]
     folder = tmp_path / "states"
     folder.mkdir()
@@ -72,13 +83,7 @@ def test_model_association_remembered(qtbot, tmp_path, isolated_settings):  # ty
     qtbot.waitUntil(lambda: w.doc.profile is not None and not w.doc.busy, timeout=10000)
     assert w.doc.profile.arch == "lfm2"
     win.wait_idle()
-    win.save_settings()
-    win.runner.shutdown()
-    win.close()
-
-    win2 = MainWindow(AppSettings(QSettings(isolated_settings.fileName(), QSettings.Format.IniFormat)),
-                      Theme("light"))
-    qtbot.addWidget(win2)
+    win2 = _restarted(win, qtbot, isolated_settings)
     w2 = win2.open_file(str(state))
     assert w2.doc.model_path == str(folder / "tiny-lfm2.gguf")
     qtbot.waitUntil(lambda: w2.doc.profile is not None and not w2.doc.busy, timeout=10000)
@@ -109,13 +114,7 @@ def test_a_new_file_is_offered_the_model_last_used_with_its_architecture(qtbot, 
     qtbot.waitUntil(lambda: wa.doc.profile is not None and not wa.doc.busy, timeout=10000)
     assert win.wait_idle(30000)
     assert win.settings.arch_models() == [("llama", model("llama"))]
-    win.save_settings()
-    win.runner.shutdown()
-    win.close()
-
-    win2 = MainWindow(AppSettings(QSettings(isolated_settings.fileName(), QSettings.Format.IniFormat)),
-                      Theme("light"))
-    qtbot.addWidget(win2)
+    win2 = _restarted(win, qtbot, isolated_settings)
     wb = win2.open_file(str(b))
     qtbot.waitUntil(lambda: wb.doc.result is not None, timeout=10000)
     assert wb.doc.profile is None
