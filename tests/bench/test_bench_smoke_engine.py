@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kvscope.core.verify.result import VERDICTS
 from tests.bench.conftest import assert_rows, run_bench
 
 pytestmark = pytest.mark.slow
@@ -46,6 +47,13 @@ def test_bench_verify_quick(tmp_path: Path) -> None:
     assert {"ratio_best", "ratio_median", "ratio_with_start_best", "cpu_ratio_median", "goal_ratio",
             "rss"} <= doc.keys()
     assert {"kvscope_peak_mb", "llama_child_peak_mb", "limit_mb"} <= doc["rss"].keys()
+
+
+def test_fuzz_verify_trained_quick(tmp_path: Path) -> None:
+    docs = _json_objects(run_bench("fuzz_verify_trained.py", cwd=tmp_path, ok=(0, 1)))
+    summary = docs[-1]
+    assert summary["cases"] == 2 and len(docs) == 3, docs
+    assert all(d["healthy"] in VERDICTS and d["damaged"] in VERDICTS for d in docs[:-1]), docs
 
 
 def test_bench_verify_trained_quick(tmp_path: Path) -> None:
