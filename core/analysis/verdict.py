@@ -37,7 +37,9 @@ from typing import Any, Literal
 import numpy as np
 
 from kvscope.core.findings import SEVERITY_RANK, Finding
+from kvscope.core.model.memory_plan import ExpectedSection
 from kvscope.core.model.profile import ModelProfile
+from kvscope.core.reader.record_names import planned_layer, record_label
 from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
 from kvscope.core.reader.tree import coverage
 from kvscope.core.textsafe import plural as plural  # the one number form (re-exported: its old home)
@@ -74,6 +76,7 @@ class MissingRecord:
     offset: int  # where it would start (the file's end for the cut record's rest)
     size: int  # bytes it would take (a lower bound for streams whose cell count is unknown)
     estimated: bool  # the size comes from the records already seen, not from a field of the file
+    label: str = ""  # a record's label as the tree names records (kvscope.core.reader.record_names); "" for a stream
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,8 @@ class MissingBytes:
     def to_json(self) -> dict[str, Any]:
         return {"file_end": self.file_end, "needed_end": self.needed_end, "expected_end": self.expected_end,
                 "missing": self.missing, "more_may_follow": self.more_may_follow,
-                "records": [{"name": r.name, "offset": r.offset, "size": r.size, "estimated": r.estimated}
-                            for r in self.records]}
+                "records": [{"name": r.name, "offset": r.offset, "size": r.size, "estimated": r.estimated,
+                             **({"label": r.label} if r.label else {})} for r in self.records]}
 
 
 @dataclass(frozen=True)
@@ -278,17 +281,28 @@ class _Unit:
     name: str
     roles: list[tuple[str, list[LayerRecord], int | None]]
     borrow: bool
+    section: str = ""
+    stream: int | None = None  # said in the labels when the section has several streams
+    plan: ExpectedSection | None = None  # the model's plan of the section (its layers), None without a model
+
+    def label(self, role: str, index: int) -> str:
+        """The label of record ``index`` of ``role`` (:func:`record_label`), present or not."""
+        return record_label(self.section, role, index, planned_layer(self.plan, self.section, role, index),
+                            self.stream)
 
 
 def _units(sec: Section, profile: ModelProfile | None) -> list[tuple[KvStream | None, _Unit]]:
+    plan = profile.section_plan(sec.role) if profile is not None else None
     if sec.kind == "kv":
         no_v = profile is not None and profile.is_mla  # MLA caches keep K only
+        several = max(sec.n_stream or 0, len(sec.streams)) > 1  # as record_names.stream_of says it
         return [(st, _Unit(f"stream{st.index}", [("k", st.k_layers, st.n_layer),
-                                                 ("v", st.v_layers, 0 if no_v else st.n_layer)], True))
+                                                 ("v", st.v_layers, 0 if no_v else st.n_layer)], True,
+                           sec.role, st.index if several else None, plan))
                 for st in sec.streams]
     # records are written for the recurrent layers only: how many there are takes the model
     n = len(profile.recurrent_layers) if profile is not None and profile.recurrent_layers else None
-    return [(None, _Unit(sec.role, [("r", sec.r_layers, n), ("s", sec.s_layers, n)], False))]
+    return [(None, _Unit(sec.role, [("r", sec.r_layers, n), ("s", sec.s_layers, n)], False, sec.role, None, plan))]
 
 
 def _rest_of_unit(unit: _Unit, cut: Finding, file_end: int) -> tuple[list[MissingRecord], int, bool]:
@@ -311,15 +325,17 @@ def _rest_of_unit(unit: _Unit, cut: Finding, file_end: int) -> tuple[list[Missin
             return out, max(pos, needed_end), False
         have = len(recs)
         if i == last_role and last.header_offset <= cut.offset < last_end:  # the file ends inside the last record
-            out.append(MissingRecord(f"{unit.name}/{role.upper()}{have - 1} (rest)", pos, last_end - pos, False))
+            out.append(MissingRecord(f"{unit.name}/{role.upper()}{have - 1} (rest)", pos, last_end - pos, False,
+                                     unit.label(role, have - 1) + " (rest)"))
             pos, placed = last_end, True
         elif not placed and have < expected:  # it ends inside the next record of this role
             end = last_end + _full_size(template)
-            out.append(MissingRecord(f"{unit.name}/{role.upper()}{have} (rest)", pos, max(0, end - pos), True))
+            out.append(MissingRecord(f"{unit.name}/{role.upper()}{have} (rest)", pos, max(0, end - pos), True,
+                                     unit.label(role, have) + " (rest)"))
             pos, placed, have = max(pos, end), True, have + 1
         for j in range(have, expected):
             size = _full_size(template)
-            out.append(MissingRecord(f"{unit.name}/{role.upper()}{j}", pos, size, True))
+            out.append(MissingRecord(f"{unit.name}/{role.upper()}{j}", pos, size, True, unit.label(role, j)))
             pos += size
     return out, max(pos, needed_end), True
 

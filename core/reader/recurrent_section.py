@@ -17,6 +17,7 @@ from kvscope.core.reader.meta import (
     read_cells,
     truncated_cells,
 )
+from kvscope.core.reader.record_names import record_node_name
 from kvscope.core.reader.records import KvStream, LayerRecord, Section
 from kvscope.core.reader.tensor_records import Expect, read_record
 from kvscope.core.reader.tree import Node
@@ -108,7 +109,7 @@ def read_p_record(
     if not src.has(off, 8):
         raise ctx.truncated(parent, f"the p {label} header", off, 8, il)
     row = src.u64(off) or 0
-    node = parent.add(Node(f"p{il if il is not None else index}", "layer", off, 8, None, ctx.status()))
+    node = parent.add(Node(record_node_name("p", index), "layer", off, 8, None, ctx.status()))
     hdr = node.add(Node("header", "layer_header", off, 8, f"f32 row={row} (no type field)", ctx.status()))
     want = 4 * n_elements if n_elements is not None else None
     if row % 4 or (want is not None and row != want) or row > src.size:

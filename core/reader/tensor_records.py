@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.reader.context import HeaderStop, ParseCtx, Stop
+from kvscope.core.reader.record_names import record_node_name
 from kvscope.core.reader.records import LayerRecord
 from kvscope.core.reader.tree import Node
 
@@ -36,8 +37,8 @@ def header_bytes(rec: LayerRecord) -> bytes:
 
 
 def _name(role: str, index: int, exp: Expect | None) -> str:
-    il = exp.il if exp is not None and exp.il is not None else index
-    return f"{ROLE_WORD[role]}{il}"
+    """The record's node name: its role and index, never the model layer (paths stay put when the model changes)."""
+    return record_node_name(role, index)
 
 
 def read_record(

@@ -68,9 +68,9 @@ def test_lazy_chunks(qtbot):  # type: ignore[no-untyped-def]
 def test_tree_view_selects_and_finds(qtbot, open_doc):  # type: ignore[no-untyped-def]
     w = open_doc(STATE / "lfm2-f16-fa0-unified0-ctx.session", "lfm2")
     view = w.tree
-    view.find_edit.setText("V3")
+    view.find_edit.setText("V layer 3")  # the record's label (its node name is its index: V1 of kv_attn)
     node = view.find_next()
-    assert node is not None and node.name == "V3"
+    assert node is not None and view.model.label(node) == "kv_attn stream 0 V layer 3" and node.name == "V1"
     sel = w.doc.bus.current
     assert sel is not None and sel.node is node and sel.record is not None and sel.record.role == "v"
     # the other views followed: hex cursor at the node, layer view on that record

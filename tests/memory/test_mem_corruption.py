@@ -175,7 +175,7 @@ def test_container_checks() -> None:
 
 def test_hybrid_recurrent_failure_clears_the_attention_part() -> None:
     tree = _tree(LFM2_BLOB)
-    node = "/memory/recurrent/r2/header"  # model layer 2 (lfm2's recurrent layers are 0 and 2)
+    node = "/memory/recurrent/r1/header"  # record 1: model layer 2 (lfm2's recurrent layers are 0 and 2)
     data = _put(LFM2_BLOB.read_bytes(), _off(tree, node), "<i", 1)
     for policy, attn_cells in (("contained", 0), ("legacy", 5)):
         ctx = _live(LFM2_BLOB)

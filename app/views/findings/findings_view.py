@@ -39,6 +39,8 @@ from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.row_model import RIGHT, RowTableModel
 from kvscope.app.views.table_tools import copy_text, install_copy, install_menu, rows_text, selected_rows
 from kvscope.core.findings import SEVERITY_RANK, Finding
+from kvscope.core.reader.record_names import label_of
+from kvscope.core.reader.tree import Node
 
 Index = QModelIndex | QPersistentModelIndex
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -185,11 +187,23 @@ class FindingsView(QWidget):
         if f is not None and self.doc.index is not None:
             self.doc.bus.select(self.doc.index.for_finding(f), origin=self)
 
+    def record_label(self, f: Finding) -> str | None:
+        """The label of the record ``f`` is about (``kv_swa K layer 6``, ``kv_swa K #5`` without the model's
+        layer: the tree's naming), None when it is about no record of the file."""
+        res, index = self.doc.result, self.doc.index
+        if res is None or index is None:
+            return None
+        node = f.node if isinstance(f.node, Node) else (res.root.find(f.path) if f.path else None)
+        rec = index.record_of(node)
+        sec = next((s for _, s, _, r in index.records if r is rec), None) if rec is not None else None
+        return label_of(res, sec, rec) if rec is not None and sec is not None else None
+
     def _show_detail(self, f: Finding | None) -> None:
         if f is None:
             self.detail.setText(" ")
             return
-        layer = f" · layer {f.layer}" if f.layer is not None else ""
+        rec = self.record_label(f)
+        layer = f" · {rec}" if rec is not None else (f" · layer {f.layer}" if f.layer is not None else "")
         self.detail.setText(f"{f.severity} {f.code} at {f.offset:,} (0x{f.offset:x}), {f.length:,} bytes{layer} · "
                             f"{f.path}\n{f.message}")
 

@@ -31,6 +31,7 @@ from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.layers.heatmap import Heatmap
 from kvscope.app.views.layers.lod import rotation_block
 from kvscope.app.views.layers.stats_plot import ROLE_LABEL, StatsPlot, stats_csv, unit_stats
+from kvscope.core.reader.record_names import label_of
 from kvscope.core.reader.records import KvStream, LayerRecord
 from kvscope.core.textsafe import plural
 
@@ -429,8 +430,7 @@ class LayerView(LazyParts, QWidget):
         """Show ``rec``: the overview is decoded in the background."""
         self.record = rec
         self.unread_layer = None
-        label = ROLE_LABEL.get(rec.role, rec.role)
-        self.layer_label.setText(f"{label} layer {'?' if rec.il is None else rec.il}")
+        self.layer_label.setText(self.record_label(rec))
         hd, why = self.head_dim(rec)
         self.heads_check.setEnabled(hd > 0)
         self.heads_check.setToolTip(f"separate heads of {hd} channels" if hd else why)
@@ -443,7 +443,7 @@ class LayerView(LazyParts, QWidget):
         if rec is None:
             return
         if not self.built:  # drawn when the heatmap is built
-            self.title.setText(f"{ROLE_LABEL.get(rec.role, rec.role)} layer {'?' if rec.il is None else rec.il}")
+            self.title.setText(self.record_label(rec))
             return
         task = self.heatmap.show_record(rec, self.rows_combo.currentIndex() == 1, self._split(rec))
         self.title.setText(self.heading(rec))
@@ -453,13 +453,21 @@ class LayerView(LazyParts, QWidget):
         if self.record is not None and self.built:
             self.heatmap.set_head_dim(self._split(self.record))
 
+    def record_label(self, rec: LayerRecord) -> str:
+        """``kv_swa K layer 6``, or ``kv_swa K #5`` where the model layer is not known (one naming with the tree)."""
+        res, index = self.doc.result, self.doc.index
+        sec = next((s for _, s, _, r in index.records if r is rec), None) if index is not None else None
+        if res is None or sec is None:
+            return f"{ROLE_LABEL.get(rec.role, rec.role)} #{rec.index}"
+        return label_of(res, sec, rec)
+
     def heading(self, rec: LayerRecord) -> str:
         """The heatmap's title: record, section, type, shape and how the values relate to the bytes."""
         hm = self.heatmap
         u = self.unit
         where = f" · {u.label}" if u is not None else ""
         kind = "recurrent cell" if rec.role in ("r", "s", "p") else "cell"
-        text = (f"{ROLE_LABEL.get(rec.role, rec.role)} layer {'?' if rec.il is None else rec.il}{where} · {rec.type} · "
+        text = (f"{self.record_label(rec)}{where} · {rec.type} · "
                 f"{plural(hm.n_rows, kind)} × {plural(hm.n_cols, 'channel')}")
         note = rotation_note(rec, self.streams.get(id(rec)), hm.n_cols)
         status = self.verify_text(rec)

@@ -105,11 +105,15 @@ class StructureModel(QAbstractItemModel):
         self._virtual: dict[int, list[Node]] = {}  # id(parent) -> placeholders of records it dropped
         self._merged: dict[int, list[Node]] = {}  # id(parent) -> its children with the placeholders
         self._dropped_key: list[tuple[int, int, str]] = []
+        self._labels: dict[int, str] = {}  # id(record node) -> its label (kvscope.core.reader.record_names)
         self.set_root(root)
 
-    def set_root(self, root: Node | None) -> None:
+    def set_root(self, root: Node | None, labels: dict[int, str] | None = None) -> None:
+        """Show ``root``; ``labels``: the name column's text of record nodes (``record_labels`` of the parse: the
+        section, role and model layer, or the index where the layer is not known), their node names otherwise."""
         self.beginResetModel()
         self._root = root
+        self._labels = dict(labels or {})
         self._top = [root] if root is not None else []
         self._shown.clear()
         self._rows.clear()
@@ -154,7 +158,7 @@ class StructureModel(QAbstractItemModel):
                 ph.name, ph.note = d.name, _dropped_note(d)
             return
         if self._dropped_key:  # other records than before (a new parse resets first): start over
-            self.set_root(root)
+            self.set_root(root, self._labels)
         self._dropped_key = key
         for par, d in pairs:
             ph = Node(d.name, MISSING_KIND, d.offset, 0, None, "unparsed", note=_dropped_note(d))
@@ -211,6 +215,15 @@ class StructureModel(QAbstractItemModel):
             self.missing_node = _missing_tree(missing)
             self._top = [root, self.missing_node]
             self.endInsertRows()
+
+    @property
+    def labels(self) -> dict[int, str]:
+        """``id(record node) -> label``: what the name column says of records."""
+        return self._labels
+
+    def label(self, node: Node) -> str:
+        """What the name column says of ``node``: a record's label, any other node's name."""
+        return self._labels.get(id(node), node.name)
 
     def findings_of(self, node: Node) -> list[Finding]:
         """The findings that point at ``node``."""
@@ -325,7 +338,7 @@ class StructureModel(QAbstractItemModel):
         col = COLUMNS[index.column()]
         if role == Qt.ItemDataRole.DisplayRole:
             if col == "name":
-                return node.name
+                return self.label(node)
             if col == "kind":
                 return node.kind
             if col == "offset":
@@ -424,6 +437,6 @@ def _missing_tree(m: MissingBytes) -> Node:
     """A detached node for the bytes a truncated file is missing, one child per missing record."""
     top = Node("missing (past the end)", MISSING_KIND, m.file_end, m.missing, None, "unparsed", note=m.text())
     for r in m.records:
-        top.add(Node(r.name, MISSING_KIND, r.offset, r.size, None, "unparsed",
+        top.add(Node(r.label or r.name, MISSING_KIND, r.offset, r.size, None, "unparsed",
                      note="size estimated from the records before it" if r.estimated else ""))
     return top

@@ -22,6 +22,7 @@ from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.structure.node_find import find_node
 from kvscope.app.views.structure.tree_model import COLUMNS, StructureModel, value_text
 from kvscope.app.views.table_tools import install_copy
+from kvscope.core.reader.record_names import record_labels
 from kvscope.core.reader.tree import Node
 
 VALUE_COLUMN = COLUMNS.index("value")
@@ -136,7 +137,8 @@ class StructureView(QWidget):
 
     def _reload(self) -> None:
         res = self.doc.result
-        self.model.set_root(res.root if res is not None else None)
+        labels = record_labels(res, self.doc.profile) if res is not None else None
+        self.model.set_root(res.root if res is not None else None, labels)
         if res is not None:
             self._fit_columns(max(1, res.size))
         self._find_order = list(res.root.walk()) if res is not None else []
@@ -186,7 +188,7 @@ class StructureView(QWidget):
         if not self.find_edit.text().strip() or not self._find_order or self.doc.index is None:
             self.find_status.setText("")
             return None
-        node = find_node(self._find_order, self.find_edit.text(), self.current_node())
+        node = find_node(self._find_order, self.find_edit.text(), self.current_node(), labels=self.model.labels)
         if node is None:
             self.find_status.setText("not found")
             return None

@@ -1,0 +1,42 @@
+"""The tree names a record as the core does (issue #29, item 4): section, role and model layer with the model,
+the index said as an index without; node paths and bookmarks stay put when the model is set or changed."""
+
+from __future__ import annotations
+
+from kvscope.app.document.bookmarks import Bookmarks
+from tests.support.gui_helpers import STATE, model
+
+ISWA = STATE / "gemma2-f16-fa0-unified1-swafull0-seq0.seqstate"  # kv_base: layers 1, 3; kv_swa: layers 0, 2
+PATH = "/memory/kv_base/stream0/K1"  # the second K record of kv_base: model layer 3
+
+
+def _row_label(w, path: str) -> str:  # type: ignore[no-untyped-def]
+    tm = w.tree.model
+    node = w.doc.result.root.find(path)
+    assert node is not None
+    return str(tm.data(tm.index_of(node), 0))  # DisplayRole of the name column
+
+
+def test_the_same_record_keeps_its_node_path_and_bookmark_when_the_model_is_set(  # type: ignore[no-untyped-def]
+        qtbot, window, open_doc, isolated_settings):
+    w = open_doc(ISWA)
+    doc = w.doc
+    node = doc.result.root.find(PATH + "/rows")
+    assert node is not None
+    assert _row_label(w, PATH) == "kv_base K #1"
+    start = node.offset
+    name = w.hex.bookmarks.default_name(start)
+    assert name == PATH + "/rows"
+    doc.bookmarks.add(start, start + 16, name)
+    for key, label in ((model("gemma2"), "kv_base K layer 3"), (None, "kv_base K #1")):
+        doc.set_model(key)
+        qtbot.waitUntil(lambda key=key: doc.model_path == key and doc.result is not None and not doc.busy,
+                        timeout=15000)
+        assert window.wait_idle(15000)
+        assert _row_label(w, PATH) == label
+        again = doc.result.root.find(PATH + "/rows")
+        assert again is not None and again.offset == start
+        assert w.hex.bookmarks.default_name(start) == name
+        assert [(b.start, b.name) for b in doc.bookmarks.items] == [(start, name)]
+    # the bookmarks as saved read back the same
+    assert [(b.start, b.name) for b in Bookmarks(str(ISWA), 0, isolated_settings).items] == [(start, name)]

@@ -1,0 +1,74 @@
+"""One naming of layer records (issue #29, item 4): node paths keyed by section, stream, role and index, the
+same with and without the model; labels that say the model layer where it is known and the index where not;
+a truncated iSWA file's present and missing records named alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvscope.core.analysis.inspection import inspect_file
+from kvscope.core.analysis.verdict import missing_bytes
+from kvscope.core.lab.damaged_copy import corrupt_file
+from kvscope.core.model.profile import ModelProfile, load_model_profile
+from kvscope.core.reader.record_names import label_of, record_label, record_labels
+from kvscope.core.reader.records import ParseResult
+from tests.support.gui_helpers import STATE, model
+
+# a Gemma-2-like iSWA file: kv_base holds model layers 1 and 3, kv_swa layers 0 and 2
+ISWA = STATE / "gemma2-f16-fa0-unified1-swafull0-seq0.seqstate"
+
+
+def _read(path: Path, profile: ModelProfile | None) -> ParseResult:
+    return inspect_file(path, profile, compat=False).result
+
+
+def _records(res: ParseResult) -> dict[str, str]:
+    """node path -> label of every record."""
+    return {lr.node.path: label_of(res, sec, lr) for sec in res.sections for lr in sec.all_layers()
+            if lr.node is not None}
+
+
+def test_node_paths_are_the_same_with_and_without_the_model() -> None:
+    bare = _records(_read(ISWA, None))
+    with_model = _records(_read(ISWA, load_model_profile(model("gemma2"))))
+    assert list(bare) == list(with_model)
+    assert "/memory/kv_base/stream0/K1" in bare  # the second K record of kv_base, model layer 3
+
+
+def test_labels_say_the_model_layer_with_the_model_and_the_index_without() -> None:
+    bare = _records(_read(ISWA, None))
+    with_model = _records(_read(ISWA, load_model_profile(model("gemma2"))))
+    assert bare["/memory/kv_base/stream0/K1"] == "kv_base K #1"
+    assert bare["/memory/kv_swa/stream0/V1"] == "kv_swa V #1"
+    assert with_model["/memory/kv_base/stream0/K1"] == "kv_base K layer 3"
+    assert with_model["/memory/kv_base/stream0/K0"] == "kv_base K layer 1"
+    assert with_model["/memory/kv_swa/stream0/V1"] == "kv_swa V layer 2"
+
+
+def test_a_plain_kv_cache_names_its_layers_without_a_model() -> None:
+    res = _read(STATE / "llama-f16-fa0-unified0-seq0.seqstate", None)
+    labels = _records(res)
+    assert labels["/memory/kv/stream0/K3"] == "kv stream 0 K layer 3"  # a non-unified cache: 3 streams
+    assert record_label("kv", "v", 2, 2, stream=1) == "kv stream 1 V layer 2"
+
+
+def _truncated(tmp_path: Path) -> Path:
+    out = tmp_path / "cut.seqstate"
+    corrupt_file(ISWA, out, ["truncate:node=/memory/kv_swa/stream0/K1,at=half"])
+    return out
+
+
+def test_a_truncated_iswa_file_names_present_and_missing_records_alike(tmp_path: Path) -> None:
+    cut = _truncated(tmp_path)
+    for profile, k1, v1 in ((None, "kv_swa K #1", "kv_swa V #1"),
+                            (load_model_profile(model("gemma2")), "kv_swa K layer 2", "kv_swa V layer 2")):
+        res = _read(cut, profile)
+        cut_node = res.root.find("/memory/kv_swa/stream0/K1")  # cut short: no LayerRecord holds it
+        assert cut_node is not None
+        assert record_labels(res, profile)[id(cut_node)] == k1
+        assert _records(res)["/memory/kv_swa/stream0/K0"] == k1.replace("K #1", "K #0").replace("layer 2", "layer 0")
+        m = missing_bytes(res, profile)
+        assert m is not None
+        labels = [r.label for r in m.records]
+        assert labels[0] == k1 + " (rest)" and labels[-1] == v1, labels
+        assert [r.name for r in m.records][0] == "stream0/K1 (rest)"  # the key stays the index
