@@ -11,16 +11,26 @@ verdict's reason instead of the reader's guess.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+from kvscope.core.analysis.measured import finding_where, measured_verdict
+from kvscope.core.analysis.measured import named_missing as _named
 from kvscope.core.analysis.verdict import Verdict
 from kvscope.core.findings import Finding
 from kvscope.core.reader.records import ParseResult
 
-_STREAM = re.compile(r"^stream(\d+)$")
-_GUESS = re.compile(r"the first empty slot is layer \d+ \(candidates: layers \d+\.\.\d+\)")
+
+def layer_runs(layers: tuple[int, ...]) -> str:
+    """``0..4, 6..10, 12..16``: the candidate layers as runs (a stream of an iSWA cache holds only its own
+    layers: one range from the first to the last would name the other cache's layers too)."""
+    runs: list[list[int]] = []
+    for il in sorted(set(layers)):
+        if runs and il == runs[-1][1] + 1:
+            runs[-1][1] = il
+        else:
+            runs.append([il, il])
+    return ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in runs)
 
 
 @dataclass(frozen=True)
@@ -30,69 +40,50 @@ class DroppedRecord:
     finding: Finding
     section: str  # the section's role ("kv")
     stream: int | None
-    role: str  # "k", "v" ("k or v" when the reader cannot tell)
+    role: str  # "k", "v" ("k or v" when the reader cannot tell); Verify's role once it named the record
     offset: int
     layer: int | None  # the layer Verify names (None: not verified, or not named)
     candidates: tuple[int, ...]  # the layers it may have been, as far as the bytes tell
 
     @property
     def name(self) -> str:
-        """``K3 (missing)`` once Verify named it, else ``K? (missing: one of layers 0..3)``."""
+        """``K3 (missing: Verify names layer 3)`` once Verify named it, else ``K? (missing: one of layers 0..3)``."""
         role = self.role.upper().replace(" OR ", "/")
         if self.layer is not None:
             return f"{role}{self.layer} (missing: Verify names layer {self.layer})"
         if self.candidates:
-            return f"{role}? (missing: one of layers {self.candidates[0]}..{self.candidates[-1]})"
+            return f"{role}? (missing: one of layers {layer_runs(self.candidates)})"
         return f"{role}? (missing)"
 
 
-def _where(f: Finding) -> tuple[str, int | None]:
-    parts = [p for p in f.path.split("/") if p]
-    m = _STREAM.match(parts[-1]) if parts else None
-    if m is not None and len(parts) >= 2:
-        return parts[-2], int(m.group(1))
-    return (parts[-1] if parts else ""), None
-
-
-def named_missing(verify: dict[str, Any] | None) -> dict[tuple[str, int | None, str], list[int]]:
-    """The layers a ``kvscope verify`` result lists as ``missing``, per (section, stream, role)."""
-    out: dict[tuple[str, int | None, str], list[int]] = {}
-    for c in (verify or {}).get("records") or []:
-        if not isinstance(c, dict) or c.get("status") != "missing" or c.get("il") is None:
-            continue
-        stream = c.get("stream")
-        key = (str(c.get("section")), int(stream) if stream is not None else None, str(c.get("role")))
-        out.setdefault(key, []).append(int(c["il"]))
-    return {k: sorted(v) for k, v in out.items()}
-
-
 def dropped_records(res: ParseResult | None, verify: dict[str, Any] | None = None) -> list[DroppedRecord]:
-    """One entry per record the ``missing_layer`` findings count, named by ``verify`` where it lists them."""
+    """One entry per record the ``missing_layer`` findings count, named by ``verify`` where it lists them: the
+    records Verify lists as missing in the finding's stream, whatever their role (alike K and V records read as
+    each other, so the reader may count a dropped K as a missing V)."""
     if res is None:
         return []
-    named = named_missing(verify)
+    named = _named(verify)
+    used: dict[tuple[str, int | None], int] = {}
     out = []
     for f in res.findings:
         if f.code != "missing_layer":
             continue
-        section, stream = _where(f)
+        section, stream = finding_where(f)
         role = str(f.extra.get("role") or "k")
         cands = tuple(int(c) for c in f.extra.get("candidates") or ())
-        layers = named.get((section, stream, role), [])
-        for i in range(max(1, int(f.extra.get("missing") or 1))):
-            layer = layers[i] if i < len(layers) else None
-            out.append(DroppedRecord(f, section, stream, role, f.offset, layer, cands))
+        records = named.get((section, stream), [])
+        for _ in range(max(1, int(f.extra.get("missing") or 1))):
+            k = used.get((section, stream), 0)
+            used[(section, stream)] = k + 1
+            if k < len(records):
+                il, got = records[k]
+                out.append(DroppedRecord(f, section, stream, got or role, f.offset, il, cands))
+            else:
+                out.append(DroppedRecord(f, section, stream, role, f.offset, None, cands))
     return out
 
 
 def refine_verdict(v: Verdict, res: ParseResult | None, verify: dict[str, Any] | None) -> Verdict:
-    """``v`` with the reader's guess at a dropped record's layer replaced by the layer Verify names."""
-    named = [d for d in dropped_records(res, verify) if d.layer is not None]
-    if not named:
-        return v
-    layers = ", ".join(f"layer {d.layer} {d.role.upper()}" for d in named)
-    answer = f"Verify names the missing record{'s' if len(named) > 1 else ''}: {layers}"
-    reason, n = _GUESS.subn(answer, v.reason)
-    if not n:
-        reason = f"{v.reason}; {answer}"
-    return replace(v, reason=reason)
+    """``v`` with the reader's guess at a dropped record's layer replaced by what Verify measured (the core's
+    :func:`~kvscope.core.analysis.measured.measured_verdict`, which the report's overview applies too)."""
+    return measured_verdict(v, verify) if res is not None else v

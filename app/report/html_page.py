@@ -65,8 +65,12 @@ def _findings(data: ReportData) -> str:
     fs = data.result.findings
     if not fs:
         return "<p>No findings.</p>"
+    from kvscope.core.analysis.measured import measured_message
+
+    verify = data.overview.verify  # a record Verify names replaces the reader's guess at it
     rows = [[f'<span class="sev-{escape(f.severity)}">{escape(f.severity)}</span>', f"<code>{escape(f.code)}</code>",
-             f"{f.offset:,}", f"{f.length:,}", "" if f.layer is None else str(f.layer), escape(f.message)]
+             f"{f.offset:,}", f"{f.length:,}", "" if f.layer is None else str(f.layer),
+             escape(measured_message(f, verify) or f.message)]
             for f in fs[:MAX_ROWS]]
     more = f"<p>{len(fs) - MAX_ROWS} more in report.json.</p>" if len(fs) > MAX_ROWS else ""
     return _table(["severity", "code", "offset", "length", "layer", "message"], rows) + more

@@ -35,7 +35,7 @@ refused. Bytes after the end of the state are never read by the file API: such a
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvscope.core import ggml_types as gt
@@ -65,9 +65,13 @@ class ConsumerAnswer:
     consumer: str  # "libllama" | "llama-server"
     answer: str  # "loads" | "refuses" | "crashes" | "unknown"
     message: str  # the refusal as the consumer says it, or why it cannot be told
+    # llama-server only: its answer is libllama's (it restores through the same llama_state_seq_load_file) and
+    # not one of its own checks'; and its answer were libllama to load the file (None: libllama loads it)
+    follows_lib: bool = field(default=False, compare=False)
+    if_lib_loads: tuple[str, str] | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"build": self.build, "consumer": self.consumer, "answer": self.answer, "message": self.message}
 
     def line(self) -> str:
         return f"{self.build} {self.consumer}: {self.answer}" + (f": {self.message}" if self.message else "")
@@ -335,9 +339,35 @@ def _lib_blind(res: ParseResult) -> bool:
     return res.kind == "seq_file" and bool(errors) and all(f.code in _LIBLLAMA_BLIND for f in errors)
 
 
+def server_after(srv: ConsumerAnswer, lib_answer: str, lib_message: str) -> ConsumerAnswer | None:
+    """llama-server's answer once libllama's answer of the same build is known (measured by Verify): where the
+    predicted server answer only followed libllama's predicted one, it follows the measured one; None where the
+    server's own checks (its token list, the slot context, the vocabulary) decided it, or nothing follows."""
+    if not srv.follows_lib:
+        return None
+    if lib_answer == "refuses":
+        return ConsumerAnswer(srv.build, "llama-server", "refuses", SERVER_PREFIX + LOAD_FAILED)
+    if lib_answer == "crashes":
+        return ConsumerAnswer(srv.build, "llama-server", "crashes", lib_message)
+    if lib_answer == "loads":
+        answer, message = srv.if_lib_loads or (srv.answer, srv.message)
+        return ConsumerAnswer(srv.build, "llama-server", answer, message)
+    return None
+
+
 def _server(res: ParseResult, profile: ModelProfile | None, lib: ConsumerAnswer, n_ctx: int | None) -> ConsumerAnswer:
-    def ans(answer: str, message: str = "") -> ConsumerAnswer:
-        return ConsumerAnswer(lib.build, "llama-server", answer, message)
+    """llama-server's answer, with whether it is libllama's and what it would be were libllama to load it."""
+    srv = _server_answer(res, profile, lib, n_ctx)
+    if srv.follows_lib and lib.answer != "loads":
+        loads = _server_answer(res, profile, ConsumerAnswer(lib.build, "libllama", "loads", ""), n_ctx)
+        srv.if_lib_loads = (loads.answer, loads.message)
+    return srv
+
+
+def _server_answer(res: ParseResult, profile: ModelProfile | None, lib: ConsumerAnswer,
+                   n_ctx: int | None) -> ConsumerAnswer:
+    def ans(answer: str, message: str = "", follows: bool = False) -> ConsumerAnswer:
+        return ConsumerAnswer(lib.build, "llama-server", answer, message, follows)
 
     if res.kind != "seq_file":
         return ans("refuses", f"llama-server restores slot files (sequence files), not a {res.kind}")
@@ -347,9 +377,9 @@ def _server(res: ParseResult, profile: ModelProfile | None, lib: ConsumerAnswer,
         # exceeds the file size!", 0, before anything is read past the end
         return ans("refuses", SERVER_PREFIX + LOAD_FAILED)
     if lib.answer == "crashes":
-        return ans("crashes", lib.message)
+        return ans("crashes", lib.message, True)
     if lib.answer == "refuses":
-        return ans("refuses", SERVER_PREFIX + LOAD_FAILED)
+        return ans("refuses", SERVER_PREFIX + LOAD_FAILED, True)
     payload = res.token_payload or {}
     version = payload.get("version")
     if version is not None and int(version) != SERVER_TOKENS_VERSION:
@@ -363,10 +393,10 @@ def _server(res: ParseResult, profile: ModelProfile | None, lib: ConsumerAnswer,
     if profile is not None and first_outside_vocab(tokens, profile.n_vocab) is not None:
         return ans("refuses", SERVER_PREFIX + INVALID_TOKENS)
     if lib.answer == "unknown":
-        return ans("unknown", lib.message)
+        return ans("unknown", lib.message, True)
     if profile is None:
         return ans("unknown", "libllama loads it; whether every token is in the vocabulary needs the model")
-    return ans("loads")
+    return ans("loads", follows=True)
 
 
 def v_trans_mismatch(res: ParseResult, flash_attn: bool | None) -> bool:

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from kvscope.core.analysis.compat import GenCompat, compat_text, migration_text
-from kvscope.core.analysis.consumers import ConsumerAnswer, consumer_answers
+from kvscope.core.analysis.consumers import ConsumerAnswer, consumer_answers, server_after
+from kvscope.core.analysis.measured import measured_text, measured_verdict
 from kvscope.core.analysis.reuse import ReusePrediction, predict_reuse
 from kvscope.core.analysis.verdict import Verdict, model_mismatch_reason, plural, verdict
 from kvscope.core.model.profile import ModelProfile
@@ -106,17 +107,27 @@ class ConsumerEntry:
     consumer: str  # "libllama" | "llama-server"
     answer: str  # "loads" | "refuses" | "crashes" | "unknown"
     message: str  # the refusal or the assert as the consumer says it, or why it cannot be told
-    measured: bool  # True: a Verify's restore; False: the prediction
+    measured: bool  # True: a Verify's restore (or what follows from it: ``via``); False: the prediction
     hint: str = ""  # what else to know: libllama's layout refusal that `kvscope rewrite` migrates exactly...
+    via: str = ""  # the consumer whose measured answer this one follows ("libllama": llama-server restores
+    # through the same llama_state_seq_load_file), "": measured itself or predicted
+    predicted: str = ""  # the prediction a measurement replaced, where it said otherwise ("unknown")
 
     @property
     def source(self) -> str:
+        if self.via:
+            return f"{self.via}'s restore measured by Verify"
         return "measured by Verify" if self.measured else "predicted"
+
+    def detail(self, hint: bool = True) -> str:
+        """``refuses: <message>; <hint>; predicted unknown``: the answer and what follows it."""
+        return (self.answer + (f": {self.message}" if self.message else "")
+                + (f"; {self.hint}" if self.hint and hint else "")
+                + (f"; predicted {self.predicted}" if self.predicted else ""))
 
     def line(self) -> str:
         """``b11434 llama-server: refuses: Unable to restore slot: ... (predicted)``."""
-        return (f"{self.build} {self.consumer}: {self.answer}" + (f": {self.message}" if self.message else "")
-                + (f"; {self.hint}" if self.hint else "") + f" ({self.source})")
+        return f"{self.build} {self.consumer}: {self.detail()} ({self.source})"
 
 
 VERIFY_CONSUMER = {"llama.cpp": "libllama", "server": "llama-server"}  # a verify result's engine kind
@@ -153,6 +164,15 @@ class Overview:
     full_paths: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # what a Verify measured replaces the prediction it measured: the reader's guess at a dropped record
+        if self.verify:
+            self.verdict = measured_verdict(self.verdict, self.verify)
+
+    def measured(self, text: str) -> str:
+        """``text`` with what the Verify measured in place of the reader's guess it measured."""
+        return measured_text(text, self.verify)
+
     # -- text -------------------------------------------------------------------------------------
     def file_line(self) -> str:
         sha = f", sha256 {self.sha256}" if self.sha256 else ""
@@ -187,21 +207,30 @@ class Overview:
 
     def reuse_lines(self) -> list[str]:
         """What each pinned llama-server does with the slot on a prompt that continues it: the
-        prediction per build and ``--swa-full``, the one a Verify measured replaced by the measurement
-        (and saying so); empty for a file that is not a slot file."""
+        prediction per build and ``--swa-full``, replaced by what a Verify measured: the reuse it measured in
+        kvscope's own llama-server of that build, or the restore it measured (llama-server's own, or
+        libllama's, which llama-server's follows) where that restore fails; empty for a file that is not a
+        slot file. The restore's answer is the builds table's (:meth:`consumer_entries`), so the two agree."""
         measured = (self.verify or {}).get("reuse")
         engine = (self.verify or {}).get("engine") or {}
+        restore = {e.build: e for e in self.consumer_entries() if e.consumer == "llama-server" and e.measured}
         lines = []
         replaced = False
         for e in self.reuse:
+            flag = " --swa-full" if e.swa_full else ""
+            got = restore.get(e.build or "")
             if isinstance(measured, dict) and engine.get("started_by_kvscope") and e.build == engine.get("build") \
                     and measured.get("swa_full") == e.swa_full:
-                flag = " --swa-full" if e.swa_full else ""
                 lines.append(f"llama-server {e.build}{flag}: measured by Verify (replaces the prediction): "
                              f"{measured.get('line')}")
                 replaced = True
+            elif got is not None and got.answer in ("refuses", "crashes"):
+                said = {True: "restores", False: "refuses", None: "unknown"}[e.restores]
+                verb = "refuses the slot" if got.answer == "refuses" else "crashes restoring the slot"
+                lines.append(f"llama-server {e.build}{flag}: {verb}" + (f": {got.message}" if got.message else "")
+                             + ("" if said == got.answer else f"; predicted {said}") + f" ({got.source})")
             else:
-                lines.append(e.line())
+                lines.append(self.measured(e.line()))
         if isinstance(measured, dict) and not replaced:
             lines.insert(0, f"measured by Verify on {engine.get('url') or 'the server'}: {measured.get('line')}")
         return lines
@@ -243,36 +272,40 @@ class Overview:
 
     def consumer_entries(self) -> list[ConsumerEntry]:
         """libllama's and llama-server's answer per pinned build, each predicted or, for the build and
-        consumer a Verify restored the file in, measured (replacing the prediction); a Verify in an engine
-        that is no pinned build (a running server, the user's libllama) comes first."""
+        consumer a Verify restored the file in, measured (replacing the prediction, which is kept as
+        ``predicted`` where it said otherwise); llama-server's answer where it follows libllama's (it restores
+        through the same ``llama_state_seq_load_file``) follows libllama's measured one. A Verify in an engine
+        that is no pinned build (a running server, the user's libllama) comes first. The reader's guess at a
+        dropped record, in a predicted message, is replaced by the record Verify names."""
         measured = self.measured_consumer()
         by_build = {c.build: c for c in self.compat or [] if c.build}
         predicted = {(a.build, a.consumer): a for a in self.consumers}
         out = []
         for a in self.consumers:
             c = by_build.get(a.build)
+            layout = c.generation if c is not None else None
             if measured is not None and (measured.build, measured.consumer) == (a.build, a.consumer):
-                out.append(dataclasses.replace(measured, layout=c.generation if c is not None else None))
+                out.append(dataclasses.replace(measured, layout=layout,
+                                               predicted="" if a.answer == measured.answer else a.answer))
                 continue
             lib = predicted.get((a.build, "libllama"))
             if measured is not None and a.consumer == "llama-server" and measured.consumer == "libllama" \
-                    and measured.build == a.build and lib is not None and lib.answer != measured.answer \
-                    and not a.message.startswith("llama-server restores"):
-                # llama-server restores through the same llama_state_seq_load_file: its prediction followed
-                # libllama's, which the measurement contradicts
-                out.append(ConsumerEntry(a.build, c.generation if c is not None else None, a.consumer, "unknown",
-                                         f"predicted from libllama's answer ({lib.answer}), which Verify measured as "
-                                         f"{measured.answer}: Verify in llama-server to know", False))
-                continue
+                    and measured.build == a.build and lib is not None:
+                after = server_after(a, measured.answer, measured.message)
+                if after is not None:
+                    out.append(ConsumerEntry(a.build, layout, a.consumer, after.answer, after.message, True,
+                                             via="libllama",
+                                             predicted="" if a.answer == after.answer else a.answer))
+                    continue
             hint = ""
             if c is not None and a.consumer == "libllama":
                 if a.answer == "refuses" and c.stage == "header":
                     hint = migration_text(c)
                 elif a.answer == "loads" and c.stage == "silent":
                     hint = f"but misreads it: {c.answer}"
-            out.append(ConsumerEntry(a.build, c.generation if c is not None else None, a.consumer, a.answer,
-                                     a.message, False, hint))
-        if measured is not None and not any(e.measured for e in out):
+            out.append(ConsumerEntry(a.build, layout, a.consumer, a.answer, self.measured(a.message), False,
+                                     self.measured(hint)))
+        if measured is not None and not any(e.measured and not e.via for e in out):
             out.insert(0, measured)
         return out
 
@@ -281,7 +314,8 @@ class Overview:
         predicted from the bytes)."""
         pinned = {a.build for a in self.consumers}
         lines = self.compat_lines() if self.compat else []
-        return [(c, line) for c, line in zip(self.compat or [], lines, strict=True) if c.build not in pinned]
+        return [(c, self.measured(line)) for c, line in zip(self.compat or [], lines, strict=True)
+                if c.build not in pinned]
 
     def loads_in_consumers(self) -> list[str]:
         """``b11434 (libllama, llama-server)``: every pinned build in which some consumer loads the file."""
@@ -297,10 +331,9 @@ class Overview:
         lines = []
         for e in self.consumer_entries():
             if e.measured:
-                lines.append(f"{e.build} {e.consumer}: measured by Verify (replaces the prediction): {e.answer}"
-                             + (f": {e.message}" if e.message else ""))
+                lines.append(f"{e.build} {e.consumer}: {e.source} (replaces the prediction): {e.detail(False)}")
             else:
-                lines.append(f"{e.build} {e.consumer}: {e.answer}" + (f": {e.message}" if e.message else ""))
+                lines.append(f"{e.build} {e.consumer}: {e.detail(False)}")
         return lines
 
     def to_json(self) -> dict[str, Any]:
@@ -514,10 +547,12 @@ def _model(res: ParseResult, profile: ModelProfile | None, full_paths: bool) -> 
     return what, True, FITS
 
 
-def slot_reuse(res: ParseResult, profile: ModelProfile | None, compat: list[GenCompat] | None) -> list[ReusePrediction]:
+def slot_reuse(res: ParseResult, profile: ModelProfile | None, compat: list[GenCompat] | None,
+               consumers: list[ConsumerAnswer] | None = None) -> list[ReusePrediction]:
     """The Overview's reuse prediction (empty for a file that is not a slot file); ``compat`` gives each
-    build's libllama answer (None while it is being computed: whether it restores is then not told)."""
-    return predict_reuse(res, profile, compat) if res.kind == "seq_file" else []
+    build's libllama answer (None while it is being computed: whether it restores is then not told),
+    ``consumers`` each build's llama-server answer to the restore (the builds table's: worked out when not given)."""
+    return predict_reuse(res, profile, compat, consumers=consumers) if res.kind == "seq_file" else []
 
 
 def build_overview(res: ParseResult, profile: ModelProfile | None = None, compat: list[GenCompat] | None = None,
@@ -539,6 +574,7 @@ def build_overview(res: ParseResult, profile: ModelProfile | None = None, compat
     if res.kind == "seq_file" and res.token_payload is not None:
         writer = SLOT_WRITER
     model, fits, note = _model(res, profile, full_paths)
+    consumers = consumer_answers(res, profile, compat)  # once: the builds table and the reuse lines follow it
     return Overview(
         file=res.path if full_paths else os.path.basename(res.path), path=res.path, size=res.size,
         kind=res.kind, kind_title=KIND_TITLES.get(res.kind, res.kind), writer=writer,
@@ -546,5 +582,5 @@ def build_overview(res: ParseResult, profile: ModelProfile | None = None, compat
         runners_up=runners, model=model, model_fits=fits, model_note=note, tokens=len(res.tokens),
         sequences=sequences(res), sections=sections(res), verdict=verdict(res, profile),
         cache_types=cache_types(res), rotation=rotation(res, profile), compat=compat, verify=verify,
-        reuse=slot_reuse(res, profile, compat), consumers=consumer_answers(res, profile, compat),
+        reuse=slot_reuse(res, profile, compat, consumers if compat is not None else None), consumers=consumers,
         sha256=sha256, full_paths=full_paths)

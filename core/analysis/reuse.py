@@ -59,6 +59,7 @@ from kvscope.core.reader.token_cells import agreement, memory_pos_max_before
 
 if TYPE_CHECKING:
     from kvscope.core.analysis.compat import GenCompat
+    from kvscope.core.analysis.consumers import ConsumerAnswer
     from kvscope.core.model.profile import ModelProfile
 
 FORCED_RESET = ("forcing full prompt re-processing due to lack of cache data (likely due to SWA or "
@@ -96,6 +97,7 @@ class ReusePrediction:
     reason: str
     fix: str | None = None
     fails: bool = False  # the slot restores, but the next request that continues it fails (HTTP 500)
+    crashes: bool = False  # the restore aborts the server (an assert: ``reason``)
 
     @property
     def wasted(self) -> bool:
@@ -109,6 +111,8 @@ class ReusePrediction:
         """One line for the text outputs."""
         who = f"llama-server {self.build}" if self.build else "llama-server"
         who += " --swa-full" if self.swa_full else ""
+        if self.crashes:
+            return f"{who}: crashes restoring the slot: {self.reason}"
         if self.restores is False:
             return f"{who}: refuses the slot: {self.reason}" + (f" (fix: {self.fix})" if self.fix else "")
         if self.fails:
@@ -175,11 +179,13 @@ def _has_recurrent(res: ParseResult) -> bool:
 def predict_one(res: ParseResult, profile: ModelProfile | None, settings: ServerSettings,
                 build: str | None = None, load_refusal: str | None = None,
                 loads: bool | None = True, tokens: npt.NDArray[np.int64] | None = None,
-                launch_env: str | None = None) -> ReusePrediction:
+                launch_env: str | None = None, server: ConsumerAnswer | None = None) -> ReusePrediction:
     """The prediction for one server (``loads``/``load_refusal``: what its libllama does with the layout on a
     default launch; ``launch_env``: the environment under which it loads it instead, ``LLAMA_ATTN_ROT_DISABLE=1``;
     ``tokens``: the file's tokens as :func:`~kvscope.core.analysis.slot_tokens.token_array`, when the caller
-    has them)."""
+    has them; ``server``: this build's llama-server answer of :func:`~kvscope.core.analysis.consumers.
+    consumer_answers`, whose restore answer the prediction keeps: the builds table and the reuse line say the
+    same)."""
     tokens = token_array(res.tokens) if tokens is None else tokens
     n = int(tokens.size)
 
@@ -189,13 +195,18 @@ def predict_one(res: ParseResult, profile: ModelProfile | None, settings: Server
 
     if res.kind != "seq_file":
         return out(False, 0, f"llama-server restores slot files (sequence files), not a {res.kind}")
-    if loads is False:
+    says = server.answer if server is not None else None
+    if says == "crashes" and server is not None:
+        return ReusePrediction(build, settings.swa_full, False, n, 0, None, server.message, crashes=True)
+    if loads is False and says in (None, "refuses"):
         return out(False, 0, f"Unable to restore slot: No available space in KV cache or invalid slot save file "
                              f"(libllama: {load_refusal})" if load_refusal else "the layout does not load",
                    f"start llama-server with {launch_env}" if launch_env else None)
     if holds_media(tokens) or (res.token_payload or {}).get("n_media"):
         return out(None, None, "the slot holds media chunks: its restore needs the server's --mmproj, "
                                "and cache reuse is not predicted for them")
+    if says == "unknown" and server is not None:
+        return out(None, None, f"whether it restores the slot is unknown: {server.message}")
     if settings.n_ctx is not None and n > settings.n_ctx:
         return out(False, 0, DOES_NOT_FIT, f"start llama-server with a slot context of at least {n} tokens")
     bad = first_outside_vocab(tokens, profile.n_vocab) if profile is not None else None
@@ -271,10 +282,18 @@ def predict_one(res: ParseResult, profile: ModelProfile | None, settings: Server
 
 
 def predict_reuse(res: ParseResult, profile: ModelProfile | None = None,
-                  compat: list[GenCompat] | None = None, n_ctx: int | None = None) -> list[ReusePrediction]:
+                  compat: list[GenCompat] | None = None, n_ctx: int | None = None,
+                  consumers: list[ConsumerAnswer] | None = None) -> list[ReusePrediction]:
     """One prediction per pinned llama-server build x ``--swa-full`` off/on (``inspect --json``'s
-    ``reuse_prediction``); ``compat`` (which layout generations load the file) gives each build's libllama answer."""
+    ``reuse_prediction``); ``compat`` (which layout generations load the file) gives each build's libllama answer,
+    ``consumers`` (:func:`~kvscope.core.analysis.consumers.consumer_answers`' of the same file; worked out here
+    when not given) each build's llama-server answer to the restore, which the prediction follows."""
+    from kvscope.core.analysis.consumers import consumer_answers
+
     by_build = {c.build: c for c in compat or [] if c.build}
+    if consumers is None:
+        consumers = consumer_answers(res, profile, compat, n_ctx) if compat is not None else []
+    servers = {a.build: a for a in consumers if a.consumer == "llama-server"}
     tokens = token_array(res.tokens)
     out = []
     for b in BUILDS:
@@ -284,7 +303,7 @@ def predict_reuse(res: ParseResult, profile: ModelProfile | None = None,
         env = c.launch_env if c is not None and c.launch_answer == "loads" else None
         for swa_full in (False, True):
             out.append(predict_one(res, profile, ServerSettings(swa_full=swa_full, n_ctx=n_ctx), b.name,
-                                   refusal, loads, tokens, env))
+                                   refusal, loads, tokens, env, servers.get(b.name)))
     return out
 
 

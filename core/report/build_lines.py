@@ -5,8 +5,6 @@ then per layout generation no pinned build writes. The report writes these; the 
 
 from __future__ import annotations
 
-from typing import Any
-
 from kvscope.core.analysis.overview import Overview
 
 
@@ -32,45 +30,23 @@ def text_lines(ov: Overview) -> list[str]:
         f"{line} (libllama of a build of that layout, predicted)" for _, line in ov.other_generations()]
 
 
-def _measured_reuse(ov: Overview) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    verify = ov.verify or {}
-    reuse = verify.get("reuse")
-    return (reuse if isinstance(reuse, dict) else None), (verify.get("engine") or {})
-
-
 def consumer_lines(ov: Overview) -> list[str]:
-    """libllama's and llama-server's answer per pinned build, each prediction kept and, for the build and
-    consumer a Verify restored the file in, the measured answer beside it (``measured by Verify``); a Verify in
-    an engine that is no pinned build comes first. Without a Verify: the Overview's lines."""
-    predicted = {(a.build, a.consumer): a for a in ov.consumers}
+    """libllama's and llama-server's answer per pinned build (:meth:`Overview.consumer_entries`, the Overview's
+    table): for the build and consumer a Verify restored the file in (and llama-server's answer where it follows
+    libllama's), the measured answer replaces the prediction, which stays as secondary text (``predicted
+    unknown``, or ``as predicted``); a Verify in an engine that is no pinned build comes first."""
+    predicted = {(a.build, a.consumer) for a in ov.consumers}
     out = []
     for e in ov.consumer_entries():
-        if not e.measured:
-            out.append(e.line())
-            continue
-        got = e.answer + (f": {e.message}" if e.message else "")
-        p = predicted.get((e.build, e.consumer))
-        if p is None:
-            out.append(f"{e.build} {e.consumer}: {got} (measured by Verify)")
+        if e.measured and not e.predicted and (e.build, e.consumer) in predicted:
+            out.append(f"{e.build} {e.consumer}: {e.detail()} ({e.source}; as predicted)")
         else:
-            out.append(f"{e.build} {e.consumer}: {p.answer}" + (f": {p.message}" if p.message else "")
-                       + f" (predicted); {got} (measured by Verify)")
+            out.append(e.line())
     return out
 
 
 def reuse_lines(ov: Overview) -> list[str]:
-    """What each pinned llama-server does with the slot on a prompt that continues it: each prediction kept and,
-    where a Verify in kvscope's own llama-server of that build (and ``--swa-full``) measured it, the measurement
-    beside it (the Overview's rule, :meth:`Overview.reuse_lines`, which replaces the prediction instead)."""
-    measured, engine = _measured_reuse(ov)
-    lines, beside = [], False
-    for e in ov.reuse:
-        if measured is not None and engine.get("started_by_kvscope") and e.build == engine.get("build") \
-                and measured.get("swa_full") == e.swa_full:
-            lines.append(f"{e.line()} (predicted); {measured.get('line')} (measured by Verify)")
-            beside = True
-        else:
-            lines.append(e.line())
-    if measured is not None and not beside:
-        lines.insert(0, f"{measured.get('line')} (measured by Verify on {engine.get('url') or 'its server'})")
-    return lines
+    """What each pinned llama-server does with the slot on a prompt that continues it: the Overview's lines
+    (:meth:`Overview.reuse_lines`: a Verify's measurement replaces the prediction it measured, the restore
+    answer is the builds table's)."""
+    return ov.reuse_lines()

@@ -77,8 +77,12 @@ def overview(data: ReportData) -> list[tuple[str, str]]:
 
 def top_findings(data: ReportData) -> list[str]:
     """The findings the verdict names first, one line each (the overview's links, as text)."""
+    from kvscope.core.analysis.measured import measured_message
+
     v = data.overview.verdict
-    out = [f"{f.severity} {f.code} @{f.offset:,} (+{f.length:,}): {f.message}" for f in v.top_findings]
+    verify = data.overview.verify
+    out = [f"{f.severity} {f.code} @{f.offset:,} (+{f.length:,}): {measured_message(f, verify) or f.message}"
+           for f in v.top_findings]
     if v.missing is not None:
         out.insert(0, f"missing bytes past the end: {v.missing.text()}")
     return out

@@ -78,8 +78,8 @@ def test_report_verify_leads_with_ok_on_a_healthy_slot(builds: dict[str, Install
     assert v["source"] == "kvscope report --verify" and v["size"] == SEQ.stat().st_size and len(v["sha256"]) == 64
     assert "lib_dir" not in v["engine"] and "model" not in v  # no paths of this machine in a public report
     md, js, _ = _read(tmp_path / "r")
-    # the restore Verify measured stands beside its prediction: in the build section and the overview's row
-    assert md.count("0c1e5709 libllama: loads (predicted); loads (measured by Verify)") == 2, md
+    # the restore Verify measured replaces its prediction (said to agree): in the build section and the overview's row
+    assert md.count("0c1e5709 libllama: loads (measured by Verify; as predicted)") == 2, md
     assert js["kind"] == "seq_file" and "findings" in js  # inspect --json's object follows, as before
 
 
@@ -130,11 +130,11 @@ def test_report_verify_in_llama_server_puts_the_measured_reuse_beside_the_predic
     assert v["engine"]["kind"] == "server" and v["reuse"]["reused_tokens"] == 12
     md, js, html = _read(tmp_path / "r")
     beside = md.splitlines()
-    assert any("(predicted); llama-server reuses 12 of 12 restored tokens" in line and "(measured by Verify)" in line
-               for line in md.splitlines()), md
-    assert any("0c1e5709 llama-server: loads (predicted); loads (measured by Verify)" in line for line in beside)
+    assert any("llama-server 0c1e5709 --swa-full: measured by Verify (replaces the prediction): llama-server reuses "
+               "12 of 12 restored tokens" in line for line in md.splitlines()), md
+    assert any("0c1e5709 llama-server: loads (measured by Verify; as predicted)" in line for line in beside)
     if _have_html():
-        assert html is not None and "(measured by Verify)" in html
+        assert html is not None and "measured by Verify" in html
 
 
 def test_report_verify_that_cannot_run_is_one_line_and_exit_2(builds: dict[str, InstalledBuild], tmp_path: Path,

@@ -38,6 +38,7 @@ from kvscope.app.document.document import Document
 from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.row_model import RIGHT, RowTableModel
 from kvscope.app.views.table_tools import copy_text, install_copy, install_menu, rows_text, selected_rows
+from kvscope.core.analysis.measured import measured_message
 from kvscope.core.findings import SEVERITY_RANK, Finding
 from kvscope.core.reader.record_names import label_of
 from kvscope.core.reader.tree import Node
@@ -53,28 +54,36 @@ class FindingsModel(RowTableModel[Finding]):
 
     columns = COLUMNS
 
+    verify: dict[str, Any] | None = None  # the document's Verify result: a record it names replaces the guess
+
     @property
     def findings(self) -> list[Finding]:
         return self.rows
 
-    def set_findings(self, findings: list[Finding]) -> None:
+    def set_findings(self, findings: list[Finding], verify: dict[str, Any] | None = None) -> None:
+        self.verify = verify
         self.set_rows(findings)
+
+    def message(self, f: Finding) -> str:
+        """The finding's message, with what Verify measured in place of the reader's guess it measured."""
+        return measured_message(f, self.verify) or f.message
 
     def cell(self, f: Finding, col: str, role: int) -> Any:
         if role == Qt.ItemDataRole.DisplayRole:
             return {
                 "severity": f.severity, "code": f.code, "offset": f"{f.offset:,}", "length": f"{f.length:,}",
-                "layer": "" if f.layer is None else str(f.layer), "message": f.message,
+                "layer": "" if f.layer is None else str(f.layer), "message": self.message(f),
             }[col]
         if role == SORT_ROLE:
             return {
                 "severity": SEVERITY_RANK.get(f.severity, 0), "code": f.code, "offset": f.offset,
-                "length": f.length, "layer": -1 if f.layer is None else f.layer, "message": f.message,
+                "length": f.length, "layer": -1 if f.layer is None else f.layer, "message": self.message(f),
             }[col]
         if role == FINDING_ROLE:
             return f
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{f.severity} {f.code} @{f.offset:,} (0x{f.offset:x}), {f.length:,} bytes\n{f.path}\n{f.message}"
+            return (f"{f.severity} {f.code} @{f.offset:,} (0x{f.offset:x}), {f.length:,} bytes\n{f.path}\n"
+                    + self.message(f))
         if role == Qt.ItemDataRole.ForegroundRole and col == "severity":
             return QColor(SEVERITY_COLORS.get(f.severity, "#808080"))
         if role == Qt.ItemDataRole.TextAlignmentRole and col in ("offset", "length", "layer"):
@@ -160,13 +169,14 @@ class FindingsView(QWidget):
         self.table.selectionModel().currentRowChanged.connect(self._on_current)
         doc.loaded.connect(self._reload)
         doc.statsReady.connect(self._reload)
+        doc.verifyChanged.connect(self._reload)
         doc.bus.changed.connect(self._on_selection)
         self._syncing = False
         self._reload()
 
     def _reload(self) -> None:
         res = self.doc.result
-        self.model.set_findings(res.findings if res is not None else [])
+        self.model.set_findings(res.findings if res is not None else [], self.doc.verify)
         self._update_count()
 
     def _apply_filter(self) -> None:
@@ -205,7 +215,7 @@ class FindingsView(QWidget):
         rec = self.record_label(f)
         layer = f" · {rec}" if rec is not None else (f" · layer {f.layer}" if f.layer is not None else "")
         self.detail.setText(f"{f.severity} {f.code} at {f.offset:,} (0x{f.offset:x}), {f.length:,} bytes{layer} · "
-                            f"{f.path}\n{f.message}")
+                            f"{f.path}\n{self.model.message(f)}")
 
     def _on_current(self, current: QModelIndex, _prev: QModelIndex) -> None:
         if not self._syncing and current.isValid():

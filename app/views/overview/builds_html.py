@@ -37,12 +37,14 @@ def _answer_html(e: ConsumerEntry, dark: bool) -> str:
         text += f": {escape(e.message)}"
     if e.hint:
         text += f"; {escape(e.hint)}"
+    if e.predicted:  # the prediction a measurement replaced, as secondary text
+        text += f"; <i>predicted {escape(e.predicted)}</i>"
     return text
 
 
 def _source_html(e: ConsumerEntry) -> str:
     if e.measured:
-        return '<a href="view:verify"><b>measured by Verify</b></a>'
+        return f'<a href="view:verify"><b>{escape(e.source)}</b></a>'
     return "<i>predicted</i>"
 
 

@@ -37,6 +37,7 @@ from kvscope.app.document.verify_marks import verify_marks
 from kvscope.app.views.export import doc_export_button
 from kvscope.app.views.overview import builds_html, verify_html
 from kvscope.app.views.overview.repair_banner import RepairBanner
+from kvscope.core.analysis.measured import measured_message
 from kvscope.core.analysis.overview import Overview, build_overview, slot_reuse
 from kvscope.core.analysis.verdict import Verdict, plural
 from kvscope.core.findings import Finding
@@ -110,9 +111,10 @@ class OverviewView(QWidget):
             self.builds += 1
             self._base = (res, doc.profile, ov)
             return ov
+        consumers = doc.consumers()  # the inspection's (inspect --json's), as the report's; the reuse follows it
         return replace(base[2], compat=doc.compat, verify=doc.verify, verdict=doc.verdict() or base[2].verdict,
-                       reuse=slot_reuse(res, doc.profile, doc.compat),
-                       consumers=doc.consumers())  # the inspection's (inspect --json's), as the report's
+                       reuse=slot_reuse(res, doc.profile, doc.compat, consumers if doc.compat is not None else None),
+                       consumers=consumers)
 
     def refresh(self, *_args: object) -> None:
         res = self.doc.result
@@ -223,7 +225,7 @@ class OverviewView(QWidget):
             col = _severity_color(f, dark)
             out.append(f'<li><span style="color:{col}"><b>{escape(f.severity)}</b></span> '
                        f'<code>{escape(f.code)}</code> <a href="finding:{i}">@{f.offset:,} (+{f.length:,})</a>: '
-                       f"{escape(f.message)}</li>")
+                       f"{escape(measured_message(f, self.doc.verify) or f.message)}</li>")
         out.append("</ul>")
         if len(res.findings) > len(v.top_findings):
             out.append('<p><a href="view:findings">All findings…</a></p>')
