@@ -203,7 +203,7 @@ def test_the_core_layer_check_sees_an_upward_import() -> None:
     assert _core_layer("kvscope.core.reader.parse") == 3 and _core_layer("kvscope.core.analysis.stats") == 6
     assert _core_layer("kvscope.core.textsafe") == 0 and _core_layer("kvscope.core.errors") == 1
     assert _core_layer("kvscope.core.findings") == 1 and _core_layer("kvscope.core.nonesuch") is None
-    assert _core_layer("kvscope.core.verify.run") == _core_layer("kvscope.core.fleet.cli")
+    assert _core_layer("kvscope.core.verify.run") == _core_layer("kvscope.core.fleet.migrate")
     assert (_core_layer("kvscope.core.lab.runner"), _core_layer("kvscope.core.report.collect"),
             _core_layer("kvscope.core.cli.main")) == (9, 10, 11)  # the report sits between the lab and the CLI
 

@@ -1,6 +1,6 @@
 """The Qt layer's part of ``kvscope report``: the pictures and report.html (:func:`draw`), and a whole report in
-one call (:func:`build_report`). ``kvscope report`` (:mod:`kvscope.core.report.cli`) loads :func:`draw` from here
-when the gui extra is installed."""
+one call (:func:`build_report`). ``kvscope report`` (:mod:`kvscope.core.cli.report_command`) loads
+:func:`draw` from here when the gui extra is installed."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """``kvscope`` command line: the entry point.
 
-The subcommands are found, not listed (:mod:`kvscope.core.cli.registry`): the core's ``cli.py`` /
-``*_cli.py`` front-ends (``report`` among them: it loads its pictures from the app when it runs), and the
-``kvscope.commands`` entry points of the app (``gui``), loaded only when asked for, so this module never
-imports the Qt layer. Every command runs through
+The subcommands are listed in :data:`kvscope.core.cli.registry.COMMAND_MODULES`: one module per core
+command in this package (``repair`` is ``repair_command.py``; ``report`` among them: it loads its pictures
+from the app when it runs), then the ``kvscope.commands`` entry points of the app (``gui``), loaded only
+when asked for, so this module never imports the Qt layer. Every command runs through
 :func:`kvscope.core.cli.plumbing.run_command`: exit codes 0 clean, 1 findings, 2 unreadable input, usage
 error or an output that cannot be written (``> /dev/full``), 3 an internal error (a bug: the traceback goes
 to a file the one line names; ``KVSCOPE_DEBUG=1`` prints it too), 130 interrupted; always a one-line reason

@@ -11,7 +11,7 @@
   (:func:`internal_error`): one line naming a file that holds the traceback, exit 3
   (:data:`~kvscope.core.errors.EXIT_INTERNAL`), never exit 1, which a script reads as findings.
 
-The subcommand front-ends below this layer (``kvscope.core.lab.lab_cli``, ``kvscope.core.verify.cli``...)
+The subcommand front-ends below this layer (``kvscope.core.cli.lab_command``, ``kvscope.core.cli.verify_command``...)
 raise the errors and use the exit codes of :mod:`kvscope.core.errors` directly.
 """
 

@@ -1,11 +1,10 @@
-"""Which subcommands exist and where they come from, found without a hand-kept list.
+"""Which subcommands exist and where each is defined: one literal list.
 
-* **core front-ends**: every module of the ``kvscope.core`` tree named ``cli.py`` or ``*_cli.py`` that
-  defines ``COMMANDS`` (the names it adds) and ``register(subparsers)``. They are found by listing the
-  packages through the import system's finders (no package is imported for it: ``kvscope.core.memory``
-  would import torch; the same listing works in the frozen desktop bundle) and
-  imported when the parser is built; each imports only the standard library at module level
-  (tests/cli/test_cli_plumbing.py holds them to it).
+* **core commands**: :data:`COMMAND_MODULES`, one module per command in ``kvscope.core.cli``, each named
+  ``<command>_command`` and defining ``COMMANDS`` (its name) and ``register(subparsers)``. A search for
+  where ``kvscope repair`` is defined finds ``core/cli/repair_command.py`` and this list. Each module
+  imports only the standard library at module level (tests/cli/test_cli_plumbing.py holds them to it)
+  and is imported when the parser is built; the listed order is the help's.
 * **other layers' commands** (the app's ``gui``): the ``kvscope.commands`` entry-point
   group. They are loaded only when the command asked for is not a core one (or none is asked for: the
   full help), and then only the one asked for if it is there, so ``kvscope verify --help`` never
@@ -16,8 +15,6 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +23,21 @@ from kvscope.core.errors import error_line
 
 Registrar = Callable[[Any], None]  # adds subcommands to argparse's subparsers object
 ENTRY_POINT_GROUP = "kvscope.commands"
-CORE_PACKAGE = "kvscope.core"
+# command -> its module, in the order the help lists them (tests/cli/test_cli_plumbing.py checks that every
+# core/cli/*_command.py module is here and registers just its command)
+COMMAND_MODULES: dict[str, str] = {
+    "inspect": "kvscope.core.cli.inspect_command",
+    "diff": "kvscope.core.cli.diff_command",
+    "verify": "kvscope.core.cli.verify_command",
+    "repair": "kvscope.core.cli.repair_command",
+    "rewrite": "kvscope.core.cli.rewrite_command",
+    "corrupt": "kvscope.core.cli.corrupt_command",
+    "lab": "kvscope.core.cli.lab_command",
+    "report": "kvscope.core.cli.report_command",
+    "scan": "kvscope.core.cli.scan_command",
+    "migrate": "kvscope.core.cli.migrate_command",
+    "llama-build": "kvscope.core.cli.llama_build_command",
+}
 
 
 @dataclass(frozen=True)
@@ -38,42 +49,24 @@ class FrontEnd:
     register: Registrar
 
 
-def _front_end_modules() -> list[str]:
-    """Dotted names of the ``cli.py`` / ``*_cli.py`` modules of the core tree, listed by the import system's
-    finders (on disk, and in a frozen bundle through PyInstaller's), no package of the tree imported."""
-    names: set[str] = set()
-
-    def walk(package: str, locations: list[str]) -> None:
-        for info in pkgutil.iter_modules(locations):
-            full = f"{package}.{info.name}"
-            if info.ispkg:
-                spec = info.module_finder.find_spec(full)  # type: ignore[call-arg]
-                if spec is not None and spec.submodule_search_locations:
-                    walk(full, list(spec.submodule_search_locations))
-            elif info.name == "cli" or info.name.endswith("_cli"):
-                names.add(full)
-
-    spec = importlib.util.find_spec(CORE_PACKAGE)
-    if spec is not None and spec.submodule_search_locations:
-        walk(CORE_PACKAGE, list(spec.submodule_search_locations))
-    return sorted(names)
-
-
 def core_front_ends() -> list[FrontEnd]:
-    """Every core front-end module, imported, with the commands it declares (sorted by module name)."""
+    """Every core command's module, imported, with the commands it declares (in :data:`COMMAND_MODULES`'s
+    order)."""
     out = []
-    for name in _front_end_modules():
+    for name in dict.fromkeys(COMMAND_MODULES.values()):
         mod = importlib.import_module(name)
-        commands = getattr(mod, "COMMANDS", None)
-        register = getattr(mod, "register", None)
-        if commands and callable(register):
-            out.append(FrontEnd(name, tuple(commands), register))
+        out.append(FrontEnd(name, tuple(mod.COMMANDS), mod.register))
     return out
 
 
 def core_commands() -> dict[str, FrontEnd]:
     """Command name -> the front-end that registers it."""
     return {c: fe for fe in core_front_ends() for c in fe.commands}
+
+
+def core_command_names() -> set[str]:
+    """The core commands' names, nothing imported."""
+    return set(COMMAND_MODULES)
 
 
 def plugin_commands(wanted: str | None, core: set[str] | None = None) -> dict[str, Registrar]:
@@ -83,7 +76,7 @@ def plugin_commands(wanted: str | None, core: set[str] | None = None) -> dict[st
     (for the help, or for argparse to say the command does not exist), those named like a core command
     left out. A plugin that fails to load is reported on stderr and left out.
     """
-    core = core if core is not None else set(core_commands())
+    core = core if core is not None else core_command_names()
     if wanted is not None and wanted in core:
         return {}
     from importlib.metadata import entry_points

@@ -2,7 +2,7 @@
 
 An executor (:class:`~kvscope.core.fleet.localpool.LocalPool`, worker processes on this machine, or
 :class:`~kvscope.core.fleet.daskpool.DaskPool`, a ``dask.distributed`` cluster; the command line
-picks one with :func:`kvscope.core.fleet.cli.make_executor`) is used as a context manager;
+picks one with :func:`kvscope.core.cli.fleet_session.make_executor`) is used as a context manager;
 :meth:`Executor.map` takes a picklable function ``fn(item) -> dict`` that never raises, an
 iterable of picklable items, and ``on_error(item, reason) -> dict``, the result to report for
 an item whose function could not run (its worker died, the cluster raised). It yields exactly

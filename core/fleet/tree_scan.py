@@ -6,7 +6,7 @@ unchanged (it lives in :mod:`kvscope.core.fleet.scanfile`). ``scan_tree`` runs i
 directory in worker processes that survive each other's death
 (:mod:`kvscope.core.fleet.localpool`) and yields results as they finish; ``summarise`` counts
 them (:mod:`kvscope.core.fleet.summary`). The ``kvscope scan`` command, with its Dask executor and
-fsspec sources, is :mod:`kvscope.core.fleet.cli`.
+fsspec sources, is :mod:`kvscope.core.cli.scan_command`.
 """
 
 from __future__ import annotations

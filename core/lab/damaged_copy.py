@@ -1,6 +1,6 @@
 """A damaged copy of a state file on disk: the lab's corruptions applied in order, written atomically.
 
-:func:`corrupt_file` is ``kvscope corrupt``'s work (:mod:`kvscope.core.lab.corrupt_cli`): it copies the
+:func:`corrupt_file` is ``kvscope corrupt``'s work (:mod:`kvscope.core.cli.corrupt_command`): it copies the
 input once, read-only (a regular file only: a FIFO or a device is refused before it is read), into the
 output's temporary file (:func:`kvscope.core.fsutil.atomic_writer`), applies each
 :class:`~kvscope.core.lab.corruptions.Corruption` there in place, to the result of the one before, and

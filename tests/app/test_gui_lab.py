@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from kvscope.app.lab.model import CELL_ROLE, OUTCOME_ROLE, matrix_text, short_text
-from kvscope.core.lab.lab_cli import main as lab_main
+from kvscope.core.cli.lab_command import main as lab_main
 from kvscope.core.lab.report import cell_text, cell_to_json, run_to_json
 from tests.support.gui_helpers import LAB, model
 

@@ -81,7 +81,7 @@ def test_a_file_cut_inside_its_last_record_crashes_both_consumers(qtbot, window,
 
 
 def test_the_report_writes_the_same_answers(tmp_path: Path) -> None:
-    from kvscope.core.report.cli import main
+    from kvscope.core.cli.report_command import main
 
     path = oov_slot(tmp_path / "oov.bin")
     assert main([str(path), "--model", str(LLAMA), "-o", str(tmp_path / "r")]) == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvscope.core.report.cli import main
+from kvscope.core.cli.report_command import main
 from tests.support.slot_damage import LLAMA, SLOT
 
 

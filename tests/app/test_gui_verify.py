@@ -33,10 +33,10 @@ def test_the_app_names_the_verify_engines_and_statuses_of_the_core() -> None:
     from kvscope.app.document.verify_marks import STATUSES
     from kvscope.app.shell.cli import add_arguments
     from kvscope.core.analysis.overview import VERIFY_STATUSES
+    from kvscope.core.cli.lab_command import register as register_lab
+    from kvscope.core.cli.verify_command import register as register_verify
     from kvscope.core.engine.choices import LAB_ENGINES
     from kvscope.core.lab.engine_lab import ENGINES as LAB_CORE_ENGINES
-    from kvscope.core.lab.lab_cli import register as register_lab
-    from kvscope.core.verify.cli import register as register_verify
     from kvscope.core.verify.comparison import STATUSES as CORE_STATUSES
     from kvscope.core.verify.engines import ENGINES
 

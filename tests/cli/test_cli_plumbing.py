@@ -8,6 +8,7 @@ import importlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,8 @@ from kvscope.core.cli.main import build_parser, main
 from kvscope.core.cli.plumbing import OneLineParser, parse_pairs, run_command
 from kvscope.core.cli.reference import subcommands
 from kvscope.core.cli.registry import core_commands, core_front_ends, plugin_commands
+
+ROOT = Path(__file__).resolve().parents[2]
 
 HEAVY = ("PySide6", "pyqtgraph", "shiboken6", "torch", "kvscope.app")
 
@@ -44,13 +47,22 @@ def test_front_end_modules_import_only_the_standard_library() -> None:
     assert r.stdout.strip() == "False"
 
 
-def test_commands_are_discovered_not_listed() -> None:
+def test_commands_are_listed_one_module_each() -> None:
+    """Every core command is in the registry's literal list, defined by core/cli/<name>_command.py, which
+    registers just it; a command module left out of the list (or a list entry with no module) fails here."""
+    from kvscope.core.cli.registry import COMMAND_MODULES
+
     found = core_commands()
-    assert {"inspect", "diff", "scan", "migrate", "rewrite", "lab", "verify", "llama-build"} <= set(found)
-    assert found["verify"].module == "kvscope.core.verify.cli" and found["lab"].module == "kvscope.core.lab.lab_cli"
-    assert found["report"].module == "kvscope.core.report.cli"  # a core command: its pictures come from the app
+    assert set(found) == set(COMMAND_MODULES)
+    assert {"inspect", "diff", "scan", "migrate", "rewrite", "lab", "verify", "repair", "corrupt", "report",
+            "llama-build"} == set(found)
+    for name, module in COMMAND_MODULES.items():
+        assert module == f"kvscope.core.cli.{name.replace('-', '_')}_command", name
+        assert found[name].module == module and found[name].commands == (name,)
+    on_disk = {p.stem for p in (ROOT / "core" / "cli").glob("*_command.py")}
+    assert on_disk == {m.rsplit(".", 1)[1] for m in COMMAND_MODULES.values()}
     ap = build_parser(plugin_commands(None))
-    assert set(subcommands(ap)) == set(found) | {"gui"}
+    assert list(subcommands(ap)) == [*COMMAND_MODULES, "gui"]  # the help lists them in the registry's order
     assert plugin_commands("verify") == {} and plugin_commands("report") == {}
     assert set(plugin_commands("gui")) == {"gui"}
     for fe in core_front_ends():  # each declares what it registers, and registers just that
@@ -162,19 +174,3 @@ def test_error_message_can_be_set_and_is_escaped() -> None:
     assert e.message == "server said \\x1b[31mno"
     assert errors.error_line(e) == "kvscope: server said \\x1b[31mno"
     assert errors.error_line(ValueError("x" * 5000)).endswith("... (5000 characters)")
-
-
-def test_front_ends_are_found_by_the_import_system_not_the_folders() -> None:
-    """The desktop bundle has no .py files on disk: the registry lists packages through their finders
-    (PyInstaller's frozen importer too), so a listing from the folders would find no command there."""
-    import pkgutil
-    from unittest import mock
-
-    from kvscope.core.cli import registry
-
-    found = registry._front_end_modules()
-    assert {"kvscope.core.cli.inspect_cli", "kvscope.core.verify.cli", "kvscope.core.fleet.cli"} <= set(found)
-    with mock.patch("os.walk", side_effect=AssertionError("listed from the folders")):
-        assert registry._front_end_modules() == found
-    with mock.patch.object(pkgutil, "iter_modules", return_value=iter(())):
-        assert registry._front_end_modules() == []

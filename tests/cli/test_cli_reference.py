@@ -27,6 +27,6 @@ def test_every_command_and_option_is_documented_with_its_exit_codes() -> None:
 
 
 def test_exit_codes_come_from_the_module_docstring() -> None:
-    assert exit_codes_text("kvscope.core.cli.inspect_cli", None).startswith(": 0 clean (diff: identical), 1 ")
+    assert exit_codes_text("kvscope.core.cli.diff_command", None).startswith(": 0 identical, 1 different, 2 ")
     assert exit_codes_text(None, "exit status: 0 fine, 2 not") == ": 0 fine, 2 not"
     assert exit_codes_text(None, None) == ""

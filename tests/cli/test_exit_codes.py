@@ -33,12 +33,12 @@ def test_internal_error_code_is_its_own() -> None:
 def test_injected_internal_error_exits_3_with_the_traceback_in_a_file(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A command that raises RuntimeError (a bug) through the real ``main``: exit 3, one line, the file."""
-    import kvscope.core.cli.inspect_cli as inspect_cli
+    import kvscope.core.cli.inspect_command as inspect_command
 
     def broken(args: argparse.Namespace) -> int:
         raise RuntimeError("injected \x1b[31mbug\u202e")
 
-    monkeypatch.setattr(inspect_cli, "cmd_inspect", broken)
+    monkeypatch.setattr(inspect_command, "cmd_inspect", broken)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.delenv(plumbing.DEBUG_VARIABLE, raising=False)
     import tempfile
@@ -87,7 +87,7 @@ def test_internal_error_when_the_details_cannot_be_written(capsys: pytest.Captur
 def test_real_process_internal_error_exits_3(tmp_path: Path) -> None:
     """The installed entry point in a child process: a command made to raise exits 3, the file holds the
     traceback, stderr is that one line."""
-    code = ("import sys, kvscope.core.lab.corrupt_cli as c\n"
+    code = ("import sys, kvscope.core.cli.corrupt_command as c\n"
             "def boom(args): raise RuntimeError('injected in a child')\n"
             "c.cmd_corrupt = boom\n"
             "from kvscope.core.cli.main import main\n"

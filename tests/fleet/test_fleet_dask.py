@@ -104,7 +104,7 @@ def test_results_lost_with_their_workers_are_run_again(tmp_path: Path) -> None:
     task, its future gone ``lost``, is run once more."""
     from functools import partial
 
-    from kvscope.core.fleet.cli import scan_error
+    from kvscope.core.cli.scan_command import scan_error
     from kvscope.core.fleet.daskpool import DaskPool
     from kvscope.core.fleet.scanfile import scan_entry
     from kvscope.core.fleet.source import open_source

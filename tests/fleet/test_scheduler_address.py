@@ -17,8 +17,8 @@ import pytest
 
 from kvharness.fixtures import DATA
 from kvharness.proc_runs import CHILD
+from kvscope.core.cli.fleet_session import check_scheduler
 from kvscope.core.errors import UsageError
-from kvscope.core.fleet.cli import check_scheduler
 
 SLOT = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq0.seqstate"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvharness.fixtures import DATA, model_path
-from kvscope.core.lab.lab_cli import main, register
+from kvscope.core.cli.lab_command import main, register
 
 FA0 = DATA / "lab/llamacpp-2026-10-01/llama/fa0-unified1"
 
@@ -88,7 +88,7 @@ def test_bad_input_exits_2_with_one_line(capsys: pytest.CaptureFixture[str], arg
 
 
 def test_register_does_not_import_torch() -> None:
-    code = ("import argparse, sys; from kvscope.core.lab.lab_cli import register; "
+    code = ("import argparse, sys; from kvscope.core.cli.lab_command import register; "
             "p = argparse.ArgumentParser(); register(p.add_subparsers()); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from kvharness.fixtures import DATA
+from kvscope.core.cli.lab_command import main
 from kvscope.core.engine.builds import InstalledBuild
-from kvscope.core.lab.lab_cli import main
 
 LAB = DATA / "lab/llamacpp-2026-10-01"
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from kvharness.fixtures import DATA
+from kvscope.core.cli.lab_command import main
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.lab.engine_lab import ENGINE_ABORTED, ENGINE_REFUSED, EngineLabRunner
-from kvscope.core.lab.lab_cli import main
 from kvscope.core.lab.new_scenario import write_scenario
 from kvscope.core.lab.runner import parse_case
 from kvscope.core.lab.scenario import load_scenario

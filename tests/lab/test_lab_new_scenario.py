@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from kvharness.fixtures import DATA
+from kvscope.core.cli.lab_command import main
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.lab.engine_live import EngineLabError
-from kvscope.core.lab.lab_cli import main
 from kvscope.core.lab.new_scenario import write_scenario
 from kvscope.core.memory import ContextParams
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from kvscope.core.cli.lab_command import main
 from kvscope.core.engine.builds import InstalledBuild
-from kvscope.core.lab.lab_cli import main
 from tests.support.trained import trained_model
 
 TEXT = ("the river runs past the old mill and under the stone bridge where the children wait for the evening "

@@ -143,7 +143,8 @@ def test_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_reader_and_cli_do_not_import_torch() -> None:
-    code = ("import sys, kvscope.core.cli.main as c, kvscope.core.reader.parse as p, kvscope.core.convert.cli as r;"
+    code = ("import sys, kvscope.core.cli.main as c, kvscope.core.reader.parse as p, "
+            "kvscope.core.cli.rewrite_command as r;"
             "import argparse; r.register(argparse.ArgumentParser().add_subparsers());"
             "p.read_state(sys.argv[1]); assert 'torch' not in sys.modules, 'torch imported'")
     path = DATA / "llamacpp-2026-10-01/llama-f16-fa0-unified0-seq0.seqstate"

@@ -42,7 +42,7 @@ else:
     @pytest.fixture(scope="session")
     def nan_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
         """``kvscope report`` of the NaN fixture with the model (given as absolute paths), built once."""
-        from kvscope.core.report.cli import main
+        from kvscope.core.cli.report_command import main
 
         out = tmp_path_factory.mktemp("nan") / "report"
         assert main([str(NAN_FILE.resolve()), "--model", str(MODEL.resolve()), "-o", str(out)]) == 1  # errors

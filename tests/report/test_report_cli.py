@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvscope.core.cli import main as core_cli
-from kvscope.core.report.cli import main, register
+from kvscope.core.cli.report_command import main, register
 from tests.support.report_paths import EXAMPLES, LAB, MODEL, NAN_FILE
 
 EXTRA_KEYS = {"overview", "report", "diff", "lab"}

@@ -13,7 +13,7 @@ import re
 import shutil
 from pathlib import Path
 
-from kvscope.core.report.cli import main
+from kvscope.core.cli.report_command import main
 from kvscope.core.textsafe import html_block, html_text, markdown_line, markdown_text
 from tests.support.report_paths import MODEL, NAN_FILE
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from kvscope.core.analysis.inspection import inspect_file
+from kvscope.core.cli import report_command
 from kvscope.core.model.profile import load_model_profile
-from kvscope.core.report import cli
 from kvscope.core.report.build import build_report
 from kvscope.core.report.model import GENERATOR, ReportOptions
 from tests.support.report_paths import EXAMPLES
@@ -101,13 +101,13 @@ def test_only_a_missing_gui_layer_is_a_note(monkeypatch: pytest.MonkeyPatch) -> 
 
     for missing in ("PySide6", "pyqtgraph", "kvscope.app", "kvscope.app.report"):
         monkeypatch.setattr(importlib, "import_module", failing(missing))
-        assert cli.load_pictures() == (None, f"No module named {missing!r}")
+        assert report_command.load_pictures() == (None, f"No module named {missing!r}")
     monkeypatch.setattr(importlib, "import_module", failing("kvscope.core.nonesuch"))
     with pytest.raises(ModuleNotFoundError):
-        cli.load_pictures()
+        report_command.load_pictures()
     monkeypatch.setattr(importlib, "import_module", failing("kvscope.app.report.build"))  # a prefix, not a parent
     with pytest.raises(ModuleNotFoundError):
-        cli.load_pictures()
+        report_command.load_pictures()
 
 
 def test_collect_goes_through_the_inspection_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:

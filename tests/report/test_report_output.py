@@ -13,7 +13,7 @@ import pytest
 
 from kvscope.app.report import builder
 from kvscope.app.report.builder import build_report
-from kvscope.core.report.cli import main
+from kvscope.core.cli.report_command import main
 from kvscope.core.report.collect import collect
 from kvscope.core.report.model import MAX_HEATMAPS, ReportError, ReportOptions
 from tests.support.report_paths import MODEL, NAN_FILE

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from kvscope.app.report.builder import build_report
+from kvscope.core.cli.report_command import main
 from kvscope.core.fsutil import TEMP_PREFIX
-from kvscope.core.report.cli import main
 from kvscope.core.report.model import ReportError, ReportOptions
 from tests.support.report_paths import MODEL, NAN_FILE
 from tests.support.special_nodes import null_node, system_null_intact

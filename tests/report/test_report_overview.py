@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from kvscope.app.report import figures
+from kvscope.core.cli.report_command import main
 from kvscope.core.reader.layouts import GENERATIONS
-from kvscope.core.report.cli import main
 from kvscope.core.textsafe import markdown_text
 from tests.support.report_paths import LAB, MODEL, NAN_FILE
 

@@ -10,7 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
-from kvscope.core.report.cli import main
+from kvscope.core.cli.report_command import main
 from kvscope.core.report.collect import SHA256_MAX_BYTES
 from tests.support.report_paths import MODEL, NAN_FILE
 

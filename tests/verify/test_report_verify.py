@@ -16,9 +16,9 @@ import pytest
 
 from kvharness.fixtures import MODELS, model_path
 from kvscope.core.cli.main import main
+from kvscope.core.cli.report_command import load_pictures
 from kvscope.core.engine.builds import InstalledBuild
 from kvscope.core.lab.damaged_copy import corrupt_file
-from kvscope.core.report.cli import load_pictures
 
 pytestmark = pytest.mark.engine
 

@@ -10,7 +10,7 @@ the Qt layer, :data:`PICTURES`, imported only when the command runs (on the ``of
 QT_QPA_PLATFORM is set) and only where it can be: without the gui extra (no PySide6 or pyqtgraph) the
 report is report.md and report.json, and one line on stderr says what the gui extra would add.
 ``--verify`` runs ``kvscope verify`` on FILE first (with ``--model`` and verify's own engine options,
-:func:`kvscope.core.verify.cli.add_run_options`), ``--verify-json PATH`` takes what an earlier
+:func:`kvscope.core.cli.verify_command.add_run_options`), ``--verify-json PATH`` takes what an earlier
 ``kvscope verify --json`` printed (:mod:`kvscope.core.report.verified` checks it is about FILE): every format
 then leads with the verdict Verify measured. Where Verify cannot run (no engine, a missing model) or the
 result is malformed or about another file, one line on stderr and exit 2, no report.
@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lab-into", type=int, default=0, metavar="SEQ", help="sequence FILE is restored into (default 0)")
     p.add_argument("--full-paths", action="store_true", help="print the files' paths as given; by default the report "
                    "names them by base name, with size and sha256 (reports end up in public bug trackers)")
-    from kvscope.core.verify.cli import add_run_options
+    from kvscope.core.cli.verify_command import add_run_options
 
     which = p.add_mutually_exclusive_group()
     which.add_argument("--verify", action="store_true", help="run kvscope verify on FILE (with --model) and lead the "
@@ -160,10 +160,10 @@ def _verify(args: argparse.Namespace, options: ReportOptions, progress: Progress
     ``--model``, an engine that cannot run, a malformed result."""
     from pathlib import Path
 
+    from kvscope.core.cli.verify_command import run_options_given, verifier_from_args
     from kvscope.core.report.atomic import check_destination, report_inputs
     from kvscope.core.report.collect import check_inputs, verify_for_report
     from kvscope.core.report.verified import SOURCE_RUN, load_verify_json
-    from kvscope.core.verify.cli import run_options_given, verifier_from_args
     from kvscope.core.verify.run import VerifyError
 
     given = run_options_given(args)
@@ -190,7 +190,7 @@ def _verify(args: argparse.Namespace, options: ReportOptions, progress: Progress
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry (``python -m kvscope.core.report.cli``)."""
+    """Standalone entry (``python -m kvscope.core.cli.report_command``)."""
     ap = argparse.ArgumentParser(prog="kvscope report", description="Write a report of a llama.cpp state file.",
                                  epilog=EPILOG)
     add_arguments(ap)

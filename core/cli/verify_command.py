@@ -127,7 +127,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry: ``python -m kvscope.core.verify.cli FILE --model GGUF ...``."""
+    """Standalone entry: ``python -m kvscope.core.cli.verify_command FILE --model GGUF ...``."""
     parser = argparse.ArgumentParser(prog="kvscope")
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)

@@ -201,7 +201,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (``python -m kvscope.core.lab.lab_cli lab ...``); ``kvscope lab`` is the same command."""
+    """Standalone entry (``python -m kvscope.core.cli.lab_command lab ...``); ``kvscope lab`` is the same command."""
     parser = argparse.ArgumentParser(prog="kvscope")
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)
