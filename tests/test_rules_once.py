@@ -127,3 +127,29 @@ def test_no_module_spells_a_group_of_state_kinds() -> None:
             lines = _kind_tuples(ast.parse(path.read_text(encoding="utf-8")))
             bad += [f"{path.relative_to(ROOT)}:{n}" for n in lines]
     assert bad == [], f"groups of state kinds spelled out (use kvscope.core.reader.state_kinds): {bad}"
+
+
+def _calls(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines of ``tree`` that call one of ``names`` (a plain name or an attribute: ``read_state(...)``,
+    ``ByteSource.open(...)``)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name in names:
+                out.append(node.lineno)
+    return out
+
+
+def test_the_commands_open_files_through_the_pipeline() -> None:
+    """#30 item 1: the commands, the report and repair open and parse a user's file through
+    ``kvscope.core.analysis.inspection`` (inspect_file / open_state + inspect_source), never with the reader's
+    entry point or a ByteSource of their own (diff, the report and repair each had one)."""
+    files = [*sorted((ROOT / "core" / "cli").glob("*_command.py")), *sorted((ROOT / "core" / "report").glob("*.py")),
+             ROOT / "core" / "verify" / "repair.py"]
+    bad = [f"{p.relative_to(ROOT)}:{n}" for p in files
+           for n in _calls(ast.parse(p.read_text(encoding="utf-8")), {"read_state", "open"})
+           if "ByteSource" in p.read_text(encoding="utf-8").splitlines()[n - 1]
+           or "read_state" in p.read_text(encoding="utf-8").splitlines()[n - 1]]
+    assert bad == [], f"a file opened or parsed outside the inspection pipeline: {bad}"

@@ -1,16 +1,17 @@
 """One inspection pipeline: open a state file, parse it, check it against the model, judge it, enrich it.
 
-Every front end that inspects a file goes through here: ``kvscope inspect``, the report, ``scan``,
-``migrate``, ``verify`` and the app's document (which shows the parse first and adds the statistics
-and the compatibility as they come in: :meth:`Inspection.add_stats`, :meth:`Inspection.add_compat`,
-the steps :func:`inspect_source` runs). ``rewrite`` sits below analysis (``core/convert``) and
-calls the reader's entry point itself. :func:`inspect_file` opens the file read-only
-(regular files only: a FIFO or a device is refused before it can block), parses it with the one
-reader entry point (:func:`kvscope.core.reader.parse.read_state`), adds the payload statistics
-when asked (their findings join the file's), works out which layout generations load it, judges it
+Every front end that inspects a file goes through here: ``kvscope inspect``, ``diff`` (both files, kept open
+for the byte comparison: :func:`open_state` + :func:`inspect_source`), ``repair`` (the file and its rebuilt
+copy), the report, ``scan``, ``migrate``, ``verify`` and the app's document (which shows the parse first and
+adds the statistics and the compatibility as they come in: :meth:`Inspection.add_stats`,
+:meth:`Inspection.add_compat`, the steps :func:`inspect_source` runs). ``rewrite`` sits below analysis
+(``core/convert``) and calls the reader's entry point itself. :func:`inspect_file` opens the file read-only
+(regular files only: a FIFO or a device is refused before it can block), parses it with the one reader entry
+point (:func:`kvscope.core.reader.parse.read_state`), adds the payload statistics when asked (their findings
+join the file's), works out which layout generations load it, judges it
 (:func:`kvscope.core.analysis.verdict.verdict`) and checks that the file did not change meanwhile.
-:class:`Inspection` carries all of it; :meth:`Inspection.to_json` is ``inspect --json``'s object,
-the same for every caller, and :meth:`Inspection.to_text` its text and Markdown.
+:class:`Inspection` carries all of it; :meth:`Inspection.to_json` is ``inspect --json``'s object, the same for
+every caller, and :meth:`Inspection.to_text` its text and Markdown.
 
 Failures the user must read are :class:`kvscope.core.errors.InputError` (missing, special or
 unreadable file; a file that changed while it was read). A file that is not a state file is no

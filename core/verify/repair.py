@@ -1,7 +1,8 @@
 """``kvscope repair``: rebuild a healthy state of the same kind from the file's own tokens.
 
-:func:`repair` reads FILE with the model, plans the re-prefill of its tokens (``prefill``: a blob
-needs ``tokens``; media chunks cannot be re-prefilled), derives the context (``params``) and picks
+:func:`repair` inspects FILE with the model through the one pipeline
+(:func:`kvscope.core.analysis.inspection.inspect_file`), plans the re-prefill of its tokens (``prefill``: a blob
+needs ``tokens``; media chunks cannot be re-prefilled), derives the context (``context_plan``) and picks
 the pinned build that writes the file's layout generation. The engine then prefills the tokens
 into the file's sequence and saves the state the way the file was saved:
 
@@ -31,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvscope.core.analysis.inspection import inspect_file
 from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.choose import build_for_layout
 from kvscope.core.engine.janitor import janitor
@@ -38,7 +40,6 @@ from kvscope.core.engine.llamacpp import EngineError, LlamaProcess
 from kvscope.core.errors import InputError
 from kvscope.core.fsutil import check_output, temporary_folder, write_atomic
 from kvscope.core.model.profile import ModelProfile, load_model_or
-from kvscope.core.reader.parse import ReadError, read_state
 from kvscope.core.reader.records import ParseResult
 from kvscope.core.reader.seq_owner import restore_seq
 from kvscope.core.reader.state_kinds import BLOB_KINDS, PER_SEQUENCE_KINDS
@@ -94,6 +95,17 @@ def _profile(model: str) -> ModelProfile:
     if not os.path.isfile(model):
         raise RepairError(f"{model}: no such model file")
     return load_model_or(model, RepairError)
+
+
+def _parsed(path: str, prof: ModelProfile) -> ParseResult:
+    """``path`` through the one inspection pipeline (no statistics, no compatibility table: repair needs the
+    parse); :class:`RepairError` when it cannot be read or changed while read."""
+    try:
+        return inspect_file(path, prof, compat=False).result
+    except RepairError:
+        raise
+    except InputError as e:
+        raise RepairError(str(e)) from None
 
 
 def _swa_full(res: ParseResult, plan: PrefillPlan) -> bool:
@@ -182,10 +194,7 @@ def repair(path: str | os.PathLike[str], model: str | os.PathLike[str], out: str
         raise RepairError(f"{safe_text(out)}: no folder {safe_text(folder)} to write it in")
     prof = _profile(model)
     t0 = time.perf_counter()
-    try:
-        res = read_state(path, profile=prof)
-    except ReadError as e:
-        raise RepairError(str(e)) from None
+    res = _parsed(path, prof)
     # before any engine: what the app asks to offer Repair (an empty or random file, a model the file does not
     # fit, a blob without tokens, a token outside the vocabulary, media chunks, no build writing its layout)
     why = repair_problem(res, prof, tokens, model=model)
@@ -216,7 +225,7 @@ def repair(path: str | os.PathLike[str], model: str | os.PathLike[str], out: str
             raise RepairError(f"the engine failed rebuilding the state: {e}") from None
         result.seconds["rebuild"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        got = read_state(rebuilt, profile=prof)
+        got = _parsed(rebuilt, prof)
         if (got.kind, got.layout.name) != (res.kind, res.layout.name):
             raise RepairError(f"the rebuilt state is a {got.kind} of layout {got.layout.name}, not a {res.kind} of "
                               f"{res.layout.name}: not written")
