@@ -208,6 +208,35 @@ def test_the_core_layer_check_sees_an_upward_import() -> None:
             _core_layer("kvscope.core.cli.main")) == (9, 10, 11)  # the report sits between the lab and the CLI
 
 
+# the engine's drivers: above core/engine only the engine session (core/engine/session.py) drives them, so verify,
+# the lab and repair run a state through one set of operations (#30 item 6)
+ENGINE_DRIVERS = ("kvscope.core.engine.llamacpp", "kvscope.core.engine.server", "kvscope.core.engine.worker",
+                  "kvscope.core.engine.protocol")
+
+
+def _drives_the_engine_directly(imports: Mapping[str, list[Imported]]) -> list[str]:
+    return [f"{m} imports {i.name}" for m, imps in sorted(imports.items())
+            if (_core_layer(m) or 0) > CORE_LAYERS.index(frozenset({"engine"}))
+            for i in imps if i.name in ENGINE_DRIVERS or i.name.startswith(tuple(d + "." for d in ENGINE_DRIVERS))]
+
+
+def test_only_the_engine_session_drives_llama_cpp() -> None:
+    """core/verify, core/lab (and every layer above the engine) import the engine session, never LlamaProcess's or
+    llama-server's modules: one restore/prefill/logits/save/clear for verify's engines, the lab's live context and
+    repair's rebuild."""
+    assert _drives_the_engine_directly(IMPORTS) == []
+
+
+def test_the_engine_driver_check_sees_a_direct_import() -> None:
+    fake = {"kvscope.core.verify.x": [Imported("kvscope.core.engine.llamacpp", False)],
+            "kvscope.core.lab.y": [Imported("kvscope.core.engine.server.ServerProcess", True)],
+            "kvscope.core.verify.z": [Imported("kvscope.core.engine.session.LlamaSession", False)],
+            "kvscope.core.engine.session": [Imported("kvscope.core.engine.llamacpp", False)]}
+    assert _drives_the_engine_directly(fake) == [
+        "kvscope.core.lab.y imports kvscope.core.engine.server.ServerProcess",
+        "kvscope.core.verify.x imports kvscope.core.engine.llamacpp"]
+
+
 
 def _sys_path_edits(source: str) -> list[int]:
     """The lines of ``source`` that change ``sys.path`` (a call on it, or an assignment to it)."""

@@ -36,8 +36,7 @@ from typing import Any
 
 from kvscope.core.analysis.verdict import plural
 from kvscope.core.engine.choices import LAB_ENGINES, LAB_LLAMA_ENGINES
-from kvscope.core.engine.llamacpp import EngineError, EngineSetupError, Outcome
-from kvscope.core.engine.server import ServerDied, ServerError, ServerHTTPError
+from kvscope.core.engine.session import EngineError, EngineSetupError, Outcome, ServerDied, ServerError, ServerHTTPError
 from kvscope.core.lab.engine_cells import Disagreement, EngineCell, PoisonCheck, disagreements, explain
 from kvscope.core.lab.engine_live import (
     EngineLabError,

@@ -7,7 +7,8 @@ context back to it before every case (``llama_state_set_data``); the next-token 
 sequence in it are the baseline the cases' probes compare with. It also writes the clean input
 of every kind from the live context (the scenario's input when the build writes another layout
 than the scenario's files). :class:`ServerLive` does the same with llama-server slots: the live
-sequences are prompt-only completions, saved as slot files and restored before every case.
+sequences are prompt-only completions, saved as slot files and restored before every case. Both drive
+the engine through one :class:`~kvscope.core.engine.session.EngineSession` (verify's and repair's too).
 
 :func:`core_scenario` builds the torch :class:`~kvscope.core.lab.scenario.Scenario` that matches
 the engine's live context byte for byte (for ``--engine both`` and the differential fuzz).
@@ -20,9 +21,7 @@ import json
 import os
 import shutil
 import tempfile
-import uuid
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,8 +29,19 @@ import numpy.typing as npt
 
 from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.janitor import janitor
-from kvscope.core.engine.llamacpp import CtxParams, LlamaProcess, Outcome
-from kvscope.core.engine.server import ServerClient, ServerError, ServerProcess
+from kvscope.core.engine.session import (
+    CtxParams,
+    LlamaProcess,
+    LlamaSession,
+    Outcome,
+    Prefill,
+    SaveRefused,
+    ServerClient,
+    ServerError,
+    ServerProcess,
+    ServerSession,
+    server_args,
+)
 from kvscope.core.errors import SetupError
 from kvscope.core.fsutil import temporary_folder
 from kvscope.core.lab.scenario import RestoreInput, Scenario, ScenarioError, create_scenario
@@ -110,12 +120,12 @@ def logits_diff(a: F32A | None, b: F32A | None) -> float:
 
 
 class LlamaLive:
-    """The live context in a libllama child; restarted (and rebuilt) after a crash."""
+    """The live context in a libllama session; restarted (and rebuilt) after a crash."""
 
     def __init__(self, spec: LiveSpec, *, build: str | None = None, lib_path: str | None = None,
                  timeout_s: float = 120.0, baseline: bool = True) -> None:
         self.spec, self.build, self.lib_path, self.timeout_s = spec, build, lib_path, timeout_s
-        self._proc: LlamaProcess | None = None
+        self._session: LlamaSession | None = None
         self.info: dict[str, Any] = {}
         self.notes: list[str] = []
         self.restarts = 0
@@ -149,104 +159,85 @@ class LlamaLive:
         return None
 
     @property
-    def proc(self) -> LlamaProcess:
-        if self._proc is None or not self._proc.alive:
+    def session(self) -> LlamaSession:
+        """The engine session, restarted (and the live context rebuilt) when its child died."""
+        if self._session is None or not self._session.alive:
             self.restarts += 1
             self._start()
-        assert self._proc is not None
-        return self._proc
+        assert self._session is not None
+        return self._session
+
+    @property
+    def proc(self) -> LlamaProcess:
+        """The session's child (the engine lab reads the state of every sequence through it)."""
+        return self.session.process
 
     def _start(self) -> None:
-        if self._proc is not None:
-            self._proc.close()
-        p = self._proc = LlamaProcess(self.spec.model, self.spec.ctx, build=self.build, lib_path=self.lib_path,
-                                      timeout_s=self.timeout_s)
-        self.info = p.info()
-        for s in sorted(self.spec.seqs):
-            o = p.decode(s, self.spec.seqs[s], pos0=0)
+        if self._session is not None:
+            self._session.close()
+        s = self._session = LlamaSession(self.spec.model, self.spec.ctx, build=self.build, lib_path=self.lib_path,
+                                         timeout_s=self.timeout_s, scratch=self._tmp)
+        self.info = s.info()
+        for q in sorted(self.spec.seqs):
+            o = s.prefill(q, self.spec.seqs[q]).outcome
             if o.rc != 0:
-                why = (f"its {len(self.spec.seqs[s])} tokens do not fit the context (llama_decode found no free "
+                why = (f"its {len(self.spec.seqs[q])} tokens do not fit the context (llama_decode found no free "
                        f"cells; n_ctx {self.spec.ctx.n_ctx}, n_seq_max {self.spec.ctx.n_seq_max})"
                        if o.ok and o.rc == 1 else f"{o.summary()} (llama_decode returned {o.rc})")
-                raise EngineLabError(f"llama.cpp could not decode sequence {s}'s prompt: {why}")
-        self.seq_blobs = {s: p.state_seq_get_data(s) for s in sorted(self.spec.seqs)}
-        blob = p.state_get_data()
+                raise EngineLabError(f"llama.cpp could not decode sequence {q}'s prompt: {why}")
+        self.seq_blobs = {q: s.save("seq_blob", q) for q in sorted(self.spec.seqs)}
+        blob = s.save("context_blob")
         if self.live_blob and blob != self.live_blob:
             self.notes.append("the rebuilt live context differs from the first one")
         self.live_blob = blob
         if self._want_baseline and not self.baseline:
-            for s in sorted(self.spec.seqs):
-                self.baseline[s] = _decode_next(p, s, self.spec.next_token)
+            for q in sorted(self.spec.seqs):
+                self.baseline[q] = _decode_next(s, q, self.spec.next_token)
                 self.reset()
-                self.variation[s] = self._tail_logits(p, s, self.spec.seqs[s])
+                self.variation[q] = self._tail_logits(s, q, self.spec.seqs[q])
                 self.reset()
             t, toks = self.spec.target, self.spec.target_tokens
             if toks and t not in self.spec.seqs:  # an empty target: a prefill of its tokens beside the live ones
-                o = p.decode(t, toks, pos0=0)
-                if o.ok and o.rc == 0:
-                    self.baseline[t] = _decode_next(p, t, self.spec.next_token)
+                if _decoded(s.prefill(t, toks)):
+                    self.baseline[t] = _decode_next(s, t, self.spec.next_token)
                     self.reset()
-                    o = p.decode(t, toks, pos0=0)
-                    self.variation[t] = self._tail_logits(p, t, toks) if o.ok and o.rc == 0 else None
+                    self.variation[t] = self._tail_logits(s, t, toks) if _decoded(s.prefill(t, toks)) else None
                 self.reset()
 
-    def _tail_logits(self, p: LlamaProcess, seq: int, toks: list[int]) -> F32A | None:
+    def _tail_logits(self, s: LlamaSession, seq: int, toks: list[int]) -> F32A | None:
         """The engine's own variation: ``seq``'s next-token logits after its last tokens (it holds ``toks``) are
         decoded again one at a time (verify's ``tail`` calibration schedule; a memory that cannot drop a suffix
         re-decodes all)."""
-        pieces = TAIL_SCHEDULE.chunks(len(toks))
-        if pieces[0][0] and not p.seq_rm(seq, pieces[0][0], -1):
-            p.seq_rm(seq, -1, -1)
-            pieces = [(0, pieces[0][0]), *pieces]
-        for a, b in pieces:
-            o = p.decode(seq, toks[a:b], pos0=a)
-            if not o.ok or o.rc != 0:
-                return None
-        return _decode_next(p, seq, self.spec.next_token)
+        if not _decoded(s.prefill(seq, toks, TAIL_SCHEDULE.chunks(len(toks)))):
+            return None
+        return _decode_next(s, seq, self.spec.next_token)
 
     def reset(self) -> None:
         """Back to the live context (``llama_state_set_data`` of the live state)."""
-        o = self.proc.state_set_data(self.live_blob)
+        o = self.session.restore("context_blob", 0, data=self.live_blob)
         if not o.ok or o.value != len(self.live_blob):
             raise EngineLabError(f"llama.cpp does not restore its own live context: {o.summary()} {o.log[-1:]}")
 
     def clean_input(self, kind: str, flags: int = 0) -> bytes:
         """The target's clean state as the API of ``kind`` writes it (a blob with ``flags``), from the live
         context."""
-        p, t = self.proc, self.spec.target
+        s, t = self.session, self.spec.target
         self.reset()
         if kind == "seq_blob":
-            return p.state_seq_get_data(t, flags)
+            return s.save("seq_blob", t, flags=flags)
         if kind == "context_blob":
             return self.live_blob
-        path = os.path.join(self._tmp, f"clean-{uuid.uuid4().hex[:8]}")
         try:
             if kind == "seq_file":
-                ok = p.state_seq_save_file(path, t, self.spec.seqs.get(t, [])).value
-            else:
-                ok = p.state_save_file(path, self.spec.all_tokens).value
-            if not ok:
-                raise EngineLabError(f"llama.cpp did not write the clean {kind}")
-            return Path(path).read_bytes()
-        finally:
-            if os.path.exists(path):
-                os.unlink(path)
+                return s.save("seq_file", t, tokens=self.spec.seqs.get(t, []))
+            return s.save("session_file", tokens=self.spec.all_tokens)
+        except SaveRefused:
+            raise EngineLabError(f"llama.cpp did not write the clean {kind}") from None
 
     def restore(self, kind: str, data: bytes, capacity: int, flags: int = 0) -> Outcome:
         """Restore ``data`` into the target with the API of ``kind`` (a blob with ``flags``)."""
-        p, t = self.proc, self.spec.target
-        if kind == "seq_blob":
-            return p.state_seq_set_data(data, t, flags)
-        if kind == "context_blob":
-            return p.state_set_data(data)
-        path = os.path.join(self._tmp, f"case-{uuid.uuid4().hex[:8]}")
-        Path(path).write_bytes(data)
-        try:
-            if kind == "seq_file":
-                return p.state_seq_load_file(path, t, capacity)
-            return p.state_load_file(path, capacity)
-        finally:
-            os.unlink(path)
+        return self.session.restore(kind, self.spec.target, data=data, n_token_capacity=capacity,
+                                    flags=flags if kind == "seq_blob" else 0)
 
     def probe(self, seqs: list[int]) -> dict[int, float]:
         """Max |Δ| of each sequence's next-token logits against the live baseline; the state is put back."""
@@ -255,30 +246,34 @@ class LlamaLive:
     def probe_logits(self, seqs: list[int]) -> dict[int, F32A | None]:
         """Each sequence's next-token logits over the current state (None: the decode failed or killed the
         engine; the sequences after a crash are not probed); the state is put back after each."""
-        p = self.proc
-        post = p.state_get_data()
+        e = self.session
+        post = e.save("context_blob")
         out: dict[int, F32A | None] = {}
         for s in seqs:
-            out[s] = _decode_next(p, s, self.spec.next_token)
-            if not p.alive:
+            out[s] = _decode_next(e, s, self.spec.next_token)
+            if not e.alive:
                 out[s] = None
                 break
-            p.state_set_data(post)
+            e.restore("context_blob", 0, data=post)
         return out
 
     def close(self) -> None:
-        if self._proc is not None:
-            self._proc.close()
-            self._proc = None
+        if self._session is not None:
+            self._session.close()
+            self._session = None
         shutil.rmtree(self._tmp, ignore_errors=True)
         self._scratch.close()
         janitor().forget("dir", self._tmp)
 
 
-def _decode_next(p: LlamaProcess, seq: int, token: int) -> F32A | None:
-    if not p.alive:
+def _decoded(done: Prefill) -> bool:
+    return done.outcome.ok and done.ok
+
+
+def _decode_next(s: LlamaSession, seq: int, token: int) -> F32A | None:
+    if not s.alive:
         return None
-    o = p.decode(seq, [token])
+    o = s.logits(seq, token)
     return o.value if o.ok and o.rc == 0 else None
 
 
@@ -287,8 +282,6 @@ def _decode_next(p: LlamaProcess, seq: int, token: int) -> F32A | None:
 
 
 def server_ctx_args(ctx: CtxParams) -> list[str]:
-    from kvscope.core.verify.engines import server_args
-
     return server_args(ctx)
 
 
@@ -307,9 +300,7 @@ class ServerLive:
     restarts: int = 0
 
     def __post_init__(self) -> None:
-        self._process: ServerProcess | None = None
-        self._names: list[str] = []
-        self._watched: list[str] = []  # slot folders whose kvscope-lab-PID-* files the janitor deletes if we die
+        self.session: ServerSession | None = None
         self.clean_slots: dict[int, bytes] = {}
         try:
             self._start()
@@ -318,35 +309,48 @@ class ServerLive:
             raise
 
     def _start(self) -> None:
-        ctx = self.spec.ctx
-        if self.url is None:
-            if self._process is not None:
-                self._process.close()
+        if self.session is None:
+            if self.url is not None and self.slot_dir is None:
+                raise EngineLabError("--server needs the server's --slot-save-path folder as --slot-dir")
             try:
-                self._process = ServerProcess(self.spec.model, build=None if self.binary else self.build,
-                                              binary=self.binary, n_parallel=ctx.n_seq_max, n_ctx=ctx.n_ctx,
-                                              threads=ctx.n_threads, args=server_ctx_args(ctx), env=dict(ctx.env),
-                                              timeout_s=120.0, help_timeout_s=self.timeout_s)
+                self.session = ServerSession(self.spec.model, self.spec.ctx, url=self.url, slot_dir=self.slot_dir,
+                                             binary=self.binary, build=self.build, timeout_s=self.timeout_s,
+                                             max_requests=self.max_requests, prefix=f"kvscope-lab-{os.getpid()}-")
+            except ServerError as e:
+                if self.url is not None:  # the user's address: the client's own error
+                    raise
+                raise EngineLabError(str(e)) from None
+        else:
+            try:
+                self.session.restart()
             except ServerError as e:
                 raise EngineLabError(str(e)) from None
-            self.client = self._process.client(max_requests=self.max_requests, timeout_s=self.timeout_s)
-        else:
-            if self.slot_dir is None:
-                raise EngineLabError("--server needs the server's --slot-save-path folder as --slot-dir")
-            self.client = ServerClient(self.url, self.slot_dir, max_requests=self.max_requests,
-                                       timeout_s=self.timeout_s)
-        self.dir = str(self.client.slot_dir)
-        if self.dir not in self._watched:  # a user's server's slot folder: our copies go even on SIGTERM or SIGKILL
-            janitor().watch_files(self.dir, self._pattern)
-            self._watched.append(self.dir)
-        for s in sorted(self.spec.seqs):
-            self.client.slot_erase(s)
-            self.client.complete(self.spec.seqs[s], n_predict=0, id_slot=s)
-            self.clean_slots[s] = self.save(s)
+        s = self.session
+        for q in sorted(self.spec.seqs):
+            s.clear(q)
+            s.prefill(q, self.spec.seqs[q])
+            self.clean_slots[q] = s.save("seq_file", q)
+
+    @property
+    def _live(self) -> ServerSession:
+        assert self.session is not None
+        return self.session
+
+    @property
+    def _process(self) -> ServerProcess | None:
+        return self._live.process
+
+    @property
+    def client(self) -> ServerClient:
+        return self._live.client
+
+    @property
+    def dir(self) -> str:
+        return self._live.slot_dir
 
     @property
     def alive(self) -> bool:
-        return self._process is None or self._process.alive
+        return self._live.alive
 
     def restart(self) -> None:
         if self.url is not None:
@@ -355,24 +359,11 @@ class ServerLive:
         self.restarts += 1
         self._start()
 
-    @property
-    def _pattern(self) -> str:
-        return f"kvscope-lab-{os.getpid()}-*.bin"
-
-    def _name(self) -> str:
-        name = f"kvscope-lab-{os.getpid()}-{uuid.uuid4().hex[:8]}.bin"
-        self._names.append(name)
-        return name
-
     def put(self, data: bytes) -> str:
-        name = self._name()
-        Path(self.dir, name).write_bytes(data)
-        return name
+        return self._live.put(data)
 
     def save(self, slot: int) -> bytes:
-        name = self._name()
-        self.client.slot_save(slot, name)
-        return Path(self.dir, name).read_bytes()
+        return self._live.save("seq_file", slot)
 
     def reset(self) -> None:
         """Every live slot back to its clean state (its own slot file)."""
@@ -380,19 +371,11 @@ class ServerLive:
             self.restart()
             return
         for s, data in self.clean_slots.items():
-            self.client.slot_restore(s, self.put(data))
+            self._live.restore("seq_file", s, data=data)
 
     def close(self) -> None:
-        for name in self._names:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.dir, name))
-        self._names.clear()
-        if self._process is not None:
-            self._process.close()
-            self._process = None
-        for folder in self._watched:
-            janitor().forget("files", f"{os.path.abspath(folder)}/{self._pattern}")
-        self._watched.clear()
+        if self.session is not None:
+            self.session.close()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from kvscope.core.engine.builds import BuildError, by_name
-from kvscope.core.engine.llamacpp import EngineError, EngineSetupError, LlamaProcess
+from kvscope.core.engine.session import EngineError, EngineSetupError, LlamaProcess
 from kvscope.core.lab.engine_live import EngineLabError, ctx_params_from
 from kvscope.core.lab.scenario import LIVE_STATE, _sha256_regular
 from kvscope.core.memory import ContextParams

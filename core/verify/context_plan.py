@@ -38,7 +38,7 @@ from typing import Any
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.analysis.verdict import plural
-from kvscope.core.engine.llamacpp import PARTIAL_ONLY, CtxParams
+from kvscope.core.engine.session import PARTIAL_ONLY, CtxParams
 from kvscope.core.errors import InputError
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import KvStream, ParseResult, Section

@@ -1,6 +1,6 @@
 """The engines ``kvscope verify`` runs a state file in, behind one small interface.
 
-* :class:`LlamaCppEngine`: libllama in a child process (:class:`~kvscope.core.engine.llamacpp.LlamaProcess`);
+* :class:`LlamaCppEngine`: libllama in a child process (:class:`~kvscope.core.engine.session.LlamaSession`);
   a crash during the restore is an outcome, and the prefill then runs in a new child.
 * :class:`ServerEngine`: a llama-server over HTTP, one kvscope starts (from a build or a binary) or
   one the user runs (its URL and ``--slot-save-path`` folder): the file is restored as a slot,
@@ -15,12 +15,10 @@ Every engine answers :meth:`restore` with a :class:`RestoreReport`, :meth:`next_
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import time
 import uuid
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,18 +26,22 @@ import numpy as np
 import numpy.typing as npt
 
 from kvscope.core.engine.choices import VERIFY_ENGINES
-from kvscope.core.engine.janitor import janitor
-from kvscope.core.engine.llamacpp import (
-    ABIWarning,
+from kvscope.core.engine.session import (
     CtxParams,
     EngineDied,
     EngineError,
     EngineSetupError,
-    LlamaProcess,
+    LlamaSession,
     Outcome,
+    ServerClient,
+    ServerDied,
+    ServerError,
+    ServerHTTPError,
+    ServerProcess,
+    ServerSession,
+    restored,
     short_line,
 )
-from kvscope.core.engine.server import ServerClient, ServerDied, ServerError, ServerHTTPError, ServerProcess
 from kvscope.core.errors import InputError, SetupError
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.records import ParseResult
@@ -161,29 +163,31 @@ class LlamaCppEngine(VerifyEngine):
     def __init__(self, model: str, ctx: CtxParams, *, build: str | None = None, lib_path: str | None = None,
                  timeout_s: float = 600.0) -> None:
         self.model, self.ctx, self.build, self.lib_path, self.timeout_s = model, ctx, build, lib_path, timeout_s
-        self._proc: LlamaProcess | None = None
-        self._info: dict[str, Any] = {}
-        self.warnings: list[str] = []
-        self._proc = self._start()
+        self._session: LlamaSession | None = self._start()
 
-    def _start(self) -> LlamaProcess:
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always", ABIWarning)
-            p = LlamaProcess(self.model, self.ctx, build=self.build, lib_path=self.lib_path,
-                             timeout_s=self.timeout_s)
-        self.warnings = [str(w.message) for w in seen if issubclass(w.category, ABIWarning)]
-        self._info = p.info()
-        return p
+    def _start(self) -> LlamaSession:
+        return LlamaSession(self.model, self.ctx, build=self.build, lib_path=self.lib_path, timeout_s=self.timeout_s,
+                            record_abi_warnings=True)
 
-    def _live(self) -> LlamaProcess:
-        if self._proc is None or not self._proc.alive:
-            if self._proc is not None:
-                self._proc.close()
+    @property
+    def warnings(self) -> list[str]:
+        return self._session.warnings if self._session is not None else []
+
+    @property
+    def _info(self) -> dict[str, Any]:
+        return self._session.info() if self._session is not None else {}
+
+    def _live(self) -> LlamaSession:
+        s = self._session
+        if s is None or not s.alive:
             try:
-                self._proc = self._start()
+                if s is None:
+                    self._session = s = self._start()
+                else:
+                    s.restart()
             except EngineSetupError as e:  # the engine that ran before cannot start again (the model went away)
                 raise EngineUnavailable(str(e)) from None
-        return self._proc
+        return s
 
     def describe(self) -> dict[str, Any]:
         i = self._info
@@ -193,25 +197,15 @@ class LlamaCppEngine(VerifyEngine):
                 "rotation": i.get("rotation")}
 
     def restore(self, path: str, res: ParseResult, plan: ContextPlan) -> RestoreReport:
-        p = self._live()
-        p.memory_clear()  # a restore after a prefill (the behaviour's continuation) starts from empty too
+        s = self._live()
+        s.clear()  # a restore after a prefill (the behaviour's continuation) starts from empty too
         dest = max(plan.dest_seq, 0)
         per_seq = res.kind in PER_SEQUENCE_KINDS
-        empty = p.state_seq_get_data(dest) if per_seq else None  # what an empty sequence's state is
+        empty = s.save("seq_blob", dest) if per_seq else None  # what an empty sequence's state is
         t0 = time.perf_counter()
-        if res.kind == "seq_file":
-            o = p.state_seq_load_file(path, dest, plan.n_token_capacity)
-            ok = o.ok and bool(o.rc)
-        elif res.kind == "session_file":
-            o = p.state_load_file(path, plan.n_token_capacity)
-            ok = o.ok and bool(o.rc)
-        else:
-            with open(path, "rb") as fh:
-                data = fh.read()
-            o = (p.state_seq_set_data(data, dest, plan.flags) if res.kind == "seq_blob" else p.state_set_data(data))
-            ok = o.ok and bool(o.value)
-            del data
-        report = _report(o, ok, time.perf_counter() - t0)
+        o = s.restore(res.kind, dest, path=path, n_token_capacity=plan.n_token_capacity,
+                      flags=plan.flags if res.kind == "seq_blob" else 0)
+        report = _report(o, restored(res.kind, o), time.perf_counter() - t0)
         report.engine_fault = self._fault(report, res, dest, empty)
         return report
 
@@ -220,20 +214,20 @@ class LlamaCppEngine(VerifyEngine):
         cells behind (a failed load must leave the sequence as it was: empty here, a fresh context)."""
         if report.aborted is not None:
             return abort_fault(report.aborted, report.log)
-        p = self._proc
-        if report.ok or p is None or not p.alive:
+        s = self._session
+        if report.ok or s is None or not s.alive:
             return None
         seqs = [dest] if res.kind in PER_SEQUENCE_KINDS else list(range(int(self._info.get("n_seq_max") or 1)))
         held: dict[int, tuple[int, int]] = {}
-        for s in seqs:
+        for q in seqs:
             try:
-                held[s] = (p.seq_pos_min(s), p.seq_pos_max(s))
+                held[q] = s.positions(q)
             except EngineError:
                 return None
         fault = half_restored_fault(held)
         if fault is None and empty is not None:  # seq_pos_* of an iSWA memory look at kv_swa alone
             try:
-                now = p.state_seq_get_data(dest)
+                now = s.save("seq_blob", dest)
             except EngineError:
                 return None
             if now != empty:
@@ -244,10 +238,10 @@ class LlamaCppEngine(VerifyEngine):
         return fault
 
     def next_logits(self, seq: int, tokens_before: list[int], token: int) -> tuple[Logits | None, str]:
-        p = self._proc
-        if p is None or not p.alive:
+        s = self._session
+        if s is None or not s.alive:
             return None, "the engine died"
-        o = p.decode(seq, [token])
+        o = s.logits(seq, token)
         if o.aborted is not None:
             return None, o.summary()
         if o.rc != 0 or o.value is None:
@@ -261,35 +255,31 @@ class LlamaCppEngine(VerifyEngine):
             raise EngineDiedEarly(f"the re-prefill: {e}") from None
 
     def _prefill(self, plan: PrefillPlan, ctx: ContextPlan, schedule: Schedule) -> bytes:
-        p = self._live()
+        s = self._live()
         if not any(schedule.start(len(t)) for t in plan.seqs.values()):
-            p.memory_clear()
+            s.clear()
         for seq, toks in plan.seqs.items():
-            pieces = schedule.chunks(len(toks))
-            if pieces[0][0] and not p.seq_rm(seq, pieces[0][0], -1):  # a recurrent memory keeps no prefix
-                p.seq_rm(seq, -1, -1)
-                pieces = [(0, pieces[0][0]), *pieces]
-            for a, b in pieces:
-                o = p.decode(seq, toks[a:b], pos0=a)
-                if o.aborted is not None:  # the tokens are the model's own ids: the setup killed it, not the file
-                    why = (f"no answer within --timeout {self.timeout_s:g} s" if o.aborted == "timeout"
-                           else o.summary())
-                    raise EngineDiedEarly(f"the re-prefill of sequence {seq}'s tokens {a}..{b - 1}: {why}")
-                if o.rc != 0:
-                    raise EngineError(f"llama_decode of sequence {seq}'s tokens {a}..{b - 1} returned {o.rc}: "
-                                      f"{engine_message(o.log, 'no message')}")
+            done = s.prefill(seq, toks, schedule.chunks(len(toks)))
+            o, (a, b) = done.outcome, done.piece
+            if o.aborted is not None:  # the tokens are the model's own ids: the setup killed it, not the file
+                why = (f"no answer within --timeout {self.timeout_s:g} s" if o.aborted == "timeout"
+                       else o.summary())
+                raise EngineDiedEarly(f"the re-prefill of sequence {seq}'s tokens {a}..{b - 1}: {why}")
+            if o.rc != 0:
+                raise EngineError(f"llama_decode of sequence {seq}'s tokens {a}..{b - 1} returned {o.rc}: "
+                                  f"{engine_message(o.log, 'no message')}")
         if ctx.per_seq:
-            return p.state_seq_get_data(ctx.dest_seq, ctx.flags)
-        return p.state_get_data()
+            return s.save("seq_blob", ctx.dest_seq, flags=ctx.flags)
+        return s.save("context_blob")
 
     def kill(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
+        if self._session is not None:
+            self._session.kill()
 
     def close(self) -> None:
-        if self._proc is not None:
-            self._proc.close()
-            self._proc = None
+        if self._session is not None:
+            self._session.close()
+            self._session = None
 
 
 def _report(o: Outcome, ok: bool, seconds: float) -> RestoreReport:
@@ -309,17 +299,6 @@ def _report(o: Outcome, ok: bool, seconds: float) -> RestoreReport:
 # llama-server
 
 
-def server_args(ctx: CtxParams) -> list[str]:
-    """llama-server flags for a context like ``ctx`` (its slot count is ``n_seq_max``)."""
-    fa = {None: "auto", True: "on", False: "off"}[ctx.flash_attn]
-    args = ["-b", str(ctx.n_batch), "-ub", str(ctx.n_ubatch), "-fa", fa, "-ctk", ctx.type_k, "-ctv", ctx.type_v,
-            "--kv-unified" if ctx.kv_unified else "--no-kv-unified", "--cache-ram", "0", "-ctxcp", "0",
-            "--no-warmup", "-lv", "4"]  # -lv 4: the server logs why it re-processes a prompt (verify's reuse)
-    if ctx.swa_full:
-        args.append("--swa-full")
-    return args
-
-
 class ServerEngine(VerifyEngine):
     kind = "server"
 
@@ -328,38 +307,40 @@ class ServerEngine(VerifyEngine):
                  max_requests: int = 64, profile: ModelProfile | None = None) -> None:
         self.ctx, self.model, self.profile = ctx, model, profile
         self._banned: list[list[Any]] | None = None
-        self._process: ServerProcess | None = None
-        self._names: list[str] = []
         self.build = build
         self.last_completion: dict[str, Any] | None = None  # the answer of the last next_logits (reuse reads it)
+        prefix = f"kvscope-verify-{os.getpid()}-{uuid.uuid4().hex[:6]}-"  # our files in the slot folder
         if url is not None:
             if slot_dir is None:
                 raise EngineUnavailable("--server needs the server's --slot-save-path folder as --slot-dir")
-            self.client = ServerClient(url, slot_dir, max_requests=max_requests, timeout_s=timeout_s)
+            self.session = ServerSession(model, ctx, url=url, slot_dir=slot_dir, timeout_s=timeout_s,
+                                         max_requests=max_requests, prefix=prefix)
             try:
                 self.client.health()
             except ServerError as e:
+                self.session.close()
                 raise EngineUnavailable(f"the llama-server at {url} does not answer: {e}") from None
-            self.started = False
         else:
             try:
-                self._process = ServerProcess(model, build=None if binary else build, binary=binary,
-                                              n_parallel=ctx.n_seq_max, n_ctx=ctx.n_ctx, threads=ctx.n_threads,
-                                              args=server_args(ctx), env=dict(ctx.env), timeout_s=120.0,
-                                              help_timeout_s=timeout_s)
+                self.session = ServerSession(model, ctx, binary=binary, build=build, timeout_s=timeout_s,
+                                             max_requests=max_requests, prefix=prefix)
             except ServerError as e:
                 raise EngineUnavailable(str(e)) from None
-            self.client = self._process.client(max_requests=max_requests, timeout_s=timeout_s)
-            self.started = True
-        self.slot_dir = str(self.client.slot_dir)
+        self.started = self.session.started
+        self.slot_dir = self.session.slot_dir
         self._slot_limit = MIN_SLOT_LIMIT
-        self._prefix = f"kvscope-verify-{os.getpid()}-{uuid.uuid4().hex[:6]}-"  # our files in the slot folder
-        self._pattern = self._prefix + "*.bin"
-        janitor().watch_files(self.slot_dir, self._pattern)  # deleted even when kvscope is killed
         try:
-            self._props = _props(self.client.props())
+            self._props = _props(self.session.info())
         except ServerError:
             self._props = {}
+
+    @property
+    def client(self) -> ServerClient:
+        return self.session.client
+
+    @property
+    def _process(self) -> ServerProcess | None:
+        return self.session.process
 
     @property
     def props(self) -> dict[str, Any]:
@@ -382,13 +363,12 @@ class ServerEngine(VerifyEngine):
 
     def _copy_in(self, path: str) -> str:
         """Copy the file into the slot folder under a new name of ours (holes kept, no link followed)."""
-        name = f"{self._prefix}{uuid.uuid4().hex[:8]}.bin"
         try:
             fd, st = open_regular(path)
         except InputError as e:
             raise EngineUnavailable(str(e)) from None
         try:
-            self._names.append(name)
+            name = self.session.new_name()
             copy_sparse(fd, os.path.join(self.slot_dir, name), st.st_size)
         except OSError as e:
             raise EngineUnavailable(f"cannot copy the file into the slot folder {self.slot_dir}: "
@@ -398,9 +378,8 @@ class ServerEngine(VerifyEngine):
         self._slot_limit = max(MIN_SLOT_LIMIT, SLOT_SIZE_FACTOR * st.st_size)
         return name
 
-    def _read_slot(self, name: str) -> bytes:
+    def _read_slot(self, path: str) -> bytes:
         """The slot file the server saved: a regular file (not a link, FIFO or device) of a plausible size."""
-        path = os.path.join(self.slot_dir, name)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
         except OSError as e:
@@ -433,16 +412,16 @@ class ServerEngine(VerifyEngine):
         name = self._copy_in(path)
         slot = self._slot(plan.dest_seq)
         try:
-            doc = self.client.slot_restore(slot, name)
+            o = self.session.restore(res.kind, slot, path=os.path.join(self.slot_dir, name))
         except ServerDied as e:
             return RestoreReport(False, str(e), None, e.aborted, list(e.log), time.perf_counter() - t0)
         except ServerHTTPError as e:
             return RestoreReport(False, e.message, e.status, None, [], time.perf_counter() - t0)
         except ServerError as e:
             return RestoreReport(False, str(e), None, None, [], time.perf_counter() - t0)
-        n = doc.get("n_read")
-        return RestoreReport(True, f"slot {slot} restored ({n} bytes read, {doc.get('n_restored')} tokens)", n, None,
-                             [], time.perf_counter() - t0)
+        n = o.rc
+        return RestoreReport(True, f"slot {slot} restored ({n} bytes read, {o.value.get('n_restored')} tokens)", n,
+                             None, [], time.perf_counter() - t0)
 
     def _logit_bias(self) -> list[list[Any]]:
         """Tokens that are not whole UTF-8 on their own, banned from being *sampled*: a server withholds the
@@ -452,11 +431,11 @@ class ServerEngine(VerifyEngine):
         return self._banned
 
     def next_logits(self, seq: int, tokens_before: list[int], token: int) -> tuple[Logits | None, str]:
-        if self._process is not None and not self._process.alive:
+        if not self.session.alive:
             return None, "llama-server is not running"
         try:
-            doc = self.client.complete([*tokens_before, token], n_predict=1, id_slot=self._slot(seq),
-                                       n_probs=SERVER_TOP_K, temperature=0.0, logit_bias=self._logit_bias())
+            doc = self.session.logits(self._slot(seq), token, tokens_before, n_probs=SERVER_TOP_K, temperature=0.0,
+                                      logit_bias=self._logit_bias()).value
         except ServerError as e:
             return None, str(e)
         self.last_completion = doc if isinstance(doc, dict) else None
@@ -472,15 +451,12 @@ class ServerEngine(VerifyEngine):
             raise EngineError("llama-server re-prefills one slot: this file holds several sequences")
         (seq, toks), = plan.seqs.items()
         slot = self._slot(seq)
-        name = f"{self._prefix}{uuid.uuid4().hex[:8]}.bin"
-        self._names.append(name)
         try:
             pieces = schedule.chunks(len(toks))
             if not pieces[0][0]:
-                self.client.slot_erase(slot)
-            for _a, b in pieces:  # the prompt grows a chunk a request: the server decodes only the new tokens
-                self.client.complete(toks[:b], n_predict=0, id_slot=slot)
-            self.client.slot_save(slot, name)
+                self.session.clear(slot)
+            self.session.prefill(slot, toks, pieces)
+            return self.session.save("seq_file", slot, reader=self._read_slot)
         except ServerDied as e:  # before the file was restored: the setup's failure (a model cut under it ...)
             raise EngineDiedEarly(f"llama-server died in the re-prefill: {e}") from None
         except ServerHTTPError as e:
@@ -489,29 +465,16 @@ class ServerEngine(VerifyEngine):
             raise EngineUnavailable(f"llama-server failed during the re-prefill: {e}") from None
         except ServerError as e:
             raise EngineUnavailable(f"llama-server failed during the re-prefill: {e}") from None
-        return self._read_slot(name)
 
     def server_log(self, n: int = 400) -> list[str]:
         """The last ``n`` lines of the log of a server kvscope started (none for the user's ``--server``)."""
-        return self._process.log_tail(n) if self._process is not None else []
+        return self.session.log_tail(n)
 
     def kill(self) -> None:
-        if self._process is not None:
-            self._process.close()
+        self.session.kill()
 
     def close(self) -> None:
-        for name in self._names:
-            path = os.path.join(self.slot_dir, name)
-            with contextlib.suppress(OSError):
-                if os.path.isdir(path) and not os.path.islink(path):
-                    os.rmdir(path)  # an empty folder that took our name; never one with content
-                else:
-                    os.unlink(path)
-        self._names.clear()
-        janitor().forget("files", f"{os.path.abspath(self.slot_dir)}/{self._pattern}")
-        if self._process is not None:
-            self._process.close()
-            self._process = None
+        self.session.close()
 
 
 def _props(doc: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from kvscope.core.engine.llamacpp import short_line
+from kvscope.core.engine.session import short_line
 
 EMPTY = "a failed load should leave the context as it was, empty"
 

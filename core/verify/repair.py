@@ -36,7 +36,7 @@ from kvscope.core.analysis.inspection import inspect_file
 from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.choose import build_for_layout
 from kvscope.core.engine.janitor import janitor
-from kvscope.core.engine.llamacpp import EngineError, LlamaProcess
+from kvscope.core.engine.session import EngineError, LlamaSession, SaveRefused
 from kvscope.core.errors import InputError
 from kvscope.core.fsutil import check_output, temporary_folder, write_atomic
 from kvscope.core.model.profile import ModelProfile, load_model_or
@@ -162,21 +162,23 @@ def _rebuild(res: ParseResult, model: str, plan: PrefillPlan, ctx: ContextPlan, 
         with open(dest, "wb") as fh:
             fh.write(data)
         return "llama_state_seq_get_data_ext" if res.kind == "seq_blob" else "llama_state_get_data"
-    with LlamaProcess(model, ctx.ctx, build=build, timeout_s=timeout_s) as p:
+    with LlamaSession(model, ctx.ctx, build=build, timeout_s=timeout_s, scratch=os.path.dirname(dest)) as session:
         for seq, toks in plan.seqs.items():
-            o = p.decode(seq, toks, pos0=0)
+            o = session.prefill(seq, toks).outcome
             if o.rc != 0 or o.aborted is not None:
                 raise RepairError(f"the engine cannot prefill sequence {seq}'s {len(toks)} tokens: {o.summary()}")
-        if res.kind == "seq_file":
-            seq = ctx.dest_seq
-            o = p.state_seq_save_file(dest, seq, plan.seqs[seq])
-            ok, writer = bool(o.ok and o.value), "llama_state_seq_save_file"
-        else:
-            flat = [t for s in sorted(plan.seqs) for t in plan.seqs[s]]
-            o = p.state_save_file(dest, flat)
-            ok, writer = bool(o.ok and o.value), "llama_state_save_file"
-        if not ok:
-            raise RepairError(f"{writer} failed: {o.summary()}")
+        try:
+            if res.kind == "seq_file":
+                seq = ctx.dest_seq
+                writer = "llama_state_seq_save_file"
+                data = session.save("seq_file", seq, tokens=plan.seqs[seq])
+            else:
+                writer = "llama_state_save_file"
+                data = session.save("session_file", tokens=[t for s in sorted(plan.seqs) for t in plan.seqs[s]])
+        except SaveRefused as e:
+            raise RepairError(f"{e.writer} failed: {e.outcome.summary()}") from None
+    with open(dest, "wb") as fh:
+        fh.write(data)
     return writer
 
 

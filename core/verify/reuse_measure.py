@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kvscope.core.engine.server import ServerClient, ServerError
+from kvscope.core.engine.session import ServerClient, ServerError
 from kvscope.core.textsafe import safe_text
 
 # the server's log lines that explain a prompt's cache decision (their level: TRC needs -lv 4, INF does not)

@@ -26,7 +26,7 @@ from kvscope.core import ggml_types as gt
 from kvscope.core.analysis.inspection import Inspection, inspect_source, open_state
 from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.choose import build_for_layout
-from kvscope.core.engine.llamacpp import EngineError, EngineSetupError
+from kvscope.core.engine.session import EngineError, EngineSetupError
 from kvscope.core.errors import InputError, KvscopeError
 from kvscope.core.fsutil import SHA256_MAX_BYTES, sha256_file
 from kvscope.core.model.profile import ModelProfile, load_model_or

@@ -23,7 +23,7 @@ def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     def started(*_a: object, **_k: object) -> None:
         raise AssertionError("an engine was started")
 
-    for mod, names in ((repair_mod, ("_rebuild", "ServerEngine", "LlamaCppEngine", "LlamaProcess")),
+    for mod, names in ((repair_mod, ("_rebuild", "ServerEngine", "LlamaCppEngine", "LlamaSession")),
                        (run_mod, ("LlamaCppEngine", "ServerEngine", "TorchEngine"))):
         for name in names:
             monkeypatch.setattr(mod, name, started)

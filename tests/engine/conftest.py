@@ -23,7 +23,8 @@ if not HAVE_BINDING:
     # the binding drives libllama in these (and the trained model's server runs belong with the engine
     # suite: CI's core-only run has no engine extra, its full run has)
     collect_ignore = ["test_llamacpp_process.py", "test_build_integrity.py", "test_consumers.py",
-                      "test_reuse_fixtures.py", "test_reuse_trained.py", "test_trained_model.py"]
+                      "test_reuse_fixtures.py", "test_reuse_trained.py", "test_trained_model.py",
+                      "test_engine_session.py"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
