@@ -35,8 +35,12 @@ FINDING_CODES: frozenset[str] = frozenset(
         "unconfirmed_end",
         "read_by_structure",
         "token_cell_mismatch",
+        "version_newer",
     }
 )
+# Findings that say a llama.cpp newer than this kvscope wrote the file (its version word above the newest known):
+# the verdict is "newer", never "damaged", and nothing rewrites such a file as a layout kvscope knows.
+NEWER_CODES: frozenset[str] = frozenset({"version_newer"})
 
 
 @dataclass

@@ -44,6 +44,7 @@ THEMES = ("system", "light", "dark")
 VERDICT_COLORS: dict[str, tuple[str, str]] = {
     "healthy": ("#2e7d32", "#7bd389"), "suspicious": ("#b35c00", "#ffb454"),
     "damaged": ("#c62828", "#ff7b7b"), "not_state": ("#6a1b9a", "#d59cff"),
+    "newer": ("#1559a8", "#82b4ff"),  # written by a llama.cpp newer than kvscope knows: not damage
 }
 
 # ``kvscope verify``: verdict -> verdict level (the colour above), record status -> fill (both palettes).

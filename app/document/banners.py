@@ -2,7 +2,8 @@
 could not run".
 
 :class:`DamageBanner` is shown whatever view is in front while the file has error findings (or
-is not a state file): the verdict in one line, a button to the overview and one that selects the
+is not a state file, or a llama.cpp newer than kvscope wrote it: the verdict ``newer``, in its own
+colour): the verdict in one line, a button to the overview and one that selects the
 first error's bytes (disabled, the reason in its tooltip, where there are none to show: an empty or random
 file; :func:`kvscope.core.verify.preconditions.show_damage_problem`).
 :class:`ChangedBanner` appears when the file changed on disk or while it was
@@ -64,7 +65,7 @@ class DamageBanner(_Strip):
 
     def refresh(self) -> None:
         v, res = self.doc.verdict(), self.doc.result
-        if v is None or res is None or not (res.n_errors or v.level == "not_state"):
+        if v is None or res is None or not (res.n_errors or v.level in ("not_state", "newer")):
             self.hide()
             return
         self.label.setText(v.line())

@@ -37,6 +37,7 @@ figcaption{color:#555;font-size:13px;margin-top:4px}
 .verdict{font-size:17px;padding:8px 12px;border-radius:6px;margin:8px 0 14px}
 .v-healthy{background:#e3f3df;color:#1f5a18}.v-suspicious{background:#fdebd3;color:#7a3e00}
 .v-damaged{background:#fde2e2;color:#8e1414}.v-not_state{background:#efe2f7;color:#4a1470}
+.v-newer{background:#e0ebfa;color:#0f3f78}
 ul.compat{margin:4px 0 12px;padding-left:20px}
 td.restored{background:#b9e3ad}td.unchanged{background:#dde3ea}td.removed{background:#f7d794}
 td.changed{background:#f4a6a6}td.undetermined{background:#dcc3ea}td.error{background:#b03030;color:#fff}

@@ -21,7 +21,7 @@ from typing import Any
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.analysis.verdict import model_mismatch_reason
-from kvscope.core.findings import Finding
+from kvscope.core.findings import NEWER_CODES, Finding
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.pinned_builds import build_writing
 from kvscope.core.reader.layouts import (
@@ -303,6 +303,11 @@ def _one(res: ParseResult, own: Generation, gen: Generation, profile: ModelProfi
             out.migration_missing = [MODEL_MISFIT if m.startswith("the file is damaged") else m
                                      for m in out.migration_missing]
         out.notes.extend(plan.notes)
+        newer = next((f for f in res.findings if f.code in NEWER_CODES), None)
+        if newer is not None:  # what the newer layout adds is unknown: no rewrite can be exact
+            out.migratable = False
+            out.migration_missing = [f"a llama.cpp newer than kvscope wrote it: {newer.message} "
+                                     f"(offset {newer.offset})"]
     refusal = _version_refusal(res, gen)
     if refusal is not None:
         out.loads, out.answer, out.stage = False, refusal, "header"

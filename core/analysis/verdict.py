@@ -1,11 +1,15 @@
 """The one-line verdict on a parsed state file, and the bytes a truncated file is missing.
 
 :func:`verdict` turns a :class:`~kvscope.core.reader.records.ParseResult` into a
-:class:`Verdict`: ``healthy``, ``damaged``, ``suspicious`` or ``not_state``, with the reason in
+:class:`Verdict`: ``healthy``, ``damaged``, ``suspicious``, ``newer`` or ``not_state``, with the reason in
 one line and the findings that matter most. The app's overview, the report and the command line
 all call it, so they never disagree. The rules:
 
 - ``not_state``: the reader did not recognise the file (``kind == "unknown"``).
+- ``newer``: a llama.cpp newer than this kvscope wrote it (a ``version_newer`` finding: its version word is
+  above the newest the layout table knows); the reader read it as the newest known layout where the bytes fit,
+  so no error of that reading is proof of damage (:func:`newer_reason`). Never ``damaged``; the command line
+  exits 1 on it, as on an error.
 - ``damaged``: at least one error finding (the file ends early, a count or record is invalid...),
   unless every error is about the model (see ``model_mismatch``).
 - ``model_mismatch`` (a ``suspicious`` level, never ``damaged``): the file fits its own structure but
@@ -36,7 +40,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kvscope.core.findings import SEVERITY_RANK, Finding
+from kvscope.core.findings import NEWER_CODES, SEVERITY_RANK, Finding
 from kvscope.core.model.memory_plan import ExpectedSection
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.record_names import planned_layer, record_label
@@ -44,12 +48,12 @@ from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Sect
 from kvscope.core.reader.tree import coverage
 from kvscope.core.textsafe import plural as plural  # the one number form (re-exported: its old home)
 
-Level = Literal["healthy", "damaged", "suspicious", "not_state"]
-LEVELS: tuple[Level, ...] = ("healthy", "suspicious", "damaged", "not_state")
+Level = Literal["healthy", "damaged", "suspicious", "newer", "not_state"]
+LEVELS: tuple[Level, ...] = ("healthy", "suspicious", "newer", "damaged", "not_state")
 # A verdict's state: its level, or a finer state of that level ("model_mismatch" is "suspicious").
-State = Literal["healthy", "damaged", "suspicious", "model_mismatch", "not_state"]
+State = Literal["healthy", "damaged", "suspicious", "newer", "model_mismatch", "not_state"]
 LEVEL_TITLE: dict[str, str] = {"healthy": "healthy", "damaged": "damaged", "suspicious": "suspicious",
-                               "model_mismatch": "model mismatch", "not_state": "not a state file"}
+                               "newer": "newer", "model_mismatch": "model mismatch", "not_state": "not a state file"}
 MODEL_ONLY_CODES = frozenset({"model_mismatch", "token_out_of_vocab"})  # errors about the model, not the bytes
 # ``kvscope verify``'s verdicts (kvscope.core.verify.result.VERDICTS) as levels: "diverges" (the state restores,
 # but the model computes beyond the engine's own variation after it) is damage a user must act on
@@ -186,6 +190,9 @@ def verdict(res: ParseResult, profile: ModelProfile | None = None) -> Verdict:
         return Verdict("not_state", why, top, None, counts)
     errors = [f for f in res.findings if f.severity == "error"]
     missing = missing_bytes(res, profile)
+    newer = newer_reason(res, errors)
+    if newer is not None:
+        return Verdict("newer", newer, top, missing, counts)
     if errors:
         more = f" (and {plural(len(errors) - 1, 'more error')})" if len(errors) > 1 else ""
         mismatch = model_mismatch_reason(res, profile)
@@ -218,6 +225,31 @@ def verdict(res: ParseResult, profile: ModelProfile | None = None) -> Verdict:
     if notes:
         reason += f" ({plural(len(notes), 'note')} in the findings)"
     return Verdict("healthy", reason, top, None, counts)
+
+
+def newer_reason(res: ParseResult, errors: list[Finding] | None = None) -> str | None:
+    """Why ``res`` was written by a llama.cpp newer than this kvscope knows (None: nothing says so): ``written by
+    a llama.cpp newer than this kvscope knows (seq version 5; the newest known, b11434, writes 4); read as 4 where
+    the bytes fit: 668 bytes trusted``. The numbers and the build come from the reader's finding (the layout table
+    and the pinned builds); errors of that reading follow (a newer layout may differ where they are)."""
+    found = next((f for f in res.findings if f.code in NEWER_CODES), None)
+    if found is None:
+        return None
+    x = found.extra
+    known, read_as = x.get("newest_known"), x.get("read_as", x.get("newest_known"))
+    who = x.get("newest_build") or x.get("newest_generation")
+    cov = coverage(res.root)
+    trusted = cov["parsed_bytes"]
+    of = f" of {res.size:,}" if trusted < res.size else ""
+    why = (f"written by a llama.cpp newer than this kvscope knows ({x.get('version_word', 'file')} version "
+           f"{x.get('version')}; the newest known, {who}, writes {known}); read as {read_as} where the bytes fit: "
+           f"{plural(trusted, 'byte')}{of} trusted")
+    errors = [f for f in res.findings if f.severity == "error"] if errors is None else errors
+    if errors:
+        first = min(errors, key=lambda f: f.offset)
+        more = f" (and {plural(len(errors) - 1, 'more error')})" if len(errors) > 1 else ""
+        why += f"; read as {read_as}: {first.message}{more}"
+    return why
 
 
 def vocabulary_mismatch(res: ParseResult, profile: ModelProfile | None) -> str | None:

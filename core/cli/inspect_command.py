@@ -5,7 +5,8 @@ verdict, as in the app and the report); ``--no-stats`` skips the scan and the ve
 ``(values not scanned)``. The file goes through the one inspection pipeline
 (:func:`kvscope.core.analysis.inspection.inspect_file`).
 
-Exit codes: 0 clean, 1 error findings, 2 unreadable input or not a state file, with one line on stderr.
+Exit codes: 0 clean, 1 error findings or a file a newer llama.cpp wrote (verdict ``newer``), 2 unreadable
+input or not a state file, with one line on stderr.
 Only the standard library is imported until the command runs.
 """
 
@@ -70,4 +71,5 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if not found.is_state:
         print(error_line(f"{args.file}: {found.not_state_reason()}"), file=sys.stderr)
         return EXIT_BAD_INPUT
-    return EXIT_FINDINGS if found.result.n_errors else EXIT_OK
+    # a file a newer llama.cpp wrote ("newer") is worth attention as an error is: kvscope read it as an older layout
+    return EXIT_FINDINGS if found.result.n_errors or found.verdict.level == "newer" else EXIT_OK

@@ -113,7 +113,7 @@ def render(ap: argparse.ArgumentParser) -> str:
         "| --- | --- |",
         f"| {EXIT_OK} | done, nothing to report |",
         f"| {EXIT_FINDINGS} | done, and something was found: error findings, a verdict other than ok, "
-        "disagreements, files left unmigrated |",
+        "a file a newer llama.cpp wrote (`newer`), disagreements, files left unmigrated |",
         f"| {EXIT_BAD_INPUT} | bad input (missing, unreadable, special or not a state file), a usage error, "
         "a missing engine, or an output that cannot be written (a full disk) |",
         f"| {EXIT_INTERNAL} | internal error: a bug in kvscope, not a verdict on the input (please report it "

@@ -15,9 +15,10 @@ report is report.md and report.json, and one line on stderr says what the gui ex
 then leads with the verdict Verify measured. Where Verify cannot run (no engine, a missing model) or the
 result is malformed or about another file, one line on stderr and exit 2, no report.
 Exit codes, as ``kvscope inspect``: 0 written and the file has no error findings (and, with a Verify
-result, its verdict is ``ok``), 1 written and the file has error findings or Verify's verdict is another
-one, 2 bad input, a Verify that cannot run or an unwritable destination (one line on stderr, no
-report written). Files are named by their base name (with size and sha256) unless ``--full-paths``.
+result, its verdict is ``ok``), 1 written and the file has error findings, its verdict is ``newer`` (a
+llama.cpp newer than kvscope wrote it) or Verify's verdict is another one, 2 bad input, a Verify that
+cannot run or an unwritable destination (one line on stderr, no report written). Files are named by their
+base name (with size and sha256) unless ``--full-paths``.
 """
 
 from __future__ import annotations
@@ -151,7 +152,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(error_line(f"note: the lab did not run: {data.lab.reason}"), file=sys.stderr)
     print(summary_line(data, args.output))
     verified = verify is None or verify.get("verdict") == "ok"
-    return EXIT_FINDINGS if data.result.n_errors or not verified else EXIT_OK
+    newer = data.overview.verdict.level == "newer"  # written by a llama.cpp newer than kvscope knows: as inspect
+    return EXIT_FINDINGS if data.result.n_errors or newer or not verified else EXIT_OK
 
 
 def _verify(args: argparse.Namespace, options: ReportOptions, progress: Progress) -> dict[str, Any] | None:

@@ -2,7 +2,8 @@
 generation where the file holds everything that layout writes (:mod:`kvscope.core.convert.rewrite`).
 
 Exit codes: 0 written; 1 the result cannot be exact (what is missing is named); 2 bad input
-(unreadable or damaged file, unusable model, unknown layout). Errors are one line on stderr.
+(unreadable or damaged file, a file a newer llama.cpp wrote, unusable model, unknown layout). Errors
+are one line on stderr.
 The input is never modified; the output appears atomically (a temporary file in the same
 directory, then ``os.replace``); an output naming the file or the model (by any path), or one that
 exists and is not a regular file (a FIFO, a device, a folder), is refused before either is read.

@@ -19,6 +19,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kvscope.core.findings import NEWER_CODES
 from kvscope.core.fsutil import atomic_writer, output_problem, write_atomic
 from kvscope.core.model.profile import ModelProfile
 
@@ -82,6 +83,10 @@ def rewrite_file(
         return RewriteOutcome(BAD_INPUT, str(e))
     if res.kind == "unknown":
         return RewriteOutcome(BAD_INPUT, f"{src}: {res.findings[0].message if res.findings else 'not a state file'}")
+    newer = next((f for f in res.findings if f.code in NEWER_CODES), None)
+    if newer is not None:  # what the newer layout adds is unknown: rewriting it as a known one could drop it
+        return RewriteOutcome(BAD_INPUT, f"{src}: written by a llama.cpp newer than kvscope knows, not rewritten: "
+                              f"{newer.message} (offset {newer.offset})", source_layout=res.layout.name)
     errors = [f for f in res.findings if f.severity == "error"]
     if errors:
         return RewriteOutcome(BAD_INPUT, f"{src}: damaged or not from this model: {errors[0].message} "

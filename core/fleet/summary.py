@@ -31,7 +31,7 @@ REASON_CHARS = 160
 
 # how bad a result is (higher: listed first); 0 is not listed among the worst
 _RANK_STATUS = {"error": 60, "unreadable": 50}
-_RANK_VERDICT = {"damaged": 40, "suspicious": 20}
+_RANK_VERDICT = {"damaged": 40, "newer": 25, "suspicious": 20}
 _RANK_TARGET = {"not migratable": 30, "unknown": 10}
 
 
@@ -49,7 +49,7 @@ def _why(r: dict[str, Any]) -> str:
     if r["status"] != "parsed":
         return str(r.get("reason", ""))
     tgt = r.get("target") or {}
-    if r.get("verdict") in ("damaged", "suspicious") or not tgt:
+    if r.get("verdict") in ("damaged", "newer", "suspicious") or not tgt:
         return f"{r.get('verdict')}: {r.get('verdict_reason', '')}"
     return f"{tgt['generation']}: {tgt['status']}: {tgt.get('reason', '')}"
 

@@ -110,8 +110,32 @@ def generation_rank(gen: Generation) -> int:
     return GENERATIONS.index(gen)
 
 
+def version_word(kind: str) -> str:
+    """What a file of ``kind``'s version word is called: ``session`` or ``seq``."""
+    return "session" if kind == "session_file" else "seq"
+
+
+def file_version(gen: Generation, kind: str) -> int:
+    """The version word a file of ``kind`` carries in layout ``gen``."""
+    return gen.session_version if kind == "session_file" else gen.seq_version
+
+
+def newest_generation(kind: str) -> Generation:
+    """The newest generation of the table for a file of ``kind``: the one with the highest version word
+    (the newest of those when several share it)."""
+    top = max(file_version(g, kind) for g in GENERATIONS)
+    return max((g for g in GENERATIONS if file_version(g, kind) == top), key=generation_rank)
+
+
+def is_newer_version(kind: str, version: int | None) -> bool:
+    """``version`` is above every version word the table knows for a file of ``kind``: a llama.cpp newer
+    than this kvscope wrote it (read as :func:`newest_generation` where the bytes fit)."""
+    return version is not None and version > file_version(newest_generation(kind), kind)
+
+
 def candidate_generations(kind: str, version: int | None, has_blob_header: bool | None) -> list[Generation]:
-    """Generations worth trying for a file of ``kind`` whose header says ``version``."""
+    """Generations worth trying for a file of ``kind`` whose header says ``version`` (a version above the
+    newest known: every generation, the reader keeps the one that fits the bytes best, the newest of equals)."""
     cands = list(GENERATIONS)
     if kind == "seq_blob" and has_blob_header is not None:
         cands = [g for g in cands if g.blob_header == has_blob_header]

@@ -14,6 +14,7 @@ from kvscope.core.errors import InputError
 from kvscope.core.findings import Finding, Severity
 from kvscope.core.model.architectures import MROPE_ARCHES
 from kvscope.core.model.profile import ModelProfile
+from kvscope.core.pinned_builds import build_writing
 from kvscope.core.reader.checks import check_model_only, check_result
 from kvscope.core.reader.containers import MAX_ARCH_LEN, Container, arch_string, parse_container
 from kvscope.core.reader.context import ParseCtx
@@ -26,8 +27,12 @@ from kvscope.core.reader.layouts import (
     Generation,
     candidate_generations,
     ext_choices,
+    file_version,
     generation_named,
     generation_rank,
+    is_newer_version,
+    newest_generation,
+    version_word,
 )
 from kvscope.core.reader.memory_state import PlanItem, may_continue, parse_bare_section
 from kvscope.core.reader.meta import infer_cell_count
@@ -200,7 +205,19 @@ def _attempt(
         memory_end=cont.memory_end,
         model_path=profile.path if profile is not None else None,
     )
-    if kind in FILE_KINDS and cont.header.get("version") is not None:
+    if kind in FILE_KINDS and is_newer_version(kind, cont.header.get("version")):
+        newest = newest_generation(kind)
+        known_v, build, read_as = file_version(newest, kind), build_writing(newest.name), file_version(gen, kind)
+        word = version_word(kind)
+        # llama.cpp refuses a version it does not know; kvscope reads it as the known layout that fits the
+        # bytes best (the newest of equals): not damage, a file written by a newer llama.cpp (the verdict's "newer")
+        ctx.find("warning", "version_newer", 4, 4,
+                 f"{word} version {cont.header['version']} is newer than any this kvscope knows (the newest "
+                 f"known, {build or newest.name}, writes {known_v}); read as {read_as} where the bytes fit",
+                 root.find("/version"), version=cont.header["version"], version_word=word,
+                 newest_known=known_v, newest_generation=newest.name, newest_build=build, read_as=read_as,
+                 read_as_generation=gen.name)
+    elif kind in FILE_KINDS and cont.header.get("version") is not None:
         known = {g.session_version if kind == "session_file" else g.seq_version for g in GENERATION_BY_NAME.values()}
         if cont.header["version"] not in known:
             ctx.find("error", "value_invalid", 4, 4, f"version {cont.header['version']} was never written by "
@@ -211,7 +228,7 @@ def _attempt(
     cov = coverage(root)
     version = cont.header.get("version")
     want_version = gen.session_version if kind == "session_file" else gen.seq_version
-    version_ok = version is None or version == want_version
+    version_ok = version is None or version == want_version or (kind in FILE_KINDS and is_newer_version(kind, version))
     # Without a model a cell extension is only believed when it explains the file cleanly: on a
     # damaged file, reading 8 or 12 extra bytes per cell makes garbage look better than it is.
     # A file cut short is damaged only by the cut: its extension reading is believed when it
