@@ -416,6 +416,35 @@ def _merge(ls: LayerStats, rec: LayerRecord, parts: Iterator[tuple[_Step, _Part]
         ls.first_zero_row = int(zero[0]) if zero.size else None
 
 
+def unwritten_rows(res: ParseResult, ls: LayerStats) -> str | None:
+    """Why llama.cpp itself leaves the rows of record ``ls`` all zero in a healthy state, or None.
+
+    ``llama_kv_cache_msa`` (MiniMax-M3: ``kv_base`` beside the indexer's ``kv_idx``) gives its indexer cache K
+    and V tensors, but the model graph (``src/models/minimax-m3.cpp``, b11434) only ever copies the indexer's
+    K into it (``cpy_k``), and only on the sparse layers, which run only with flash attention and a cache
+    that is not unified over several sequences (``msa_enabled = flash_attn && (n_seq_max == 1 ||
+    !kv_unified)``); otherwise every layer runs dense attention and the indexer cache is never written.
+    A file says flash attention was off by its transposed V (``v_trans`` 1) and a unified cache by one
+    stream; how many sequences the context had it does not say."""
+    roles = {sec.role for sec in res.sections}
+    sec = res.sections[ls.section_index] if 0 <= ls.section_index < len(res.sections) else None
+    if sec is None or sec.role != "kv_idx" or "kv_base" not in roles:
+        return None
+    if ls.role == "v":
+        return "llama.cpp never writes the MSA indexer cache's V (MiniMax-M3 stores only the indexer's K)"
+    if ls.role != "k":
+        return None
+    base = next(s for s in res.sections if s.role == "kv_base")
+    stream = next((st for st in base.streams if st.index == ls.stream), None)
+    if stream is not None and stream.v_trans == 1:
+        return ("without flash attention (V stored transposed) MiniMax-M3 runs dense attention and never "
+                "writes the indexer's K")
+    if len(base.streams) == 1:
+        return ("expected when the context held several sequences in its unified cache: MiniMax-M3 then runs "
+                "dense attention and never writes the indexer's K")
+    return None
+
+
 def _add_findings(res: ParseResult, rec: LayerRecord, ls: LayerStats) -> None:
     path = rec.node.path if rec.node is not None else ""
     what = f"{_ROLE.get(rec.role, rec.role)} " + (f"layer {rec.il}" if rec.il is not None else f"record {rec.index}")
@@ -435,9 +464,11 @@ def _add_findings(res: ParseResult, rec: LayerRecord, ls: LayerStats) -> None:
         z = ls.first_zero_row
         off, length = ((rec.data_offset + z * rec.el_bytes, rec.el_bytes) if rec.transposed
                        else (rec.data_offset + z * rec.row_bytes, rec.row_bytes))
-        new.append(Finding("warning", "zero_rows", off, length,
-                           f"{what}: {ls.zero_rows} of {ls.n_rows} cells are all zero bytes (first: cell {z})",
-                           path, rec.il, {"count": ls.zero_rows, "first_cell": z}))
+        why = unwritten_rows(res, ls) if ls.zero_rows == ls.n_rows else None
+        message = f"{what}: {ls.zero_rows} of {ls.n_rows} cells are all zero bytes (first: cell {z})"
+        new.append(Finding("info" if why else "warning", "zero_rows", off, length,
+                           f"{message}: {why}" if why else message, path, rec.il,
+                           {"count": ls.zero_rows, "first_cell": z}))
     res.findings.extend(f for f in new if f not in res.findings)
 
 
