@@ -20,6 +20,12 @@ A state blob carries no tokens: ``given_tokens`` holds the ones the user gave fo
 this blob…, :mod:`~kvscope.app.document.given_tokens`), which Verify and Repair re-prefill, as
 ``--tokens`` does on the command line; ``tokensChanged`` says they were given or cleared. They are
 forgotten when a reload reads the file as something they do not fit (not a blob, another sequence).
+
+Verify and Repair are the document's two real-engine runs, ``verify_run`` and ``repair_run``, both
+:class:`~kvscope.app.document.engine_job.EngineJob`: the same progress (``progressed``, which a view shows in
+its progress widget; ``verifyProgress`` relays Verify's), the same Cancel (the work stopped where it is), the
+same outcome path (Verify's result becomes ``verify``, its failure ``verify_error``; ``verifyChanged`` only
+when a run starts or ends).
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ from PySide6.QtCore import QFileSystemWatcher, QObject, QSettings, QTimer, Signa
 from kvscope.app.base.tasks import CancelToken, Report, Task, TaskRunner
 from kvscope.app.document.bookmarks import Bookmarks
 from kvscope.app.document.doc_index import DocumentIndex
+from kvscope.app.document.engine_job import EngineJob
 from kvscope.app.document.given_tokens import GivenTokens, count_text, takes_tokens, tokens_problem
 from kvscope.app.document.missing_records import refine_verdict
+from kvscope.app.document.repair_job import RepairRun
 from kvscope.app.document.selection import SelectionBus
 from kvscope.app.document.source import ViewSource, describe_change, empty_source
 from kvscope.app.document.verify_job import NEEDS_MODEL, EngineChoice, verify_job
@@ -162,7 +170,6 @@ class Document(QObject):
         self.compat_error: str | None = None
         self.verify: dict[str, Any] | None = None
         self.verify_error: str | None = None  # why the last Verify could not run (no model, no engine ...)
-        self.verify_step: tuple[float | None, str] | None = None  # (fraction, step) while a Verify runs
         self.verify_engine: str = ""  # the engine the last (or running) Verify was asked for, in words
         self.verify_stale: str | None = None  # why ``verify`` is not the last run's result (that run was cancelled)
         self.diff: DiffState | None = None
@@ -170,6 +177,14 @@ class Document(QObject):
         self.given_tokens: GivenTokens | None = None  # the tokens a blob was made of, as the user gave them
         self.given_tokens_text = ""  # the text they were given as (the dialog starts from it)
         self._tasks: dict[str, Task] = {}
+        # Verify and Repair: the one job model (progress, Cancel, outcome), Verify's outcome kept in ``verify``
+        self.verify_run = EngineJob(runner, "verify", self)
+        self.verify_run.progressed.connect(self.verifyProgress)
+        self.verify_run.succeeded.connect(self._on_verified)
+        self.verify_run.failed.connect(self._on_verify_failed)
+        self.verify_run.stopped.connect(self._on_verify_cancelled)
+        self.verify_run.changed.connect(self._on_verify_changed)
+        self.repair_run = RepairRun(runner, self)
         self._watcher = QFileSystemWatcher(self)
         self._watcher.fileChanged.connect(self._on_disk_event)
         self._watcher.directoryChanged.connect(self._on_disk_event)
@@ -263,8 +278,12 @@ class Document(QObject):
     # -- verify --------------------------------------------------------------------------------------
     @property
     def verifying(self) -> bool:
-        t = self._tasks.get("verify")
-        return t is not None and not t.done
+        return self.verify_run.running
+
+    @property
+    def verify_step(self) -> tuple[float | None, str] | None:
+        """(fraction, step) while a Verify runs, else None."""
+        return self.verify_run.step
 
     def verify_problem(self) -> str | None:
         """Why Verify cannot run on this file with this model (one line; the core's check, the one ``kvscope
@@ -293,25 +312,15 @@ class Document(QObject):
             self.verifyChanged.emit()
             return None
         self.verify_error = None
-        self.verify_step = (0.0, f"starting {self.verify_engine}")
-        task = self._start("verify", f"verify {self.name}", verify_job(self.path, self.model_path, choice,
-                                                                       self.profile, self.given_tokens),
-                           self._on_verified, self._on_verify_failed)
-        task.progressed.connect(self._on_verify_progress)
-        task.cancelled.connect(self._on_verify_cancelled)
-        task.finished.connect(self._on_verify_finished)
-        self.verifyChanged.emit()
+        task = self.verify_run.submit(f"verify {self.name}", verify_job(self.path, self.model_path, choice,
+                                                                        self.profile, self.given_tokens),
+                                      step=f"starting {self.verify_engine}")
+        self._track("verify", task)
         return task
 
     def cancel_verify(self) -> None:
         """Stop a running Verify (the engine call in flight is killed)."""
-        t = self._tasks.get("verify")
-        if t is not None and not t.done:
-            t.cancel()
-
-    def _on_verify_progress(self, fraction: object, text: str) -> None:
-        self.verify_step = (fraction if isinstance(fraction, float) else None, text)
-        self.verifyProgress.emit(fraction, text)
+        self.verify_run.cancel()
 
     def _on_verified(self, result: dict[str, Any]) -> None:
         self.verify = result
@@ -331,8 +340,7 @@ class Document(QObject):
                                  "run's")
         self.message.emit(f"{self.name}: verification cancelled")
 
-    def _on_verify_finished(self) -> None:
-        self.verify_step = None
+    def _on_verify_changed(self) -> None:  # a run started or ended (not a progress tick)
         self.verifyChanged.emit()
 
     def _start(self, kind: str, label: str, job: Any, on_success: Any, on_failure: Any = None) -> Task:
@@ -341,14 +349,19 @@ class Document(QObject):
         if old is not None and not old.done:
             old.cancel()
         task = self.runner.submit(label, job, on_success, on_failure)
+        self._track(kind, task)
+        return task
+
+    def _track(self, kind: str, task: Task) -> None:
+        """Count ``task`` as the document's ``kind`` work (``busy``; cancelled with the document)."""
         self._tasks[kind] = task
         task.finished.connect(lambda: self.busyChanged.emit(self.busy))
         self.busyChanged.emit(True)
-        return task
 
     def cancel(self) -> None:
         for t in self._tasks.values():
             t.cancel()
+        self.repair_run.cancel()  # a page closed while its repair runs stops the run (nothing is written)
 
     def close(self) -> None:
         """Stop the work, the watching, and close the file."""

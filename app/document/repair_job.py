@@ -4,9 +4,13 @@
 file's own tokens in the pinned build that writes its layout, saves the state as the file was saved,
 verifies it and only then writes OUT atomically. The app runs exactly that command, in a child
 process of its own (``python -m kvscope.core.cli.main repair ... --json``) so that Cancel can stop it
-whatever engine call it is in: Cancel sends SIGINT, which unwinds the command (its engines closed, its
-temporary files and OUT's temporary removed), and after :data:`KILL_AFTER_S` kills its process group
-(the engine's janitor then stops the engines it started). The child's temporary folder is a private
+whatever engine call it is in and the app's process never holds its engines: the run is an
+:class:`~kvscope.app.document.engine_job.EngineJob` (the job model Verify's run is too: one progress signal,
+one Cancel, one outcome path) whose work runs the command with
+:func:`~kvscope.app.document.engine_job.run_command`. Cancel sends SIGINT, which unwinds the command (its
+engines closed, its temporary files and OUT's temporary removed), after
+:data:`~kvscope.app.document.engine_job.KILL_AFTER_S` kills its process group, and kills what is left of
+that group once the command has ended. The child's temporary folder is a private
 one (``TMPDIR``), removed when it ends however it ends. The input is never written: an OUT that names
 it, by any path, is refused before anything runs.
 
@@ -18,8 +22,8 @@ command would run; :func:`repair_build` applies the engine settings' build
 where it writes the file's layout. A state blob carries no tokens: those the user gave for it (Tools →
 Tokens for this blob…) go to the command as ``--tokens @FILE``, a JSON file in the run's private
 temporary folder (never on the command line itself: a long prompt would pass the kernel's 128 KiB limit
-on one argument). :class:`RepairRun` holds one document's run: in progress (step,
-Cancel), written (the result, to open), refused or failed (the one-line message).
+on one argument). :class:`RepairRun` holds one document's run (the document's ``repair_run``): in
+progress (step, Cancel), written (the result, to open), refused or failed (the one-line message).
 """
 
 from __future__ import annotations
@@ -28,17 +32,15 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject
 
 from kvscope.app.base.tasks import Cancelled, CancelToken, Job, Report, Task, TaskRunner
+from kvscope.app.document.engine_job import EngineJob, run_command
 from kvscope.app.document.given_tokens import ACTION as TOKENS_ACTION
 from kvscope.app.document.given_tokens import GivenTokens, all_ids, to_json
 from kvscope.app.document.verify_job import EngineChoice
@@ -52,7 +54,6 @@ if TYPE_CHECKING:
     from kvscope.core.model.profile import ModelProfile
     from kvscope.core.reader.records import ParseResult
 
-KILL_AFTER_S = 10.0  # after SIGINT, the command has this long to unwind before its process group is killed
 SUFFIX = ".repaired"  # the default output: beside the input, this before its extension
 NEEDS_MODEL = f"{REPAIR_NEEDS_MODEL}: choose it with File → Model… (Ctrl+M)."
 EXIT_BAD_INPUT = 2  # kvscope repair: the file cannot be rebuilt (one line on stderr)
@@ -117,23 +118,6 @@ def write_tokens(folder: str, tokens: GivenTokens) -> str:
     return path
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGINT (the command unwinds and cleans up), then the process group's SIGKILL if it does not end."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(proc.pid, signal.SIGINT)
-
-    def kill() -> None:
-        try:
-            proc.wait(KILL_AFTER_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-
-    threading.Thread(target=kill, name="kvscope-repair-stop", daemon=True).start()
-
-
 def _leftovers(out: str, since: float) -> None:
     """A killed command's temporary beside OUT (``atomic_writer``'s, tagged ``repair``), made during the run."""
     folder = os.path.dirname(os.path.abspath(out))
@@ -174,40 +158,25 @@ def repair_job(path: str, model: str, out: str, build: str | None = None, timeou
         report(None, step)
         tmp = tempfile.mkdtemp(prefix="kvscope-repair-app-")
         t0 = time.time()
+        returncode: int | None = None
         try:
             tokens_file = write_tokens(tmp, tokens) if tokens is not None else None
-            proc = subprocess.Popen(repair_command(path, model, out, build, timeout_s, tokens_file),
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True, env=dict(os.environ, TMPDIR=tmp), close_fds=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        token.on_cancel(lambda: _stop(proc))
-        try:
-            while True:
-                try:
-                    stdout, stderr = proc.communicate(timeout=1.0)
-                    break
-                except subprocess.TimeoutExpired:
-                    report(None, f"{step} · {time.time() - t0:.0f} s")
+            returncode, stdout, stderr = run_command(repair_command(path, model, out, build, timeout_s, tokens_file),
+                                                     token, report, step, env=dict(os.environ, TMPDIR=tmp))
         finally:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            if proc.returncode is not None and proc.returncode < 0:  # killed: nothing unwound
+            if returncode is not None and returncode < 0:  # killed: nothing unwound
                 _leftovers(out, t0)
             shutil.rmtree(tmp, ignore_errors=True)
         if token.cancelled:
-            if proc.returncode == 0 and late is not None:  # it had finished: OUT is written and verified
+            if returncode == 0 and late is not None:  # it had finished: OUT is written and verified
                 with contextlib.suppress(ValueError):
                     late["result"] = {**json.loads(stdout.decode("utf-8")), **given, "finished_before_cancel": True}
             raise Cancelled()
         err = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
-        line = err[-1].removeprefix("kvscope: ") if err else f"kvscope repair ended with status {proc.returncode}"
-        if proc.returncode == EXIT_BAD_INPUT:
+        line = err[-1].removeprefix("kvscope: ") if err else f"kvscope repair ended with status {returncode}"
+        if returncode == EXIT_BAD_INPUT:
             raise RepairRefused(line)
-        if proc.returncode != 0:
+        if returncode != 0:
             raise RuntimeError(f"kvscope repair failed: {line}")
         result: dict[str, Any] = json.loads(stdout.decode("utf-8"))
         result["seconds_total"] = time.time() - t0
@@ -216,32 +185,23 @@ def repair_job(path: str, model: str, out: str, build: str | None = None, timeou
     return job
 
 
-class RepairRun(QObject):
-    """One document's Repair: ``changed`` when a run starts, reports a step, or ends (written, refused,
-    failed or cancelled)."""
-
-    changed = Signal()
+class RepairRun(EngineJob):
+    """One document's Repair, an :class:`~kvscope.app.document.engine_job.EngineJob` whose work is ``kvscope repair``
+    in a child process; ``output`` is the file being (or last) written."""
 
     def __init__(self, runner: TaskRunner, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.runner = runner
-        self.task: Task | None = None
+        super().__init__(runner, "repair", parent)
         self.output: str | None = None  # the file being (or last) written
-        self.step: str = ""
-        self.result: dict[str, Any] | None = None  # the last run's ``--json`` object (written)
-        self.error: str | None = None  # why the last run wrote nothing (one line)
-        self.cancelled = False
-        self._late: dict[str, Any] = {}  # a run's result that came in as it was cancelled
 
     @property
-    def running(self) -> bool:
-        return self.task is not None and not self.task.done
+    def step_text(self) -> str:
+        return self.step[1] if self.step is not None else ""
 
     def start(self, path: str, model: str, out: str, build: str | None = None, what: str = "",
-              tokens: GivenTokens | None = None) -> Task | None:
+                     tokens: GivenTokens | None = None) -> Task | None:
         """Repair ``path`` into ``out`` in the background (None, and ``error`` set, when ``out`` is the input);
         ``what`` says what it does (the progress line); ``tokens``: those given for a blob."""
-        if self.running:
+        if self.task is not None and not self.task.done:
             return self.task
         self.output, self.result, self.error, self.cancelled = os.path.abspath(out), None, None, False
         refused = output_problem(out, [path, model])  # never the file or the model; no FIFO, device, folder
@@ -249,49 +209,12 @@ class RepairRun(QObject):
             self.error = refused
             self.changed.emit()
             return None
-        self.step = "starting"
-        self._late = {}
-        task = self.runner.submit(f"repair {safe_text(os.path.basename(path))}",
-                                  repair_job(path, model, self.output, build, what=what, late=self._late,
-                                             tokens=tokens),
-                                  self._done, self._failed)
-        task.progressed.connect(self._progress)
-        task.cancelled.connect(self._cancelled)
-        task.finished.connect(self._finished)
-        token = task.token  # a page closed while its repair runs stops the run (nothing is written)
-        self.destroyed.connect(lambda *_: token.cancel())
-        self.task = task
-        self.changed.emit()
-        return task
-
-    def cancel(self) -> None:
-        if self.task is not None and not self.task.done:
-            self.task.cancel()
+        late: dict[str, Any] = {}
+        return self.submit(f"repair {safe_text(os.path.basename(path))}",
+                           repair_job(path, model, self.output, build, what=what, late=late, tokens=tokens),
+                           late=late)
 
     def dismiss(self) -> None:
-        """Forget the last run's outcome (not a run in progress)."""
         if not self.running:
-            self.result, self.error, self.cancelled, self.output = None, None, False, None
-            self.changed.emit()
-
-    def _progress(self, _fraction: object, text: str) -> None:
-        self.step = text
-        self.changed.emit()
-
-    def _done(self, result: dict[str, Any]) -> None:
-        self.result = result
-
-    def _failed(self, message: str) -> None:
-        self.error = message
-
-    def _cancelled(self) -> None:
-        late = self._late.get("result")
-        if late is not None:  # Cancel came after the command had written and verified the file
-            self.result = late
-        else:
-            self.cancelled = True
-
-    def _finished(self) -> None:
-        self.task = None
-        self.step = ""
-        self.changed.emit()
+            self.output = None
+        super().dismiss()

@@ -22,7 +22,7 @@ import pytest  # noqa: E402
 from tests.support.gui_helpers import model  # noqa: E402
 
 ENGINE_TESTS = ("test_gui_verify_engine.py", "test_gui_lab_engine.py", "test_gui_repair.py",
-                "test_gui_blob_tokens_engine.py")
+                "test_gui_blob_tokens_engine.py", "test_gui_engine_job_engine.py")
 
 if importlib.util.find_spec("PySide6") is None or importlib.util.find_spec("pytestqt") is None:
     collect_ignore_glob = ["test_*.py"]  # the core suite runs without Qt

@@ -80,7 +80,8 @@ def _repair(window, qtbot, w, out: Path) -> dict:  # type: ignore[no-untyped-def
     repair_document(window, w, out=str(out))
     run = w.overview.repair
     assert run.running and not window.actions_["blob_tokens"].isEnabled()  # the tokens stay as the run has them
-    assert "from the 12 tokens given in llama.cpp 0c1e5709" in run.step or run.step == "starting", run.step
+    step = run.step_text
+    assert "from the 12 tokens given in llama.cpp 0c1e5709" in step or step == "starting", step
     qtbot.waitUntil(lambda: not run.running, timeout=TIMEOUT)
     assert run.error is None, run.error
     assert run.result is not None

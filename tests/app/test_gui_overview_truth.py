@@ -164,13 +164,13 @@ def test_a_cancelled_verify_marks_the_earlier_result_stale(qtbot, open_doc):  # 
     doc.set_verify({"verdict": "ok", "engine": {"kind": "llama.cpp", "build": "0c1e5709"}, "reasons": ["all match"]})
     assert "Not the last run" not in w.overview.browser.toPlainText()
     doc.verify_engine = "llama-server, build b11434 (started by kvscope)"
-    doc._on_verify_cancelled()  # what the task's cancelled signal calls
-    doc._on_verify_finished()
+    doc.verify_run.stopped.emit()  # the job's outcome path: a run cancelled ...
+    doc.verify_run.changed.emit()  # ... and ended
     text = w.overview.browser.toPlainText()
     assert "Not the last run: the run in llama-server, build b11434 (started by kvscope) was cancelled" in text
     assert "the result shown is the earlier run's" in text.split("\n")[2] or "earlier run's" in text
-    doc._on_verified({"verdict": "ok", "engine": {"kind": "server", "build": "b11434"}})
-    doc._on_verify_finished()
+    doc.verify_run.succeeded.emit({"verdict": "ok", "engine": {"kind": "server", "build": "b11434"}})
+    doc.verify_run.changed.emit()
     assert "Not the last run" not in w.overview.browser.toPlainText()
 
 

@@ -10,13 +10,16 @@ the result of ``kvscope verify`` (:mod:`~kvscope.app.views.overview.verify_html`
 it, the run in progress with Cancel, why it could not run, or the result (a record's link shows it on
 the Layers view). A damaged file (or one Verify finds diverging) has "Repair…" beside its verdict when it
 can be rebuilt from its tokens (``kvscope repair``; why not, when it cannot): ``repairRequested`` asks the
-window for the output file, the run (:class:`~kvscope.app.document.repair_job.RepairRun`) shows in the
-strip above the page with Cancel, and its outcome stays there (Open the repaired file, or the one line why
+window for the output file, the run (the document's :class:`~kvscope.app.document.repair_job.RepairRun`) shows
+in the strip above the page with Cancel, and its outcome stays there (Open the repaired file, or the one line why
 nothing was written). A state blob carries no tokens: a line under the verdict says so, with a link to give
 the ones it was made of (``tokensRequested``: Tools → Tokens for this blob…), or how many were given, which
 Verify re-prefills and Repair rebuilds from, with links to change or clear them. The overview object is
 built once per parse (``sequences`` sorts every cell table) and only its compatibility, verification and
-verdict are replaced as they come in. Export saves the page as PNG.
+verdict are replaced as they come in. Verify and Repair are the document's
+:class:`~kvscope.app.document.engine_job.EngineJob` runs: a progress tick updates only their strip above the
+page (:class:`~kvscope.app.views.overview.job_strip.JobStrip`, :class:`RepairBanner`), and the page is
+rendered again when a run starts and when its outcome arrives. Export saves the page as PNG.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from kvscope.app.document.verify_job import NEEDS_MODEL
 from kvscope.app.document.verify_marks import verify_marks
 from kvscope.app.views.export import doc_export_button
 from kvscope.app.views.overview import builds_html, verify_html
+from kvscope.app.views.overview.job_strip import JobStrip
 from kvscope.app.views.overview.repair_banner import RepairBanner
 from kvscope.core.analysis.measured import measured_message
 from kvscope.core.analysis.overview import Overview, build_overview, slot_reuse
@@ -79,10 +83,14 @@ class OverviewView(QWidget):
         self.repair_button = QPushButton("Repair…")
         self.repair_button.clicked.connect(lambda: self.follow("repair:"))
         self.export_button = doc_export_button(self, doc)
-        self.repair = RepairRun(doc.runner, self)
+        self.renders = 0  # how many times the page was rendered (tests: per run start and end, not per tick)
+        self.repair: RepairRun = doc.repair_run
         self.repair_banner = RepairBanner(self.repair, theme)
+        self.verify_strip = JobStrip(doc.verify_run, lambda: f"Verifying in {doc.verify_engine}",
+                                     self.cancelVerifyRequested.emit, "stop the verification: the engine call in "
+                                     "flight is killed and nothing is kept (Tools → Cancel Verify)")
         self.repair_banner.openRequested.connect(self.openRequested)
-        self.repair.changed.connect(self.show_page)
+        self.repair.changed.connect(self.show_page)  # a run started or ended; its progress is the banner's
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addStretch(1)
@@ -94,10 +102,10 @@ class OverviewView(QWidget):
         lay.setSpacing(2)
         lay.addLayout(top)
         lay.addWidget(self.repair_banner)
+        lay.addWidget(self.verify_strip)
         lay.addWidget(self.browser, 1)
         for sig in (doc.loaded, doc.statsReady, doc.compatReady, doc.verifyChanged, doc.fileChanged, doc.tokensChanged):
             sig.connect(self.refresh)
-        doc.verifyProgress.connect(lambda *_: self.show_page())
         theme.changed.connect(lambda _dark: self.refresh())
         self.refresh()
 
@@ -129,7 +137,7 @@ class OverviewView(QWidget):
         self.show_page()
 
     def show_page(self) -> None:
-        """Show the overview (the scroll position kept, so a verification's progress does not jump the page)."""
+        """Render the page (the scroll position kept, so a run's start or end does not jump the page)."""
         doc = self.doc
         why = doc.verify_problem()  # the core's check, as kvscope verify's: disabled with the reason
         self.verify_button.setEnabled(not doc.verifying and self.overview is not None and why is None)
@@ -140,6 +148,7 @@ class OverviewView(QWidget):
         self._update_repair_button()
         bar = self.browser.verticalScrollBar()
         at = bar.value()
+        self.renders += 1
         self.browser.setHtml(self.html())
         bar.setValue(at)
 
@@ -192,7 +201,7 @@ class OverviewView(QWidget):
     def _verify_html(self, dark: bool) -> str:
         doc = self.doc
         if doc.verifying:
-            return verify_html.running_html(doc.verify_engine, doc.verify_step)
+            return verify_html.running_html(doc.verify_engine)
         if doc.verify_error:
             return verify_html.error_html(doc.verify_engine, doc.verify_error, dark)
         if doc.verify:

@@ -1,4 +1,6 @@
-"""The strip above the Overview that follows a Repair: in progress (its step, a busy bar, Cancel), written
+"""The strip above the Overview that follows a Repair (the document's
+:class:`~kvscope.app.document.engine_job.EngineJob` ``repair_run``): in progress (its step, a busy bar, Cancel; a
+progress tick updates the label only), written
 (what was written and verified, Open it), refused or failed (the one line why nothing was written), or
 cancelled. Hidden while there is nothing to say; Dismiss hides an outcome.
 """
@@ -60,7 +62,8 @@ class RepairBanner(QFrame):
         self.cancel_button.clicked.connect(run.cancel)
         self.dismiss_button.clicked.connect(run.dismiss)
         self.open_button.clicked.connect(self._open)
-        run.changed.connect(self.refresh)
+        run.changed.connect(self.refresh)  # a run started or ended
+        run.progressed.connect(self._on_step)  # a progress tick: the label only
         theme.changed.connect(lambda _dark: self.refresh())
         self.refresh()
 
@@ -68,6 +71,15 @@ class RepairBanner(QFrame):
         out = (self.run.result or {}).get("output") or self.run.output
         if out:
             self.openRequested.emit(str(out))
+
+    def _running_text(self) -> str:
+        return f"Repairing into {safe_text(os.path.basename(self.run.output or ''))}… {self.run.step_text}"
+
+    def _on_step(self, _fraction: object, _text: str) -> None:
+        if self.run.running:
+            text = self._running_text()
+            self.label.setText(text)
+            self.label.setToolTip(text)
 
     def refresh(self) -> None:
         run = self.run
@@ -79,7 +91,7 @@ class RepairBanner(QFrame):
         name = safe_text(os.path.basename(run.output or ""))
         level = ""
         if running:
-            text = f"Repairing into {name}… {run.step}"
+            text = self._running_text()
         elif written:
             text, level = written_text(run.result or {}), "healthy"
         elif run.error:

@@ -44,10 +44,10 @@ def _status_span(status: str) -> str:
     return f'<span style="color:{col}">■</span> {escape(status)}'
 
 
-def running_html(engine: str, step: tuple[float | None, str] | None) -> str:
-    frac, text = step if step is not None else (None, "starting")
-    pct = f"{100 * frac:.0f}% · " if frac is not None else ""
-    return (f"<p><b>Verifying in {escape(engine)}…</b> {pct}{escape(text)} · "
+def running_html(engine: str) -> str:
+    """The section while a Verify runs: its step and fraction are in the strip above the page (a progress
+    tick updates that strip, never this page)."""
+    return (f"<p><b>Verifying in {escape(engine)}…</b> (its progress is shown above) · "
             '<a href="cancel-verify:">Cancel</a></p>')
 
 
