@@ -82,6 +82,8 @@ class Inspection:
         out["verdict"] = self.verdict.to_json()
         if self.compatibility is not None:
             out["compatibility"] = [c.to_json() for c in self.compatibility]
+        if self.is_state:
+            out["releases"] = self.releases()
         if self.stats is not None:
             out["stats"] = self.stats.to_json()
             out["findings"] = [f.to_json() for f in self.result.findings]
@@ -89,6 +91,19 @@ class Inspection:
             out["reuse_prediction"] = [e.to_json() for e in self.reuse_prediction()]
             out["consumers"] = [a.to_json() for a in self.consumers()]
         return out
+
+    def releases(self) -> dict[str, Any]:
+        """``to_json``'s ``releases``: the release ranges that write the file and those that load it
+        (:func:`kvscope.core.analysis.release_answers.releases_json`; ``loads_in`` None without the compatibility)."""
+        from kvscope.core.analysis.release_answers import releases_json
+
+        return releases_json(self.result, self.compatibility, self.profile)
+
+    def releases_line(self) -> str:
+        """The one line: ``written by b10644–b11401 (2026-08-27 → 10-05); loads in …``."""
+        from kvscope.core.analysis.release_answers import releases_line
+
+        return releases_line(self.releases())
 
     def add_stats(self, data: Any = None, threads: int | None = None) -> StatsReport:
         """Scan the payloads (``data``: the file's open source, else ``result.path`` is opened): their
@@ -143,7 +158,10 @@ class Inspection:
         text = result_to_text(self.result, self.profile, markdown=markdown)
         head, _, rest = text.partition("\n")
         esc = markdown_text if markdown else safe_text  # the verdict may quote the file (a finding's message)
-        text = f"{head}\n\n{'**verdict**' if markdown else 'verdict:'} {esc(self.verdict_line())}\n{rest}"
+        text = f"{head}\n\n{'**verdict**' if markdown else 'verdict:'} {esc(self.verdict_line())}\n"
+        if self.is_state:
+            text += f"{'**releases**' if markdown else 'releases:'} {esc(self.releases_line())}\n"
+        text += rest
         if self.compatibility:
             from kvscope.core.analysis.compat import compat_text
 

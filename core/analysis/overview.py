@@ -162,6 +162,8 @@ class Overview:
     consumers: list[ConsumerAnswer] = field(default_factory=list)  # libllama and llama-server apart, per build
     sha256: str | None = None
     full_paths: bool = False
+    # the release ranges that write and load the file (release_answers.releases_json; None: not a state)
+    releases: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -201,6 +203,12 @@ class Overview:
     def loads_in(self) -> list[str]:
         """The generations that load the file as it is."""
         return [c.generation for c in self.compat or [] if c.loads]
+
+    def releases_line(self) -> str:
+        """The one line: ``written by b10644–b11401 (2026-08-27 → 10-05); loads in …`` (empty: not a state)."""
+        from kvscope.core.analysis.release_answers import releases_line
+
+        return releases_line(self.releases) if self.releases is not None else ""
 
     def verify_lines(self) -> list[str]:
         return verify_lines(self.verify)
@@ -243,6 +251,7 @@ class Overview:
             ("kind", f"{self.kind_title} ({self.kind})"),
             ("written by", self.writer),
             ("layout", self.layout_line()),
+            ("releases", self.releases_line() or "not a state file"),
             ("model", self.model_line()),
             ("sequences", self.sequences_line()),
             ("sections", "; ".join(s.text() for s in self.sections) or "none"),
@@ -351,6 +360,8 @@ class Overview:
             "verdict": self.verdict.to_json(),
             "compatibility": [c.to_json() for c in self.compat] if self.compat is not None else None,
             "compatibility_text": self.compat_lines(),
+            "releases": self.releases,
+            "releases_text": self.releases_line(),
             "verify": self.verify,
             "reuse_prediction": [e.to_json() for e in self.reuse],
             "reuse_text": self.reuse_lines(),
@@ -575,6 +586,9 @@ def build_overview(res: ParseResult, profile: ModelProfile | None = None, compat
         writer = SLOT_WRITER
     model, fits, note = _model(res, profile, full_paths)
     consumers = consumer_answers(res, profile, compat)  # once: the builds table and the reuse lines follow it
+    from kvscope.core.analysis.release_answers import releases_json
+
+    rel = releases_json(res, compat, profile) if res.kind != "unknown" else None
     return Overview(
         file=res.path if full_paths else os.path.basename(res.path), path=res.path, size=res.size,
         kind=res.kind, kind_title=KIND_TITLES.get(res.kind, res.kind), writer=writer,
@@ -583,4 +597,4 @@ def build_overview(res: ParseResult, profile: ModelProfile | None = None, compat
         sequences=sequences(res), sections=sections(res), verdict=verdict(res, profile),
         cache_types=cache_types(res), rotation=rotation(res, profile), compat=compat, verify=verify,
         reuse=slot_reuse(res, profile, compat, consumers if compat is not None else None), consumers=consumers,
-        sha256=sha256, full_paths=full_paths)
+        sha256=sha256, full_paths=full_paths, releases=rel)

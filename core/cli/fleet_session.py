@@ -86,6 +86,20 @@ def generation_name(name: str) -> str:
     return gen.name
 
 
+def target_name(name: str) -> str:
+    """``scan --target``: a layout generation's name (as :func:`generation_name`), else a release name
+    (:func:`kvscope.core.reader.releases.parse_release`: bNNNN, a llama-cpp-python version, a date), kept
+    as given; :class:`UsageError` for neither."""
+    from kvscope.core.reader.layouts import generation_named
+    from kvscope.core.reader.releases import parse_release
+
+    gen = generation_named(name)
+    if gen is not None:
+        return gen.name
+    parse_release(name)  # one line, exit 2, for an unknown or too old release
+    return name.strip()
+
+
 DEPRECATED_ENGINE = ("--engine is deprecated: it is now --executor (the engine is llama.cpp); "
                      "--engine goes in the next release")
 

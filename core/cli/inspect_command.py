@@ -5,8 +5,12 @@ verdict, as in the app and the report); ``--no-stats`` skips the scan and the ve
 ``(values not scanned)``. The file goes through the one inspection pipeline
 (:func:`kvscope.core.analysis.inspection.inspect_file`).
 
+``--target RELEASE`` (``b10644``, ``0.3.14``, ``2026-08-30``: :mod:`kvscope.core.reader.releases`) adds what
+that release does with the file and the ``kvscope rewrite`` that migrates it (the JSON's ``target``); an
+unknown name or a release older than the first known is a usage error.
+
 Exit codes: 0 clean, 1 error findings or a file a newer llama.cpp wrote (verdict ``newer``), 2 unreadable
-input or not a state file, with one line on stderr.
+input, an unknown release name, or not a state file, with one line on stderr.
 Only the standard library is imported until the command runs.
 """
 
@@ -41,6 +45,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--kind", choices=[str(k) for k in ALL_KINDS],
                    help="override kind detection")
     p.add_argument("--layout", metavar="GEN", help="force a layout generation (e.g. 2026-10, 2025-05)")
+    p.add_argument("--target", metavar="RELEASE",
+                   help="also answer what one llama.cpp release does with the file (loads, refuses with llama.cpp's "
+                   "message, crashes, unknown) and how to migrate it: bNNNN, a llama-cpp-python version (0.3.14) "
+                   "or a date (2026-08-30)")
     p.add_argument("--tree", action="store_true", help="with --json: include the full structure tree")
     p.add_argument("--pretty", action="store_true", help="with --json: indent")
     p.set_defaults(func=cmd_inspect)
@@ -59,15 +67,35 @@ def load_profile(path: str | None) -> Any:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from kvscope.core.analysis.inspection import inspect_file
 
+    release = None
+    if args.target is not None:  # a bad release name is a usage error before any work
+        from kvscope.core.reader.releases import parse_release
+
+        release = parse_release(args.target)
     profile = load_profile(args.model)
     found = inspect_file(args.file, profile, kind=args.kind, layout=args.layout, stats=args.stats)
+    target = None
+    if release is not None and found.is_state:
+        from kvscope.core.analysis.release_answers import target_answer
+
+        target = target_answer(found.result, profile, found.compatibility or [], release, args.file)
     if args.json:
         from kvscope.core.jsonout import write_json
 
-        write_json(found.to_json(tree=args.tree, lazy=True), sys.stdout, indent=1 if args.pretty else None)
+        doc = found.to_json(tree=args.tree, lazy=True)
+        if target is not None:
+            doc["target"] = target
+        write_json(doc, sys.stdout, indent=1 if args.pretty else None)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(found.to_text(markdown=args.markdown))
+        text = found.to_text(markdown=args.markdown)
+        if target is not None:
+            from kvscope.core.analysis.release_answers import target_text
+            from kvscope.core.textsafe import markdown_text, safe_text
+
+            esc = markdown_text if args.markdown else safe_text
+            text += "\n" + ("## " if args.markdown else "") + esc(target_text(target)) + "\n"
+        sys.stdout.write(text)
     if not found.is_state:
         print(error_line(f"{args.file}: {found.not_state_reason()}"), file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -3,7 +3,9 @@
 ``scan SOURCE`` prints one line (``--json``: one JSON object) per file as results complete, then
 the summary (counts by status, kind, layout, verdict and target compatibility; the worst files).
 ``--target GEN`` adds whether each file loads in that layout generation and, if not, whether it
-can be migrated exactly. Over a whole store the value scan stays opt-in (``--stats``: NaN/Inf and zero
+can be migrated exactly; ``--target RELEASE`` (``b10700``, ``0.3.14``, ``2026-08-30``) the same for the generation
+that release reads each file as (:mod:`kvscope.core.reader.releases`; unknown where it is no kvscope generation).
+Over a whole store the value scan stays opt-in (``--stats``: NaN/Inf and zero
 rows, which ``kvscope inspect`` scans by default); without it the summary says the values were not
 scanned. The executor options are :mod:`kvscope.core.cli.fleet_session`'s.
 
@@ -28,13 +30,13 @@ from kvscope.core.cli.fleet_session import (
     executor_args,
     executor_report,
     executor_session,
-    generation_name,
     print_notes,
     progress_line,
     stats_arg,
     stdout_writer,
     stopped_by_executor,
     stopped_status,
+    target_name,
     usage_failure,
 )
 from kvscope.core.errors import UsageError
@@ -47,8 +49,9 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("scan", help="scan every state file under a folder or fsspec URL (e.g. a "
                               "--slot-save-path), locally or on a Dask cluster")
     p.add_argument("source", metavar="SOURCE", help="a folder, file://..., or any fsspec URL (s3://bucket/slots)")
-    p.add_argument("--target", metavar="GEN", help="also tell whether each file loads in this layout generation "
-                   "(e.g. 2026-10-v4, v4, b11434) and, if not, whether it migrates exactly")
+    p.add_argument("--target", metavar="GEN|RELEASE", help="also tell whether each file loads in this layout "
+                   "generation (e.g. 2026-10-v4, v4) or llama.cpp release (b10700, a llama-cpp-python version such "
+                   "as 0.3.14, or a date) and, if not, whether it migrates exactly")
     stats_arg(p, "the values are not scanned, and the summary says so")
     executor_args(p)
     p.set_defaults(func=cmd_scan)
@@ -108,7 +111,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
     try:
         check_common(args)
-        target = generation_name(args.target) if args.target is not None else None
+        target = target_name(args.target) if args.target is not None else None
         with executor_session(args) as (source, executor):
             s = run_scan(source, executor, args.model, target, args.json, stdout_writer(),
                          progress_line(source, "scan"), stats=args.stats)

@@ -114,7 +114,8 @@ def _summarise(src: Any, model: str | None, target: str | None, stats: bool = Fa
     }
     if target is not None:
         out["target"] = target_check(res, profile, src, target, v.reason)
-        out["target"]["server"] = server_reuse(res, profile, out["target"])
+        has_gen = out["target"].get("generation") is not None  # a release kvscope has no layout for: no server
+        out["target"]["server"] = server_reuse(res, profile, out["target"]) if has_gen else None
     src.check()
     return out
 
@@ -141,7 +142,8 @@ def server_reuse(res: Any, profile: Any, tgt: dict[str, Any]) -> dict[str, Any] 
 
 
 def target_check(res: Any, profile: Any, src: Any, target: str, damage: str) -> dict[str, Any]:
-    """Whether a build of ``target`` loads the parsed file, and whether it can be migrated exactly.
+    """Whether a build of ``target`` (a layout generation, or a release: ``release`` and ``epochs`` say which)
+    loads the parsed file, and whether it can be migrated exactly.
 
     ``status`` is one of :data:`TARGET_STATUSES`: ``loads``; ``migratable`` (``kvscope migrate``
     writes it exactly); ``not migratable`` (damaged, or the target layout cannot say everything
@@ -152,8 +154,16 @@ def target_check(res: Any, profile: Any, src: Any, target: str, damage: str) -> 
     from kvscope.core.reader.layouts import generation_named
 
     gen = generation_named(target)
-    if gen is None:
-        raise ValueError(f"unknown layout {target!r}")
+    if gen is None:  # a release (scan --target b10700): the generation it reads this file as
+        from kvscope.core.analysis.release_answers import release_generation
+        from kvscope.core.reader.releases import parse_release
+
+        release = parse_release(target)
+        name, why = release_generation(res, profile, release)
+        rel = {"release": release.name, "epochs": [e.id for e in release.epochs]}
+        if name is None:
+            return rel | {"generation": None, "status": "unknown", "loads": None, "migratable": None, "reason": why}
+        return rel | target_check(res, profile, src, name, damage)
     entry = next((c for c in compatibility(res, profile, data=src) if c.generation == gen.name), None)
     out: dict[str, Any] = {"generation": gen.name}
     if entry is None:

@@ -51,7 +51,7 @@ def _why(r: dict[str, Any]) -> str:
     tgt = r.get("target") or {}
     if r.get("verdict") in ("damaged", "newer", "suspicious") or not tgt:
         return f"{r.get('verdict')}: {r.get('verdict_reason', '')}"
-    return f"{tgt['generation']}: {tgt['status']}: {tgt.get('reason', '')}"
+    return f"{_target_name(tgt)}: {tgt['status']}: {tgt.get('reason', '')}"
 
 
 class Summary:
@@ -142,8 +142,15 @@ def summarise(results: list[dict[str, Any]], target: str | None = None) -> dict[
     return s.to_json()
 
 
+def _target_name(t: dict[str, Any]) -> str:
+    """The target's generation, or with ``scan --target RELEASE`` the release and the layout it reads the file as."""
+    if t.get("release"):
+        return f"{t['release']}" + (f" ({t['generation']})" if t.get("generation") else "")
+    return str(t["generation"])
+
+
 def _target_text(t: dict[str, Any]) -> str:
-    text = f"{t['generation']}: {t['status']}"
+    text = f"{_target_name(t)}: {t['status']}"
     if t["status"] == "migratable":
         text += f" (refused as it is: {t.get('answer', '')})"
     elif t["status"] != "loads" and t.get("reason"):
