@@ -38,6 +38,7 @@ from kvscope.core.analysis.cold_feed import ColdFeed
 from kvscope.core.analysis.record_values import Bytes, dequantize_rows, derotates, record_shape, source_of
 from kvscope.core.derotate_kernel import rotated_stats, value_stats
 from kvscope.core.findings import Finding
+from kvscope.core.reader.record_names import finding_name
 from kvscope.core.reader.records import LayerRecord, ParseResult
 from kvscope.core.reader.rotation import rotate_blocks
 from kvscope.core.reader.source import ByteSource
@@ -447,7 +448,8 @@ def unwritten_rows(res: ParseResult, ls: LayerStats) -> str | None:
 
 def _add_findings(res: ParseResult, rec: LayerRecord, ls: LayerStats) -> None:
     path = rec.node.path if rec.node is not None else ""
-    what = f"{_ROLE.get(rec.role, rec.role)} " + (f"layer {rec.il}" if rec.il is not None else f"record {rec.index}")
+    sec = res.sections[ls.section_index] if 0 <= ls.section_index < len(res.sections) else None
+    what = finding_name(sec.role if sec is not None else None, rec.role, rec.index, rec.il, res.model_path is not None)
     new: list[Finding] = []
     if ls.n_nonfinite and ls.first_nonfinite is not None:
         if rec.transposed:

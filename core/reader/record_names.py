@@ -90,3 +90,19 @@ def record_labels(res: ParseResult, profile: ModelProfile | None = None) -> dict
                     out[id(node)] = record_label(sec.role, role, index, planned_layer(plan, sec.role, role, index),
                                                  int(stream.group(1)) if several and stream else None)
     return out
+
+
+def finding_name(section: str | None, role: str, index: int, il: int | None, with_model: bool) -> str:
+    """How a finding's message names a record: ``K layer 3`` in a plain ``kv`` cache (record ``i`` is layer ``i``),
+    else with its section, the model layer where it is known (read with a model: ``kv_swa K layer 6``) and the
+    index said as an index where not (``kv_swa K #5``), as the tree's labels say it."""
+    word = ROLE_WORD.get(role, role)
+    if section is None or section == "kv":
+        return f"{word} layer {il}" if il is not None else f"{word} #{index}"
+    return record_label(section, role, index, il if with_model else None)
+
+
+def section_of_path(path: str) -> str | None:
+    """The section a node path lies in (``/memory/kv_swa/stream0`` -> ``kv_swa``), None outside the memory."""
+    parts = path.split("/")
+    return parts[2] if len(parts) > 2 and parts[1] == "memory" else None

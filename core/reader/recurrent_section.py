@@ -17,7 +17,7 @@ from kvscope.core.reader.meta import (
     read_cells,
     truncated_cells,
 )
-from kvscope.core.reader.record_names import record_node_name
+from kvscope.core.reader.record_names import finding_name, record_node_name, section_of_path
 from kvscope.core.reader.records import KvStream, LayerRecord, Section
 from kvscope.core.reader.tensor_records import Expect, read_record
 from kvscope.core.reader.tree import Node
@@ -105,16 +105,16 @@ def read_p_record(
 ) -> tuple[LayerRecord, int]:
     """A PLE ``p`` record: ``u64 p_size_row`` (no type field: the rows are F32, type_r) and its rows."""
     src = ctx.src
-    label = f"layer {il}" if il is not None else f"record {index}"
+    what = finding_name(section_of_path(parent.path), "p", index, il, ctx.profile is not None)
     if not src.has(off, 8):
-        raise ctx.truncated(parent, f"the p {label} header", off, 8, il)
+        raise ctx.truncated(parent, f"the {what} header", off, 8, il)
     row = src.u64(off) or 0
     node = parent.add(Node(record_node_name("p", index), "layer", off, 8, None, ctx.status()))
     hdr = node.add(Node("header", "layer_header", off, 8, f"f32 row={row} (no type field)", ctx.status()))
     want = 4 * n_elements if n_elements is not None else None
     if row % 4 or (want is not None and row != want) or row > src.size:
         hdr.status = hdr.kind = "unparsed"
-        ctx.find("error", "row_size_mismatch", off, 8, f"p {label}: row size {row}"
+        ctx.find("error", "row_size_mismatch", off, 8, f"{what}: row size {row}"
                  + (f", model expects {want} ({n_elements} x f32)" if want is not None else " is not whole f32 values"),
                  hdr, il, row_bytes=row)
         raise Stop(off + 8)
@@ -127,7 +127,7 @@ def read_p_record(
         if have:
             node.add(Node("rows", "p_rows", off + 8, have, None, ctx.status(), note="truncated"))
         node.fit_to_children()
-        ctx.find("error", "truncated", off + 8, have, f"file ends inside the p {label} payload: {data_size} bytes "
+        ctx.find("error", "truncated", off + 8, have, f"file ends inside the {what} payload: {data_size} bytes "
                  f"needed, {have} present", node, il, needed=data_size, file_end=src.size)
         rec.data_size = have
         raise Stop(off + 8 + have)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.reader.context import HeaderStop, ParseCtx, Stop
-from kvscope.core.reader.record_names import record_node_name
+from kvscope.core.reader.record_names import finding_name, record_node_name, section_of_path
 from kvscope.core.reader.records import LayerRecord
 from kvscope.core.reader.tree import Node
 
@@ -56,8 +56,7 @@ def read_record(
     src = ctx.src
     name = _name(role, index, exp)
     il = exp.il if exp is not None else None
-    layer_label = f"layer {il}" if il is not None else f"record {index}"
-    what = f"{ROLE_WORD[role]} {layer_label}"
+    what = finding_name(section_of_path(parent.path), role, index, il, ctx.profile is not None)
     if not src.has(off, 12):
         raise ctx.truncated(parent, f"the {what} header", off, 12, il)
     type_id = src.i32(off) or 0
