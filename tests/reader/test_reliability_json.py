@@ -142,6 +142,6 @@ def test_pretty_streamed(tmp_path: Path) -> None:
     assert r.rc in (0, 1)
     doc = json.loads(r.out)
     assert r.out == json.dumps(doc, indent=1) + "\n"  # exactly what json.dump(indent=1) writes
-    for key in ("compatibility", "verdict", "reuse_prediction", "consumers", "values_scanned", "stats"):
+    for key in ("compatibility", "verdict", "reuse_prediction", "consumers", "values_scanned", "stats", "releases"):
         doc.pop(key, None)  # added by the inspection (the value scan is inspect's default), not by result_to_json
     assert doc == json.loads(json.dumps(result_to_json(read_state(path), tree=True)))

@@ -6,10 +6,12 @@ Every engine here is real: the pinned builds' libllama child and llama-server.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -211,10 +213,23 @@ def _engine_pids() -> list[int]:
 
 
 def _segfault_at_prefill(_done: int, _total: int, label: str) -> None:
-    """A progress callback that sends SIGSEGV to the engine as the re-prefill starts (before any restore)."""
+    """A progress callback that makes the engine die of SIGSEGV inside the re-prefill's first call (before any
+    restore). The engine is stopped at once (alive: verify sends it the call instead of starting another), and
+    SIGSEGV is delivered when it is let go half a second later, while that call waits for its answer; a SIGSEGV
+    sent straight away raced verify's is-it-alive check, which restarts an engine that is already dead."""
     if label.startswith("re-prefilling"):
-        for pid in _engine_pids():
-            os.kill(pid, signal.SIGSEGV)
+        pids = _engine_pids()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+            os.kill(pid, signal.SIGSEGV)  # pending while stopped
+
+        def let_go() -> None:
+            time.sleep(0.5)
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
+        threading.Thread(target=let_go, daemon=True).start()
 
 
 @pytest.mark.parametrize("engine", ["llama.cpp", "server"])
