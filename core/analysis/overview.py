@@ -586,9 +586,9 @@ def build_overview(res: ParseResult, profile: ModelProfile | None = None, compat
         writer = SLOT_WRITER
     model, fits, note = _model(res, profile, full_paths)
     consumers = consumer_answers(res, profile, compat)  # once: the builds table and the reuse lines follow it
-    from kvscope.core.analysis.release_answers import releases_json
+    from kvscope.core.analysis.release_answers import release_ranges
 
-    rel = releases_json(res, compat, profile) if res.kind != "unknown" else None
+    rel = release_ranges(res, compat, profile)
     return Overview(
         file=res.path if full_paths else os.path.basename(res.path), path=res.path, size=res.size,
         kind=res.kind, kind_title=KIND_TITLES.get(res.kind, res.kind), writer=writer,

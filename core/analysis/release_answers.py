@@ -388,3 +388,10 @@ def release_generation(res: ParseResult, profile: ModelProfile | None, release: 
         return None, f"epoch {s.epoch.id} reads a layout kvscope does not model for this file"
     names = ", ".join(sorted(str(g) for g in gens))
     return None, f"{release.name} falls in epochs that read this file as different layouts ({names})"
+
+
+def release_ranges(res: ParseResult, compat: list[GenCompat] | None,
+                   profile: ModelProfile | None) -> dict[str, Any] | None:
+    """:func:`releases_json` of a state file (None for bytes that are not one): the Overview's ``releases``,
+    worked out again when the compatibility table comes in."""
+    return releases_json(res, compat, profile) if res.kind != "unknown" else None

@@ -43,6 +43,7 @@ from kvscope.app.views.overview.job_strip import JobStrip
 from kvscope.app.views.overview.repair_banner import RepairBanner
 from kvscope.core.analysis.measured import measured_message
 from kvscope.core.analysis.overview import Overview, build_overview, slot_reuse
+from kvscope.core.analysis.release_answers import release_ranges
 from kvscope.core.analysis.verdict import Verdict, plural
 from kvscope.core.findings import Finding
 from kvscope.core.reader.records import ParseResult
@@ -122,7 +123,7 @@ class OverviewView(QWidget):
         consumers = doc.consumers()  # the inspection's (inspect --json's), as the report's; the reuse follows it
         return replace(base[2], compat=doc.compat, verify=doc.verify, verdict=doc.verdict() or base[2].verdict,
                        reuse=slot_reuse(res, doc.profile, doc.compat, consumers if doc.compat is not None else None),
-                       consumers=consumers)
+                       consumers=consumers, releases=release_ranges(res, doc.compat, doc.profile))
 
     def refresh(self, *_args: object) -> None:
         res = self.doc.result
@@ -180,6 +181,7 @@ class OverviewView(QWidget):
                 ("kind", escape(f"{ov.kind_title} ({ov.kind})")),
                 ("written by", f"<code>{escape(ov.writer)}</code>"),
                 ("layout", escape(ov.layout_line())),
+                *([("releases", escape(ov.releases_line()))] if ov.releases_line() else []),
                 ("model", self._model_html(ov, dark)),
                 ("tokens", plural(ov.tokens, "token") if ov.tokens else "none stored" + (
                     f"; {escape(count_text(self.doc.given_tokens))} given ({escape(TOKENS_ACTION)})"
