@@ -43,7 +43,7 @@ import numpy as np
 from kvscope.core.findings import NEWER_CODES, SEVERITY_RANK, Finding
 from kvscope.core.model.memory_plan import ExpectedSection
 from kvscope.core.model.profile import ModelProfile
-from kvscope.core.reader.record_names import planned_layer, record_label
+from kvscope.core.reader.record_names import located_label, planned_layer
 from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
 from kvscope.core.reader.tree import coverage
 from kvscope.core.textsafe import plural as plural  # the one number form (re-exported: its old home)
@@ -317,10 +317,10 @@ class _Unit:
     stream: int | None = None  # said in the labels when the section has several streams
     plan: ExpectedSection | None = None  # the model's plan of the section (its layers), None without a model
 
-    def label(self, role: str, index: int) -> str:
-        """The label of record ``index`` of ``role`` (:func:`record_label`), present or not."""
-        return record_label(self.section, role, index, planned_layer(self.plan, self.section, role, index),
-                            self.stream)
+    def label(self, role: str, index: int, rest: bool = False) -> str:
+        """The label of record ``index`` of ``role`` (:func:`located_label`), present or not."""
+        return located_label(self.section, role, index, planned_layer(self.plan, self.section, role, index),
+                             self.stream, rest)
 
 
 def _units(sec: Section, profile: ModelProfile | None) -> list[tuple[KvStream | None, _Unit]]:
@@ -358,12 +358,12 @@ def _rest_of_unit(unit: _Unit, cut: Finding, file_end: int) -> tuple[list[Missin
         have = len(recs)
         if i == last_role and last.header_offset <= cut.offset < last_end:  # the file ends inside the last record
             out.append(MissingRecord(f"{unit.name}/{role.upper()}{have - 1} (rest)", pos, last_end - pos, False,
-                                     unit.label(role, have - 1) + " (rest)"))
+                                     unit.label(role, have - 1, rest=True)))
             pos, placed = last_end, True
         elif not placed and have < expected:  # it ends inside the next record of this role
             end = last_end + _full_size(template)
             out.append(MissingRecord(f"{unit.name}/{role.upper()}{have} (rest)", pos, max(0, end - pos), True,
-                                     unit.label(role, have) + " (rest)"))
+                                     unit.label(role, have, rest=True)))
             pos, placed, have = max(pos, end), True, have + 1
         for j in range(have, expected):
             size = _full_size(template)

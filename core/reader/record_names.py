@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from kvscope.core.reader.records import LayerRecord, ParseResult, Section
 
 _NODE = re.compile(r"([KVrsp])(\d+)")
-_STREAM = re.compile(r"stream(\d+)")
 ROLE_WORD = {"k": "K", "v": "V", "r": "r", "s": "s", "p": "p", "ckv": "compressor_kv", "csc": "compressor_score"}
 
 
@@ -37,6 +36,21 @@ def record_label(section: str, role: str, index: int, il: int | None, stream: in
     where = section if stream is None else f"{section} stream {stream}"
     what = f"layer {il}" if il is not None else f"#{index}"
     return f"{where} {ROLE_WORD.get(role, role)} {what}"
+
+
+def short_label(role: str, index: int, il: int | None) -> str:
+    """A record named where its section and stream are already said (the tree, under its section and stream
+    nodes): ``K layer 6`` when the model layer is known, ``K #5`` when not."""
+    word = ROLE_WORD.get(role, role)
+    return f"{word} layer {il}" if il is not None else f"{word} #{index}"
+
+
+def located_label(section: str, role: str, index: int, il: int | None, stream: int | None = None,
+                  rest: bool = False) -> str:
+    """A record in a list of records of several sections (what a cut file misses): the record first, then
+    where it is, ``K layer 3 (rest) in kv stream 0``, so that a narrow column still shows which record."""
+    where = section if stream is None else f"{section} stream {stream}"
+    return f"{short_label(role, index, il)}{' (rest)' if rest else ''} in {where}"
 
 
 def layer_known(sec: Section, with_model: bool) -> bool:
@@ -70,25 +84,23 @@ def planned_layer(plan: ExpectedSection | None, section: str, role: str, index: 
 
 
 def record_labels(res: ParseResult, profile: ModelProfile | None = None) -> dict[int, str]:
-    """``id(node) -> label`` of every record node of ``res`` (the tree's name column), the nodes of records cut
-    short (no :class:`LayerRecord` holds them) included: their layer comes from ``profile``'s plan."""
+    """``id(node) -> label`` of every record node of ``res`` (the tree's name column, where each record sits under
+    its section and stream: :func:`short_label`), the nodes of records cut short (no :class:`LayerRecord` holds
+    them) included: their layer comes from ``profile``'s plan."""
     out: dict[int, str] = {}
     for sec in res.sections:
         for rec in sec.all_layers():
             if rec.node is not None:
-                out[id(rec.node)] = label_of(res, sec, rec)
+                out[id(rec.node)] = short_label(rec.role, rec.index, model_layer(res, sec, rec))
         if sec.node is None or sec.kind.startswith("dsv4"):
             continue
         plan = profile.section_plan(sec.role) if profile is not None and res.model_path is not None else None
-        several = sec.kind == "kv" and max(sec.n_stream or 0, len(sec.streams)) > 1
         for parent in sec.node.children if sec.kind == "kv" else [sec.node]:
-            stream = _STREAM.fullmatch(parent.name)
             for node in parent.children:
                 m = _NODE.fullmatch(node.name)
                 if node.kind == "layer" and m is not None and id(node) not in out:
                     role, index = m.group(1).lower(), int(m.group(2))
-                    out[id(node)] = record_label(sec.role, role, index, planned_layer(plan, sec.role, role, index),
-                                                 int(stream.group(1)) if several and stream else None)
+                    out[id(node)] = short_label(role, index, planned_layer(plan, sec.role, role, index))
     return out
 
 

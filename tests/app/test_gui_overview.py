@@ -47,7 +47,7 @@ def test_a_truncated_file_opens_on_the_verdict_and_its_missing_bytes(qtbot, open
     assert tm.rowCount() == 2 and tm.missing_node is not None
     missing = tm.index(1, 0)
     names = [tm.node(tm.index(r, 0, missing)).name for r in range(tm.rowCount(missing))]
-    assert names == ["kv stream 0 K layer 3 (rest)", *(f"kv stream 0 V layer {il}" for il in range(4)), "stream1"]
+    assert names == ["K layer 3 (rest) in kv stream 0", *(f"V layer {il} in kv stream 0" for il in range(4)), "stream1"]
     cut = w.doc.result.root.find("/memory/kv/stream0/K3")
     assert cut is not None and tm.flag(cut) == "error"
     tip = tm.data(tm.index_of(cut), 0x03)  # ToolTipRole

@@ -70,7 +70,7 @@ def test_tree_view_selects_and_finds(qtbot, open_doc):  # type: ignore[no-untype
     view = w.tree
     view.find_edit.setText("V layer 3")  # the record's label (its node name is its index: V1 of kv_attn)
     node = view.find_next()
-    assert node is not None and view.model.label(node) == "kv_attn stream 0 V layer 3" and node.name == "V1"
+    assert node is not None and view.model.label(node) == "V layer 3" and node.name == "V1"
     sel = w.doc.bus.current
     assert sel is not None and sel.node is node and sel.record is not None and sel.record.role == "v"
     # the other views followed: hex cursor at the node, layer view on that record

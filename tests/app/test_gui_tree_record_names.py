@@ -23,12 +23,12 @@ def test_the_same_record_keeps_its_node_path_and_bookmark_when_the_model_is_set(
     doc = w.doc
     node = doc.result.root.find(PATH + "/rows")
     assert node is not None
-    assert _row_label(w, PATH) == "kv_base K #1"
+    assert _row_label(w, PATH) == "K #1"  # under its section's node: the section is said there
     start = node.offset
     name = w.hex.bookmarks.default_name(start)
     assert name == PATH + "/rows"
     doc.bookmarks.add(start, start + 16, name)
-    for key, label in ((model("gemma2"), "kv_base K layer 3"), (None, "kv_base K #1")):
+    for key, label in ((model("gemma2"), "K layer 3"), (None, "K #1")):
         doc.set_model(key)
         qtbot.waitUntil(lambda key=key: doc.model_path == key and doc.result is not None and not doc.busy,
                         timeout=15000)

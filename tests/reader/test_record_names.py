@@ -60,15 +60,15 @@ def _truncated(tmp_path: Path) -> Path:
 
 def test_a_truncated_iswa_file_names_present_and_missing_records_alike(tmp_path: Path) -> None:
     cut = _truncated(tmp_path)
-    for profile, k1, v1 in ((None, "kv_swa K #1", "kv_swa V #1"),
-                            (load_model_profile(model("gemma2")), "kv_swa K layer 2", "kv_swa V layer 2")):
+    for profile, k1, v1 in ((None, "K #1", "V #1"), (load_model_profile(model("gemma2")), "K layer 2", "V layer 2")):
         res = _read(cut, profile)
         cut_node = res.root.find("/memory/kv_swa/stream0/K1")  # cut short: no LayerRecord holds it
         assert cut_node is not None
         assert record_labels(res, profile)[id(cut_node)] == k1
-        assert _records(res)["/memory/kv_swa/stream0/K0"] == k1.replace("K #1", "K #0").replace("layer 2", "layer 0")
+        assert _records(res)["/memory/kv_swa/stream0/K0"] == "kv_swa " + k1.replace("K #1", "K #0").replace("layer 2",
+                                                                                                        "layer 0")
         m = missing_bytes(res, profile)
         assert m is not None
         labels = [r.label for r in m.records]
-        assert labels[0] == k1 + " (rest)" and labels[-1] == v1, labels
+        assert labels[0] == k1 + " (rest) in kv_swa" and labels[-1] == v1 + " in kv_swa", labels
         assert [r.name for r in m.records][0] == "stream0/K1 (rest)"  # the key stays the index
