@@ -40,3 +40,30 @@ def test_the_same_record_keeps_its_node_path_and_bookmark_when_the_model_is_set(
         assert [(b.start, b.name) for b in doc.bookmarks.items] == [(start, name)]
     # the bookmarks as saved read back the same
     assert [(b.start, b.name) for b in Bookmarks(str(ISWA), 0, isolated_settings).items] == [(start, name)]
+
+
+def test_each_missing_record_shows_which_it_is_in_a_narrow_name_column(  # type: ignore[no-untyped-def]
+        qtbot, window, open_doc):
+    """At the default splitter a 1280x800 window gives the name column about 170 px: an elided label must still
+    say which record it is (the middle elision showed 'V layer…tream 0' four times over)."""
+    from PySide6.QtCore import Qt
+
+    from tests.support.gui_helpers import LAB
+
+    window.resize(1280, 800)
+    w = open_doc(LAB / "seq_file_truncated_half.seqstate", model("llama"))
+    tree, tm = w.tree.tree, w.tree.model
+    assert tree.textElideMode() == Qt.TextElideMode.ElideRight
+    w.tree.tree.expandAll()
+    assert tm.missing_node is not None
+    missing = tm.index(tm.rowCount() - 1, 0)
+    rows = [tm.index(r, 0, missing) for r in range(tm.rowCount(missing))][:-1]  # the records, not stream1
+    assert len(rows) == 5
+    fm = tree.fontMetrics()
+    shown = []
+    for index in rows:
+        rect = tree.visualRect(index)
+        assert rect.width() > 0
+        shown.append(fm.elidedText(str(tm.data(index, 0)), tree.textElideMode(), max(40, rect.width() - 24)))
+    assert [s.split(" (")[0].split(" in ")[0].rstrip("…") for s in shown] == [
+        "K layer 3", "V layer 0", "V layer 1", "V layer 2", "V layer 3"], shown

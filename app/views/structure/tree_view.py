@@ -53,7 +53,7 @@ class StructureView(QWidget):
         self.tree.setUniformRowHeights(True)
         self.tree.setAlternatingRowColors(True)
         self.tree.setSelectionBehavior(QTreeView.SelectionBehavior.SelectRows)
-        self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideRight)  # a record says which first: "V layer 2 (rest) in…"
         self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.tree.customContextMenuRequested.connect(self._on_menu)
         self._fitting = False
