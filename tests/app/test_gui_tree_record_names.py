@@ -67,3 +67,8 @@ def test_each_missing_record_shows_which_it_is_in_a_narrow_name_column(  # type:
         shown.append(fm.elidedText(str(tm.data(index, 0)), tree.textElideMode(), max(40, rect.width() - 24)))
     assert [s.split(" (")[0].split(" in ")[0].rstrip("…") for s in shown] == [
         "K layer 3", "V layer 0", "V layer 1", "V layer 2", "V layer 3"], shown
+    cut = w.doc.result.root.find("/memory/kv/stream0/K3")  # flagged (its icon takes room too), five levels deep
+    assert cut is not None
+    index = tm.index_of(cut)
+    room = tree.visualRect(index).width() - tree.style().pixelMetric(tree.style().PixelMetric.PM_SmallIconSize) - 8
+    assert fm.horizontalAdvance("K layer 3") <= room, room

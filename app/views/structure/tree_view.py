@@ -51,6 +51,7 @@ class StructureView(QWidget):
         self.tree = QTreeView()
         self.tree.setModel(self.model)
         self.tree.setUniformRowHeights(True)
+        self.tree.setIndentation(14)  # a record is 5 levels deep: Qt's 20 px a level left its name "K lay…" at 1280
         self.tree.setAlternatingRowColors(True)
         self.tree.setSelectionBehavior(QTreeView.SelectionBehavior.SelectRows)
         self.tree.setTextElideMode(Qt.TextElideMode.ElideRight)  # a record says which first: "V layer 2 (rest) in…"
@@ -93,7 +94,7 @@ class StructureView(QWidget):
         fm = self.tree.fontMetrics()
         pad = 18
         number = fm.horizontalAdvance(f"{file_size:,}") + pad
-        widths = {"name": 170, "kind": fm.horizontalAdvance("layer_header") + pad, "offset": number, "size": number,
+        widths = {"name": 180, "kind": fm.horizontalAdvance("layer_header") + pad, "offset": number, "size": number,
                   "status": fm.horizontalAdvance("untrusted") + pad, "value": 160}
         header.setStretchLastSection(False)
         header.setMinimumSectionSize(36)
