@@ -17,24 +17,10 @@ from typing import Any
 from kvscope.app.base.tasks import CancelToken, Report
 from kvscope.app.document.engine_job import EngineJob, run_command
 from kvscope.app.document.repair_job import RepairRun
-from tests.support.gui_helpers import LAB
+from tests.support.gui_helpers import LAB, count_page_renders
 
 CLEAN = LAB / "seq0.clean.seqdata.bin"
 TICKS = 120
-
-
-def _counting(w: Any) -> list[str]:
-    """Every HTML the Overview's page is set to from now on."""
-    sets: list[str] = []
-    browser = w.overview.browser
-    real = browser.setHtml
-
-    def set_html(html: str) -> None:
-        sets.append(html)
-        real(html)
-
-    browser.setHtml = set_html
-    return sets
 
 
 def _pids_with(marker: str) -> list[int]:
@@ -68,7 +54,7 @@ def test_progress_ticks_update_the_strip_and_the_page_is_rendered_only_at_start_
     when it starts and once when its result arrives; the strip above it shows each tick."""
     w = open_doc(CLEAN, "llama")
     doc, ov = w.doc, w.overview
-    sets = _counting(w)
+    sets = count_page_renders(w)
     renders0 = ov.renders
     release = threading.Event()
     result = {"verdict": "ok", "engine": {"kind": "llama.cpp", "build": "b11434"}, "reasons": ["all 4 records match"],

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kvharness.fixtures import DATA
 from kvharness.states import drop_records, kv_records
 from kvscope.app.shell.repair_dialog import repair_document
-from tests.support.gui_helpers import open_loaded
+from tests.support.gui_helpers import count_page_renders, open_loaded
 from tests.support.llama_builds import need_build
 
 pytestmark = pytest.mark.slow  # real llama.cpp
@@ -32,23 +31,9 @@ def pinned() -> None:
     need_build("b11434")
 
 
-def _counting(w: Any) -> list[str]:
-    """Every HTML the Overview's page is set to from now on."""
-    sets: list[str] = []
-    browser = w.overview.browser
-    real = browser.setHtml
-
-    def set_html(html: str) -> None:
-        sets.append(html)
-        real(html)
-
-    browser.setHtml = set_html
-    return sets
-
-
 def test_a_real_verify_renders_the_page_at_start_and_end_not_per_tick(qtbot, window, pinned: None) -> None:  # type: ignore[no-untyped-def]
     w = open_loaded(window, qtbot, SEQ, LLAMA)
-    sets = _counting(w)
+    sets = count_page_renders(w)
     ticks: list[str] = []
     strip: list[str] = []
 
@@ -95,7 +80,7 @@ def test_a_real_repair_renders_the_page_at_start_and_end_not_per_tick(qtbot, win
     k, _v = kv_records(OLD_SEQ, "gen/llama")
     bad = drop_records(OLD_SEQ, tmp_path / "dropped.seqstate", [k[1]])
     w = open_loaded(window, qtbot, bad, LLAMA)
-    sets = _counting(w)
+    sets = count_page_renders(w)
     run = w.doc.repair_run
     ticks: list[str] = []
     run.progressed.connect(lambda _f, text: ticks.append(text))

@@ -23,3 +23,17 @@ def open_loaded(window: Any, qtbot: Any, path: Path | str, model_path: Path | st
     qtbot.waitUntil(lambda: w.doc.result is not None and w.doc.compat is not None and not w.doc.busy, timeout=30000)
     assert window.wait_idle(30000)
     return w
+
+
+def count_page_renders(w: Any) -> list[str]:
+    """Every HTML the Overview's page of document widget ``w`` is set to from now on (a render each)."""
+    sets: list[str] = []
+    browser = w.overview.browser
+    real = browser.setHtml
+
+    def set_html(html: str) -> None:
+        sets.append(html)
+        real(html)
+
+    browser.setHtml = set_html
+    return sets
