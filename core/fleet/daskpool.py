@@ -198,7 +198,8 @@ class DaskPool:
                 self.client = distributed.Client(self.scheduler, timeout=CONNECT_TIMEOUT, set_as_default=False)
             else:
                 self._watch_nannies()
-                self._tmp = tempfile.mkdtemp(prefix="kvscope-dask-")
+                with deferred():  # a stop between the folder's making and its record here left it behind
+                    self._tmp = tempfile.mkdtemp(prefix="kvscope-dask-")
                 marks, scratch = os.path.join(self._tmp, "marks"), os.path.join(self._tmp, "scratch")
                 os.mkdir(marks, 0o700)
                 os.mkdir(scratch, 0o700)
