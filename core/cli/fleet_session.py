@@ -96,7 +96,12 @@ def target_name(name: str) -> str:
     gen = generation_named(name)
     if gen is not None:
         return gen.name
-    parse_release(name)  # one line, exit 2, for an unknown or too old release
+    try:
+        parse_release(name)
+    except UsageError as e:  # neither: say both, in one line
+        from kvscope.core.reader.layouts import GENERATION_BY_NAME
+
+        raise UsageError(f"--target: unknown layout generation ({', '.join(GENERATION_BY_NAME)}) and {e}") from None
     return name.strip()
 
 

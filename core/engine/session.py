@@ -55,13 +55,13 @@ from kvscope.core.engine.server import (
     ServerSetupError,
 )
 from kvscope.core.fsutil import temporary_folder
+from kvscope.core.reader.state_kinds import FILE_KINDS
 
 __all__ = ["PARTIAL_ONLY", "ABIWarning", "CtxParams", "EngineDied", "EngineError", "EngineSession",
            "EngineSetupError", "LlamaProcess", "LlamaSession", "Outcome", "Prefill", "SaveRefused", "ServerClient",
            "ServerDied", "ServerError", "ServerHTTPError", "ServerProcess", "ServerSession", "ServerSetupError",
            "restored", "server_args", "short_line"]
 
-FILE_KINDS = ("seq_file", "session_file")
 Pieces = Sequence[tuple[int, int]]
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import date
 
 from kvscope.core.errors import UsageError
+from kvscope.core.reader.state_kinds import WHOLE_CONTEXT_KINDS
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ CLASS_EXCEPTIONS: tuple[ClassException, ...] = (
     ClassException("A", None, "MLA caches before PR #19067 write V records, which no kvscope generation models",
                    classes=("mla",)),
     ClassException("B", "2025-05", "plain single-cache context state equals 2025-05's bytes",
-                   kinds=("session_file", "context_blob"), classes=("kv",)),
+                   kinds=WHOLE_CONTEXT_KINDS, classes=("kv",)),
     ClassException("C", None, "MLA caches before PR #19067 write V records", classes=("mla",)),
     ClassException("D", None, "MLA caches before PR #19067 write V records", classes=("mla",)),
     ClassException("D", "2026-04", "a hybrid PARTIAL_ONLY blob is the recurrent part only, as 2026-04 writes it",
@@ -170,7 +171,7 @@ CLASS_EXCEPTIONS: tuple[ClassException, ...] = (
     ClassException("E", "2026-04", "a hybrid PARTIAL_ONLY blob is the recurrent part only, as 2026-04 writes it",
                    kinds=("seq_blob",), classes=("hybrid",), partial=True),
     ClassException("F", None, "F writes no cell ext, even for M-RoPE models (2026-04 writes 8 bytes)",
-                   kinds=("session_file", "context_blob"), cell_ext=True),
+                   kinds=WHOLE_CONTEXT_KINDS, cell_ext=True),
     ClassException("G", None, "G does not rotate quantized K/V (2026-04 with rotation on by default is wrong for "
                    "these values)", decided=False),
     ClassException("I", None, "a per-seq blob of an SWA model: the 0xaf143cd8 header, but every SWA cell written "
