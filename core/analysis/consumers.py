@@ -81,9 +81,11 @@ ASSERT_PAST_END = "GGML_ASSERT(nread <= state_size) failed"
 
 
 # the reader's words for where a truncated file ends (core/reader: tensor_records, recurrent_section,
-# dsv4_section): "file ends inside the V layer 1 header: ...", "... the s layer 0 payload: ...",
-# "... the compressor score payload of layer 2: ..."
-_RECORD_CUT = re.compile(r"file ends inside the (\w) (?:layer|record) (\d+) (header|payload)")
+# dsv4_section): "file ends inside the V layer 1 header: ...", "... the s layer 0 payload: ...", with the
+# section where it is not a plain kv cache (record_names.finding_name: "... the kv_idx K layer 0 payload",
+# "... the kv_swa K #1 header" without a model), "... the compressor score payload of layer 2: ..."
+_RECORD_CUT = re.compile(r"file ends inside the (?:\w+ )?(?:stream \d+ )?(\w) (?:layer \d+|record \d+|#\d+) "
+                         r"(header|payload)")
 _DSV4_CUT = re.compile(r"file ends inside the compressor (kv|score) (payload|record header)")
 _WHAT = re.compile(r"file ends inside (.*?):")
 F32 = 0  # GGML_TYPE_F32: recurrent r/s rows
@@ -272,7 +274,7 @@ def cut_file_answer(res: ParseResult, profile: ModelProfile | None) -> CutAnswer
     elif m is None:
         return _unknown(where)
     else:
-        role, part = m.group(1).lower(), m.group(3)
+        role, part = m.group(1).lower(), m.group(2)
     if plan_sec.kind == "kv":
         if len(parts) < 3 or not parts[2].startswith("stream"):
             return _unknown(where)
