@@ -30,7 +30,6 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -208,13 +207,25 @@ class Arena:
         self.live.close()
 
 
-@cache
+_ARENAS: dict[tuple[str, str, Path | None], Arena | str] = {}
+
+
 def arena(key: str, build: str, gen_models: Path | None = None) -> Arena | str:
-    """The arena of a source in a build (kept for the session), or why there is none."""
-    try:
-        return Arena(source_named(key, gen_models), build)
-    except Unsupported as e:
-        return str(e)
+    """The arena of a source in a build (kept until :func:`close_arenas`), or why there is none."""
+    if (key, build, gen_models) not in _ARENAS:
+        try:
+            _ARENAS[key, build, gen_models] = Arena(source_named(key, gen_models), build)
+        except Unsupported as e:
+            _ARENAS[key, build, gen_models] = str(e)
+    return _ARENAS[key, build, gen_models]
+
+
+def close_arenas() -> None:
+    """Close every arena :func:`arena` kept (their engine children exit) and forget them."""
+    while _ARENAS:
+        _, a = _ARENAS.popitem()
+        if isinstance(a, Arena):
+            a.close()
 
 
 # ---------------------------------------------------------------------------------------------

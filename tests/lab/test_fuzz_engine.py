@@ -7,6 +7,7 @@ ever found is a regression case in tests/data/engine-regressions/."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from kvharness.engine_fuzz import (
     Arena,
     CorruptionError,
     arena,
+    close_arenas,
     draw_case,
     parse_corruption,
     regression_cases,
@@ -32,6 +34,13 @@ from tests.support.llama_builds import BUILD_NAMES
 
 CASES_PER_BUILD = 100
 CORE_CLASSES = {"kv", "iswa", "recurrent", "hybrid"}  # the tiny fixtures' classes: never skipped
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _arenas_closed() -> Iterator[None]:
+    """The arenas' engine children live for this module only (a later test counts a process's children)."""
+    yield
+    close_arenas()
 
 
 @pytest.fixture(scope="session")

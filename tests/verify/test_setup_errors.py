@@ -43,22 +43,27 @@ def _one_line(err: str) -> str:
 
 
 def _no_engine_left() -> None:
-    """No llama-server or libllama child of this test process is left (the janitor is no engine)."""
-    me = os.getpid()
-    kids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
-        except OSError:
-            continue
-        if int(fields[1]) == me and ("llama-server" in cmd or "kvscope.core.engine.worker" in cmd):
-            kids.append(cmd)
-    assert not kids, kids
+    """No llama-server or libllama child this test started is left (the janitor is no engine)."""
+    assert not _engine_pids(), [_cmdline(pid) for pid in _engine_pids()]
+
+
+def _cmdline(pid: int) -> str:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as fh:
+        return fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    return f"pid {pid} (gone)"
+
+
+@pytest.fixture(autouse=True)
+def _engines_before() -> Iterator[None]:
+    """The engines this process already had when the test began (another module's, kept for its tests) are
+    neither counted as left by this test nor signalled by it."""
+    _BEFORE.clear()
+    _BEFORE.update(_all_engine_pids())
+    yield
+    _BEFORE.clear()
+
+
+_BEFORE: set[int] = set()
 
 
 # --- item 6: parameters validated and bounded before any engine starts --------------------------------
@@ -197,6 +202,11 @@ def test_a_model_cut_under_the_engine_is_a_setup_error(engine: str, builds: dict
 
 
 def _engine_pids() -> list[int]:
+    """The libllama children and llama-servers this process started since the test began."""
+    return [pid for pid in _all_engine_pids() if pid not in _BEFORE]
+
+
+def _all_engine_pids() -> list[int]:
     """This process's libllama children and llama-servers."""
     me, out = os.getpid(), []
     for pid in os.listdir("/proc"):
