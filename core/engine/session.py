@@ -8,7 +8,8 @@ An :class:`EngineSession` holds one live context and offers what its three users
   rest when the sequence keeps the first piece's prefix;
 * :meth:`~EngineSession.logits` of the next token after what a sequence holds;
 * :meth:`~EngineSession.save` the state of a kind as bytes;
-* :meth:`~EngineSession.clear` a sequence (or everything); :meth:`~EngineSession.kill`, :meth:`~EngineSession.close`.
+* :meth:`~EngineSession.clear` a sequence (or everything); :meth:`~EngineSession.tokenize` a text;
+  :meth:`~EngineSession.kill`, :meth:`~EngineSession.close`.
 
 Two implementations: :class:`LlamaSession` (libllama through llama-cpp-python in a child process,
 :class:`~kvscope.core.engine.llamacpp.LlamaProcess`) and :class:`ServerSession` (a llama-server kvscope
@@ -127,6 +128,10 @@ class EngineSession:
 
     def clear(self, seq: int | None = None) -> bool:
         """Empty ``seq`` (None: every sequence)."""
+        raise NotImplementedError
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        """``text`` in the model's tokens (``add_special``: BOS as the model adds it)."""
         raise NotImplementedError
 
     def kill(self) -> None:
@@ -260,6 +265,9 @@ class LlamaSession(EngineSession):
             self.process.memory_clear()
             return True
         return self.process.seq_rm(seq, -1, -1)
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        return self.process.tokenize(text, add_special)
 
     def kill(self) -> None:
         self.process.kill()
@@ -414,6 +422,9 @@ class ServerSession(EngineSession):
         for s in range(self.ctx.n_seq_max) if seq is None else [seq]:
             self.client.slot_erase(s)
         return True
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        return self.client.tokenize(text, add_special)
 
     def kill(self) -> None:
         if self.process is not None:

@@ -318,8 +318,8 @@ class EngineLabRunner:
         n_read = returned if isinstance(returned, int) and not isinstance(returned, bool) else None
         res.restore = RestoreOutcome(ok, returned, n_read, None if ok else ENGINE_REFUSED, None,
                                      "restored" if ok else engine_message(o.log, "returned failure, no log line"))
-        p = live.proc
-        after = p.state_get_data()
+        sess = live.session
+        after = sess.save("context_blob")
         res.after_state = after
         unreadable: list[tuple[str, bytes, str]] = []  # states the core cannot read back: does llama.cpp?
         try:
@@ -328,16 +328,16 @@ class EngineLabRunner:
             unreadable.append(("the state afterwards", after, str(e)))
             cell.notes.append(f"the state afterwards cannot be read back, so its components are not classified: {e}")
             res.target = TargetOutcome(sc.target, "undetermined", None, None)
-            res.others = {s: OtherOutcome(s, p.state_seq_get_data(s) == live.seq_blobs.get(s), -1, -1, {})
+            res.others = {s: OtherOutcome(s, sess.save("seq_blob", s) == live.seq_blobs.get(s), -1, -1, {})
                           for s in self._seqs() if s != sc.target}
         # positions from llama.cpp itself: a cell the state does not serialize (pos -1) still counts there
-        res.target.pos_min, res.target.pos_max = p.seq_pos_min(sc.target), p.seq_pos_max(sc.target)
+        res.target.pos_min, res.target.pos_max = sess.positions(sc.target)
         for s, other in res.others.items():
-            other.pos_min, other.pos_max = p.seq_pos_min(s), p.seq_pos_max(s)
+            other.pos_min, other.pos_max = sess.positions(s)
         if not ok:
             cell.fault = self._refusal_fault(inp, res)
         if case.then_seq_rm:
-            p.seq_rm(sc.target)
+            sess.clear(sc.target)
         if self.probes:
             logits = live.probe_logits(self._seqs())
             diffs = {s: logits_diff(v, live.baseline.get(s)) for s, v in logits.items()}
@@ -352,7 +352,7 @@ class EngineLabRunner:
             if back.aborted is not None:
                 res.recovered = False
             else:
-                state = live.proc.state_get_data()
+                state = live.session.save("context_blob")
                 try:
                     res.recovered = component_bytes(self._view_whole(state), sc.target) == want
                 except EngineLabError as e:
@@ -360,7 +360,7 @@ class EngineLabRunner:
                     cell.notes.append(f"recovery not observed: the state after the clean restore cannot be read "
                                       f"back: {e}")
         for what, state, why in unreadable:  # the last step: it replaces the engine's state
-            back = live.proc.state_set_data(state)
+            back = live.session.restore("context_blob", 0, data=state)
             if back.aborted is None and back.value == len(state):
                 res.error = f"the memory core cannot read {what}, which llama.cpp reads back: {why}"
             else:
@@ -374,14 +374,14 @@ class EngineLabRunner:
         per-sequence state against the live one)."""
         live = self.live
         assert isinstance(live, LlamaLive)
-        p, t, per_seq = live.proc, self.spec.target, inp.kind in PER_SEQUENCE_KINDS
+        sess, t, per_seq = live.session, self.spec.target, inp.kind in PER_SEQUENCE_KINDS
         held: dict[int, tuple[int, int]] = {}
         extra: list[str] = []
         tgt = res.target
         lo, hi = tgt.pos_min if tgt.pos_min is not None else -1, tgt.pos_max if tgt.pos_max is not None else -1
         comps = {role: c for role, c in tgt.components.items() if not (c.state == "unchanged" and c.n_cells == 0)}
         states = {c.state for c in comps.values()}
-        same = p.state_seq_get_data(t) == live.seq_blobs.get(t)  # all of it, the parts without cells included
+        same = sess.save("seq_blob", t) == live.seq_blobs.get(t)  # all of it, the parts without cells included
         by_cells = states <= {"removed"} or (states <= {"unchanged"} and same)
         clean = by_cells if comps else (hi < 0 or same)
         if not clean:
@@ -445,9 +445,8 @@ class EngineLabRunner:
         assert isinstance(live, ServerLive)
         res, sc = cell.result, self.scenario
         live.reset()
-        name = live.put(inp.data)
         try:
-            doc = live.client.slot_restore(sc.target, name)
+            doc = live.restore(sc.target, inp.data)
             returned: int = int(doc.get("n_read") or 0)
             res.restore = RestoreOutcome(True, returned, returned, None, None,
                                          f"slot {sc.target} restored ({doc.get('n_restored')} tokens)")
@@ -468,7 +467,7 @@ class EngineLabRunner:
                 return
         want = self.runner.clean_expected
         if want is not None:
-            live.client.slot_restore(sc.target, live.put(sc.restore.data))
+            live.restore(sc.target, sc.restore.data)
             view = self._view_slots({sc.target: live.save(sc.target)})
             res.recovered = component_bytes(view, sc.target) == want
 
@@ -480,10 +479,10 @@ class EngineLabRunner:
         chk = PoisonCheck(len(prompt))
         body: dict[str, Any] = {"temperature": 0.0, "return_tokens": True, "logit_bias": self._ban()}
         try:
-            a = live.client.complete(prompt, POISON_PREDICT, t, **body)
+            a = live.complete(prompt, POISON_PREDICT, t, **body)
             chk.completion = [int(x) for x in a.get("tokens") or []]
-            live.client.slot_erase(t)
-            b = live.client.complete(prompt, POISON_PREDICT, t, **body)
+            live.clear(t)
+            b = live.complete(prompt, POISON_PREDICT, t, **body)
             chk.fresh_completion = [int(x) for x in b.get("tokens") or []]
         except ServerDied as e:
             chk.aborted = e.aborted

@@ -31,7 +31,6 @@ from kvscope.core.engine.builds import BuildError, by_name
 from kvscope.core.engine.janitor import janitor
 from kvscope.core.engine.session import (
     CtxParams,
-    LlamaProcess,
     LlamaSession,
     Outcome,
     Prefill,
@@ -166,11 +165,6 @@ class LlamaLive:
             self._start()
         assert self._session is not None
         return self._session
-
-    @property
-    def proc(self) -> LlamaProcess:
-        """The session's child (the engine lab reads the state of every sequence through it)."""
-        return self.session.process
 
     def _start(self) -> None:
         if self._session is not None:
@@ -359,8 +353,17 @@ class ServerLive:
         self.restarts += 1
         self._start()
 
-    def put(self, data: bytes) -> str:
-        return self._live.put(data)
+    def restore(self, slot: int, data: bytes) -> dict[str, Any]:
+        """``data`` put in the slot folder and restored into ``slot``: the server's answer."""
+        doc: dict[str, Any] = self._live.restore("seq_file", slot, data=data).value
+        return doc
+
+    def clear(self, slot: int) -> None:
+        self._live.clear(slot)
+
+    def complete(self, prompt: list[int], n_predict: int, slot: int, **request: Any) -> dict[str, Any]:
+        """A completion of ``n_predict`` tokens in ``slot`` (the poisoned-slot check: only a server generates)."""
+        return self._live.client.complete(prompt, n_predict, slot, **request)
 
     def save(self, slot: int) -> bytes:
         return self._live.save("seq_file", slot)

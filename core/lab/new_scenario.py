@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from kvscope.core.engine.builds import BuildError, by_name
-from kvscope.core.engine.session import EngineError, EngineSetupError, LlamaProcess
+from kvscope.core.engine.session import EngineError, EngineSetupError, LlamaSession, SaveRefused
 from kvscope.core.lab.engine_live import EngineLabError, ctx_params_from
 from kvscope.core.lab.scenario import LIVE_STATE, _sha256_regular
 from kvscope.core.memory import ContextParams
@@ -39,11 +39,11 @@ class _process:
     def __init__(self, model: str | Path, params: ContextParams, build: str | None, lib_path: str | None,
                  n_threads: int = 2) -> None:
         try:
-            self.p = LlamaProcess(str(model), ctx_params_from(params, n_threads), build=build, lib_path=lib_path)
+            self.p = LlamaSession(str(model), ctx_params_from(params, n_threads), build=build, lib_path=lib_path)
         except (EngineSetupError, EngineError, ValueError) as e:
             raise EngineLabError(f"llama.cpp cannot start on {model}: {e}") from None
 
-    def __enter__(self) -> LlamaProcess:
+    def __enter__(self) -> LlamaSession:
         return self.p
 
     def __exit__(self, *exc: object) -> None:
@@ -130,7 +130,7 @@ def _folder_mode(path: Path) -> None:
     os.chmod(path, 0o777 & ~current_umask())
 
 
-def _write(p: LlamaProcess, tmp: Path, rel: str, model: Path, size: int, sha: str, seqs: dict[int, list[int]],
+def _write(p: LlamaSession, tmp: Path, rel: str, model: Path, size: int, sha: str, seqs: dict[int, list[int]],
            params: ContextParams, target: int, next_token: int | None, prompts: dict[int, str],
            n_threads: int, empty_target: bool) -> dict[str, Any]:
     info = p.info()
@@ -144,31 +144,35 @@ def _write(p: LlamaProcess, tmp: Path, rel: str, model: Path, size: int, sha: st
                                  f"{params.n_seq_max}): give a shorter prompt or a larger --ctx-param n_ctx")
 
     def decode(s: int) -> None:
-        o = p.decode(s, seqs[s], pos0=0)
+        o = p.prefill(s, seqs[s]).outcome
         if not o.ok or o.rc != 0:
             raise EngineLabError(decode_refusal(s, len(seqs[s]), o.summary() if not o.ok else None, o.rc,
                                                 params))
 
     for s in live_seqs:
         decode(s)
-    live = p.state_get_data()
+    live = p.save("context_blob")
     (tmp / LIVE_STATE).write_bytes(live)
     all_tokens = [t for s in live_seqs for t in seqs[s]]
-    if not p.state_save_file(str(tmp / "context.session"), all_tokens).value:
-        raise EngineLabError("llama.cpp did not write the session file")
+    try:
+        (tmp / "context.session").write_bytes(p.save("session_file", tokens=all_tokens))
+    except SaveRefused:
+        raise EngineLabError("llama.cpp did not write the session file") from None
     if target not in live_seqs:
         decode(target)
     for s in seqs:
-        (tmp / f"seq{s}.clean.seqdata.bin").write_bytes(p.state_seq_get_data(s))
-    if not p.state_seq_save_file(str(tmp / f"seq{target}.clean.seqstate"), target, seqs[target]).value:
-        raise EngineLabError(f"llama.cpp did not write sequence {target}'s state file")
-    full = p.state_get_data()
+        (tmp / f"seq{s}.clean.seqdata.bin").write_bytes(p.save("seq_blob", s))
+    try:
+        (tmp / f"seq{target}.clean.seqstate").write_bytes(p.save("seq_file", target, tokens=seqs[target]))
+    except SaveRefused:
+        raise EngineLabError(f"llama.cpp did not write sequence {target}'s state file") from None
+    full = p.save("context_blob")
     nt = int(next_token) if next_token is not None else seqs[target][-1]
     for s in seqs:
-        o = p.decode(s, [nt])
+        o = p.logits(s, nt)
         if o.ok and o.rc == 0 and o.value is not None:
             np.save(tmp / f"baseline.seq{s}.next_logits.npy", np.asarray(o.value, dtype=np.float32))
-        back = p.state_set_data(full)
+        back = p.restore("context_blob", 0, data=full)
         if not back.ok or back.value != len(full):
             raise EngineLabError(f"llama.cpp does not restore its own state: {back.summary()}")
     build = info.get("build")
