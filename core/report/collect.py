@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from kvscope.core.analysis.overview import Overview
     from kvscope.core.analysis.stats import StatsReport
     from kvscope.core.model.profile import ModelProfile
-    from kvscope.core.reader.records import ParseResult
+    from kvscope.core.reader.records import LayerRecord, ParseResult
 
 
 @dataclass(frozen=True)
@@ -116,10 +116,13 @@ def inspect(path: str, profile: ModelProfile | None, stats: bool = True, compat:
     return found
 
 
-def flagged_records(res: ParseResult, stats: StatsReport | None) -> tuple[list[Flagged], int]:
+def flagged_records(res: ParseResult, stats: StatsReport | None,
+                    verify: dict[str, Any] | None = None) -> tuple[list[Flagged], int]:
     """Records with non-finite values or zero rows (at most :data:`MAX_HEATMAPS`, plus how many in all);
-    with none, a record of the damaged layer (:func:`damaged_record`: where a truncated file's end cuts a
-    record), else the first K record (else the first record) so the report still shows one heatmap."""
+    with none, a record of the damaged layer: the first record a ``kvscope verify`` result (``verify``) measured
+    as not right (:func:`measured_record`), else the one the reader's findings name (:func:`damaged_record`:
+    where a truncated file's end cuts a record), else the first K record (else the first record) so the report
+    still shows one heatmap."""
     records = layer_records(res)
     by_key = {(si, st.index if st is not None else None, r.role, r.index): r for si, _, st, r in records}
     hits: list[Flagged] = []
@@ -135,7 +138,7 @@ def flagged_records(res: ParseResult, stats: StatsReport | None) -> tuple[list[F
         hits.append(Flagged(rec, ls, why))
     if hits:
         return _spread(hits), len(hits)
-    damaged = damaged_record(res, stats)
+    damaged = measured_record(res, stats, verify) or damaged_record(res, stats)
     if damaged is not None:
         return [damaged], 0
     recs = [r for _, _, _, r in records]
@@ -156,6 +159,51 @@ def _finding_place(path: str) -> tuple[str | None, int | None]:
     return role, int(m.group(1)) if m else None
 
 
+def _picture(mine: list[LayerRecord], layer: int, role: str | None, stats: StatsReport | None,
+             what: str, *, absent: bool = False) -> Flagged | None:
+    """The record that pictures ``layer`` (its ``role`` record) among ``mine``: its own (unless ``absent``: a
+    record measured missing, whose name the reader may have given to another), else the same layer's other
+    record, else the nearest record of its role; None when there is none. ``what`` says why, and the caption
+    says which record stands in."""
+    same = [r for r in mine if r.il == layer]
+    rec = None if absent else next((r for r in same if role is None or r.role == role), None)
+    if absent:
+        same = [r for r in same if role is None or r.role != role]
+    if rec is None and same:
+        rec = same[0]
+        what += (f" (its {(role or '?').upper()} record is cut short or missing: its {rec.role.upper()} record "
+                 "is shown)")
+    if rec is None:
+        near = [r for r in mine if r.il is not None and (role is None or r.role == role)]
+        if not near:
+            return None
+        rec = min(near, key=lambda r: (abs((r.il or 0) - layer), -(r.il or 0)))
+        what += (f" (layer {layer} has no record in the file: the nearest, {rec.role.upper()} layer {rec.il}, is "
+                 "shown)")
+    ref = next((x for x in stats.layers if x.data_offset == rec.data_offset), None) if stats is not None else None
+    return Flagged(rec, ref, what)
+
+
+def measured_record(res: ParseResult, stats: StatsReport | None, verify: dict[str, Any] | None) -> Flagged | None:
+    """The record that pictures the first record a ``kvscope verify`` result measured as not right (missing,
+    differing, non-finite, extra: its section, stream, layer and role against a real engine's), in place of
+    the reader's guess; None without such a record."""
+    records = layer_records(res)
+    for c in (verify or {}).get("records") or []:
+        if not isinstance(c, dict) or c.get("status") in (None, "match") or not isinstance(c.get("il"), int):
+            continue
+        section, stream, role = str(c.get("section")), c.get("stream"), str(c.get("role") or "") or None
+        mine = [r for _, sec, st, r in records
+                if sec.role == section and (stream is None or st is None or st.index == stream)]
+        name = f"{role.upper()} " if role else ""
+        found = _picture(mine, int(c["il"]), role, stats,
+                         f"the damaged layer {c['il']}: {name}{c['status']} (measured by Verify)",
+                         absent=c["status"] == "missing")
+        if found is not None:
+            return found
+    return None
+
+
 def damaged_record(res: ParseResult, stats: StatsReport | None) -> Flagged | None:
     """The record that pictures the damaged layer: the first error finding in the file that names a layer (a
     record cut short by the file's end, a missing layer record...), its own record where the file holds it, else
@@ -165,25 +213,11 @@ def damaged_record(res: ParseResult, stats: StatsReport | None) -> Flagged | Non
     records = layer_records(res)
     for f in errors:
         role, stream = _finding_place(f.path or "")
-        layer = f.layer
-        assert layer is not None
-        mine = [(st, r) for _, _, st, r in records if stream is None or st is None or st.index == stream]
-        same = [r for _, r in mine if r.il == layer]
-        rec = next((r for r in same if role is None or r.role == role), None)
-        what = f"the damaged layer {layer}: {f.message}"
-        if rec is None and same:
-            rec = same[0]
-            what += (f" (its {(role or '?').upper()} record is cut short or missing: its {rec.role.upper()} record "
-                     "is shown)")
-        if rec is None:
-            near = [r for _, r in mine if r.il is not None and (role is None or r.role == role)]
-            if not near:
-                continue
-            rec = min(near, key=lambda r: (abs((r.il or 0) - layer), -(r.il or 0)))
-            what += (f" (layer {layer} has no record in the file: the nearest, {rec.role.upper()} layer {rec.il}, is "
-                     "shown)")
-        ref = next((x for x in stats.layers if x.data_offset == rec.data_offset), None) if stats is not None else None
-        return Flagged(rec, ref, what)
+        assert f.layer is not None
+        mine = [r for _, _, st, r in records if stream is None or st is None or st.index == stream]
+        found = _picture(mine, f.layer, role, stats, f"the damaged layer {f.layer}: {f.message}")
+        if found is not None:
+            return found
     return None
 
 
@@ -253,7 +287,7 @@ def collect(options: ReportOptions, progress: Progress = no_progress, cancelled:
         check_same_file(verify, options.file, overview, res, str(verify["source"]))
     check()
     data = ReportData(options, res, profile, found.stats, found.stats_error, found.to_json(), overview)
-    data.flagged, data.flagged_total = flagged_records(res, found.stats)
+    data.flagged, data.flagged_total = flagged_records(res, found.stats, verify)
     if options.compare:
         data.diff = preloaded.diff if preloaded is not None and preloaded.diff is not None else None
         if data.diff is None:

@@ -1,5 +1,6 @@
 """The report says what Verify measured where it measured it (#29 items 2 and 3): a dropped record's layer
-Verify names replaces the reader's guess in the verdict, the top findings and the build lines; a cut slot's
+Verify names replaces the reader's guess in the verdict, the top findings, the build lines and the pictured
+layer; a cut slot's
 llama-server answer is the same word in the build lines and the reuse lines, and after a Verify of libllama
 it follows the measured answer (the prediction kept only as "predicted unknown").
 
@@ -54,6 +55,15 @@ def test_the_report_says_the_record_verify_names(tmp_path: Path) -> None:
     assert GUESS not in head and answer in head, head
     assert answer in js["overview"]["verdict"]["reason"]
     assert not any(GUESS in line for line in js["overview"]["consumers_text"] + js["overview"]["reuse_text"])
+    # the pictured layer is the one Verify measured (the missing V of layer 0: its K record stands in), not
+    # the reader's guess (without the Verify result, its missing-layer finding pictures another layer)
+    pictured = js["report"]["flagged_layers"]
+    assert [(p["role"], p["layer"]) for p in pictured] == [("k", 0)], pictured
+    assert pictured[0]["why"].startswith("the damaged layer 0: V missing (measured by Verify)"), pictured
+    out = tmp_path / "guess"
+    assert main(["report", str(path), "--model", str(LLAMA), "-o", str(out)]) == 1
+    guessed = json.loads((out / "report.json").read_text())["report"]["flagged_layers"]
+    assert [(p["role"], p["layer"]) for p in guessed] != [("k", 0)] and "measured" not in guessed[0]["why"], guessed
 
 
 def test_a_cut_slot_has_one_server_answer_in_the_report(tmp_path: Path) -> None:
