@@ -90,7 +90,11 @@ def render_markdown(data: ReportData, images: list[ReportImage]) -> str:
     lines += bookmarks_markdown(data, md)
     # inspect's Markdown is escaped by the core already: only its paths are shortened here
     details = names.markdown(_demote(result_to_text(data.result, data.profile, markdown=True)))
-    lines += ["## Details", "", *details.rstrip("\n").split("\n"), ""]
+    lines += ["## Details", ""]
+    if data.overview.verify:
+        lines += ["What the reader alone says (`kvscope inspect`): where Verify measured a guess of it, the sections "
+                  "above say what was measured.", ""]
+    lines += [*details.rstrip("\n").split("\n"), ""]
     if data.stats is not None:
         lines += [*md_block(_demote(data.stats.to_text(markdown=True))), ""]
     lines += ["---", "", f"Written by kvscope {kvscope_version()} (`kvscope report`). The same data as JSON: "

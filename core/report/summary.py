@@ -100,6 +100,22 @@ def flagged_note(data: ReportData) -> str:
     return f"{plural(more, 'more flagged record')} not pictured: {names}."
 
 
+def measured_findings(data: ReportData, entries: list[Any]) -> list[Any]:
+    """The findings' JSON (``entries``, one per finding of the file) with what Verify measured in place of the
+    reader's guess: ``message`` the measured text, ``predicted`` the reader's own and ``measured`` true."""
+    from kvscope.core.analysis.measured import measured_message
+
+    findings = data.result.findings
+    if len(entries) != len(findings):
+        return entries
+    out: list[Any] = []
+    for f, entry in zip(findings, entries, strict=True):
+        text = measured_message(f, data.overview.verify)
+        out.append({**entry, "message": text, "predicted": f.message, "measured": True}
+                   if text is not None and isinstance(entry, dict) else entry)
+    return out
+
+
 def report_json(data: ReportData, images: list[ReportImage]) -> dict[str, Any]:
     """``inspect --json --stats`` plus ``overview`` (verdict, compatibility, sha256...), ``report``
     (generator, images, flagged layers), ``diff`` and ``lab``; paths named as the report names them."""
@@ -109,6 +125,8 @@ def report_json(data: ReportData, images: list[ReportImage]) -> dict[str, Any]:
 
         out["verify"] = verify_json(data.overview.verify)
     out.update(data.inspect)
+    if data.overview.verify and isinstance(out.get("findings"), list):
+        out["findings"] = measured_findings(data, out["findings"])
     out["overview"] = data.overview.to_json()
     heat = [im for im in images if im.file.startswith("heatmap-")]
     out["report"] = {

@@ -75,6 +75,14 @@ def test_the_record_verify_names_replaces_the_guess_everywhere(qtbot, window, tm
     row = next(r for r, f in enumerate(fm.findings) if f.code == "missing_layer")
     shown = fm.data(fm.index(row, fm.columns.index("message")))
     assert GUESS not in shown and answer in shown
+    # ... and the filter, Copy message and the CSV export read the message as shown
+    w.findings.filter_edit.setText("verify names the missing")
+    assert w.findings.proxy.rowCount() == 1
+    w.findings.filter_edit.setText("first empty slot")
+    assert w.findings.proxy.rowCount() == 0
+    w.findings.filter_edit.setText("")
+    table = w.findings.csv_table()
+    assert table is not None and any(answer in row[-1] and GUESS not in row[-1] for row in table[1])
     # the tree's placeholder: Verify's layer and role, not the reader's K?
     names = [n.name for n in w.tree.model.placeholders()]
     assert names == ["V0 (missing: Verify names layer 0)"], names

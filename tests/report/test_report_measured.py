@@ -55,6 +55,10 @@ def test_the_report_says_the_record_verify_names(tmp_path: Path) -> None:
     assert GUESS not in head and answer in head, head
     assert answer in js["overview"]["verdict"]["reason"]
     assert not any(GUESS in line for line in js["overview"]["consumers_text"] + js["overview"]["reuse_text"])
+    details = md.split("## Details", 1)[1]
+    assert details.lstrip().startswith("What the reader alone says"), details[:200]
+    dropped = [f for f in js["findings"] if f["code"] == "missing_layer"]
+    assert dropped and all(f["measured"] and answer in f["message"] and GUESS in f["predicted"] for f in dropped)
     # the pictured layer is the one Verify measured (the missing V of layer 0: its K record stands in), not
     # the reader's guess (without the Verify result, its missing-layer finding pictures another layer)
     pictured = js["report"]["flagged_layers"]

@@ -92,7 +92,8 @@ class FindingsModel(RowTableModel[Finding]):
 
 
 class FindingsFilter(QSortFilterProxyModel):
-    """Keeps findings at or above a severity whose code, message or path contains the filter text."""
+    """Keeps findings at or above a severity whose code, message (as shown: what Verify measured in place of
+    the reader's guess) or path contains the filter text."""
 
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
@@ -111,7 +112,7 @@ class FindingsFilter(QSortFilterProxyModel):
         f = model.findings[row]
         if SEVERITY_RANK.get(f.severity, 0) < self.min_rank:
             return False
-        return not self.text or self.text in f"{f.code} {f.message} {f.path}".lower()
+        return not self.text or self.text in f"{f.code} {model.message(f)} {f.path}".lower()
 
 
 class FindingsView(QWidget):
@@ -277,7 +278,7 @@ class FindingsView(QWidget):
             return lambda: copy_text(text(f)) if f is not None else None
 
         texts: tuple[tuple[str, Callable[[Finding], str]], ...] = (
-            ("Copy offset", lambda x: str(x.offset)), ("Copy message", lambda x: x.message),
+            ("Copy offset", lambda x: str(x.offset)), ("Copy message", self.model.message),
             ("Copy path", lambda x: x.path))
         for label, text in texts:
             a = menu.addAction(label, copier(text))
@@ -294,10 +295,11 @@ class FindingsView(QWidget):
         return self.table
 
     def csv_table(self) -> CsvTable | None:
-        """Every finding (not only those the filter shows): severity, code, offset, length, layer, path, message."""
+        """Every finding (not only those the filter shows): severity, code, offset, length, layer, path, message
+        (as shown)."""
         res = self.doc.result
         if res is None:
             return None
         header = ["severity", "code", "offset", "length", "layer", "path", "message"]
-        return header, [[f.severity, f.code, f.offset, f.length, "" if f.layer is None else f.layer, f.path, f.message]
-                        for f in res.findings]
+        return header, [[f.severity, f.code, f.offset, f.length, "" if f.layer is None else f.layer, f.path,
+                         self.model.message(f)] for f in res.findings]
