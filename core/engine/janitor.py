@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from typing import IO, Any
 
 _STOP_S = 5.0
@@ -104,6 +105,13 @@ class Janitor:
         if op == "dir":
             key = os.path.abspath(str(key))
         self._send(op="forget", what=op, key=key)
+
+    def release(self, group: int, dirs: Iterable[str]) -> None:
+        """An engine's end: its process group is done with (it exited) and its folders are removed."""
+        self.forget("group", group)
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+            self.forget("dir", d)
 
 
 _janitor: Janitor | None = None

@@ -196,11 +196,7 @@ def _reap(proc: subprocess.Popen[bytes], fds: list[int], err: IO[bytes], scratch
             proc.kill()
             proc.wait()
     err.close()
-    jan = janitor()
-    jan.forget("group", proc.pid)
-    for d in scratch:
-        shutil.rmtree(d, ignore_errors=True)
-        jan.forget("dir", d)
+    janitor().release(proc.pid, scratch)
 
 
 def _reap_unstarted(fds: list[int], err: IO[bytes], scratch: list[str]) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -238,11 +237,7 @@ def _stop(proc: subprocess.Popen[bytes], log: Any, remove: list[str]) -> None:
             proc.kill()
             proc.wait()
     log.close()
-    jan = janitor()
-    jan.forget("group", proc.pid)
-    for d in remove:
-        shutil.rmtree(d, ignore_errors=True)
-        jan.forget("dir", d)
+    janitor().release(proc.pid, remove)
 
 
 class ServerProcess:
