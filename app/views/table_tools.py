@@ -1,14 +1,14 @@
-"""Copy and context-menu conventions shared by the list views (findings, tokens, diff).
+"""Copy, stepping and context-menu conventions shared by the list views (findings, tokens, diff).
 
-Ctrl+C copies the selected rows as tab-separated text (what each column shows); a right click opens the
-view's menu, built by the view at that moment.
+Ctrl+C copies the selected rows as tab-separated text (what each column shows); F8/Shift+F8 step to the
+next or previous row, wrapping; a right click opens the view's menu, built by the view at that moment.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QAbstractItemModel, QEvent, QObject, QPoint, Qt
+from PySide6.QtCore import QAbstractItemModel, QEvent, QItemSelectionModel, QObject, QPoint, Qt
 from PySide6.QtGui import QGuiApplication, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import QAbstractItemView, QMenu
 
@@ -21,6 +21,22 @@ def selected_rows(view: QAbstractItemView) -> list[int]:
     if not rows and view.currentIndex().isValid():
         rows = [view.currentIndex().row()]
     return rows[:COPY_ROWS_LIMIT]
+
+
+def step_row(view: QAbstractItemView, delta: int) -> int | None:
+    """Make the next (``delta`` 1) or previous (-1) row of ``view`` current and selected, wrapping, and scroll to
+    it: its row, or None when the view has none."""
+    model = view.model()
+    n = model.rowCount()
+    if n == 0:
+        return None
+    cur = view.currentIndex()
+    row = (cur.row() + delta) % n if cur.isValid() else (0 if delta > 0 else n - 1)
+    idx = model.index(row, 0)
+    view.selectionModel().setCurrentIndex(
+        idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
+    view.scrollTo(idx)
+    return row
 
 
 def rows_text(model: QAbstractItemModel, rows: list[int], header: bool = False) -> str:

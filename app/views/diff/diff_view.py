@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -42,7 +42,14 @@ from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.layers.stats_plot import ROLE_COLORS, ROLE_LABEL
 from kvscope.app.views.plot_axes import IntegerAxis, ValueAxis, place_legend, side_legend, style_legend, style_plot
 from kvscope.app.views.row_model import RIGHT, RowTableModel
-from kvscope.app.views.table_tools import copy_text, install_copy, install_menu, rows_text, selected_rows
+from kvscope.app.views.table_tools import (
+    copy_text,
+    install_copy,
+    install_menu,
+    rows_text,
+    selected_rows,
+    step_row,
+)
 from kvscope.core.analysis.verdict import plural
 
 if TYPE_CHECKING:
@@ -367,16 +374,8 @@ class DiffView(LazyParts, QWidget):
     # -- stepping and selection ---------------------------------------------------------------------
     def step(self, delta: int) -> DiffItem | None:
         """Select the next (1) or previous (-1) difference, wrapping."""
-        n = self.model.rowCount()
-        if n == 0:
-            return None
-        cur = self.table.currentIndex()
-        row = (cur.row() + delta) % n if cur.isValid() else (0 if delta > 0 else n - 1)
-        idx = self.model.index(row, 0)
-        self.table.selectionModel().setCurrentIndex(
-            idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
-        self.table.scrollTo(idx)
-        return self.model.items[row]
+        row = step_row(self.table, delta)
+        return None if row is None else self.model.items[row]
 
     def _on_current(self, current: QModelIndex, _prev: QModelIndex) -> None:
         if current.isValid():

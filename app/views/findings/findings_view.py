@@ -37,7 +37,14 @@ from kvscope.app.document.doc_index import Selection
 from kvscope.app.document.document import Document
 from kvscope.app.views.export import CsvTable, doc_export_button
 from kvscope.app.views.row_model import RIGHT, RowTableModel
-from kvscope.app.views.table_tools import copy_text, install_copy, install_menu, rows_text, selected_rows
+from kvscope.app.views.table_tools import (
+    copy_text,
+    install_copy,
+    install_menu,
+    rows_text,
+    selected_rows,
+    step_row,
+)
 from kvscope.core.analysis.measured import measured_message
 from kvscope.core.findings import SEVERITY_RANK, Finding
 from kvscope.core.reader.record_names import label_of
@@ -224,16 +231,8 @@ class FindingsView(QWidget):
 
     def step(self, delta: int) -> Finding | None:
         """Select the next (``delta`` 1) or previous (-1) finding in table order, wrapping."""
-        n = self.proxy.rowCount()
-        if n == 0:
-            return None
-        cur = self.table.currentIndex()
-        row = (cur.row() + delta) % n if cur.isValid() else (0 if delta > 0 else n - 1)
-        idx = self.proxy.index(row, 0)
-        self.table.selectionModel().setCurrentIndex(
-            idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
-        self.table.scrollTo(idx)
-        return self.finding_at(row)
+        row = step_row(self.table, delta)
+        return None if row is None else self.finding_at(row)
 
     def _on_selection(self, sel: Selection) -> None:
         if sel.origin is self or sel.finding is None:
