@@ -33,8 +33,10 @@ from kvscope.core.fsutil import (
 _WRITER = """
 import signal, sys, time
 # as started from a terminal: a job started in the background without job control (a CI runner's
-# shell) inherits SIGINT ignored, and Python then leaves it ignored
+# shell) inherits SIGINT ignored, and Python then leaves it ignored; one started under nohup inherits
+# SIGHUP ignored (kvscope then leaves it ignored too, as it should)
 signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 from kvscope.core.fsutil import atomic_writer, temporary_folder
 kind, dest = sys.argv[1], sys.argv[2]
 if kind == "file":
