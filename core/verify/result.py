@@ -3,7 +3,13 @@
 Verdicts:
 
 * ``ok``: the file restores and every record matches the engine's prefill of the file's tokens
-  (or, where nothing can be re-prefilled, the file restores cleanly: ``compared`` is false);
+  (or, where nothing can be re-prefilled, the file restores cleanly: ``compared`` is false); or some
+  records differ beyond the engine's variation by rounding-sized amounts only (each one's largest
+  difference at most :data:`DRIFT_MAX_REL` of its largest value, finite, no cell missing or moved) while
+  the continuation stays within the engine's own variation: a slot a server wrote in other batches,
+  or continued over several turns (the records are named as differing); or most records differ from one
+  cell on, with every earlier cell and the first layer matching and the continuation within the engine's
+  variation: a chunk llama-server reused from another prefix (``--cache-reuse``);
 * ``incompatible``: the build refuses the file's layout generation (the compatibility
   information names the builds that load it), or the engine is set up otherwise than the file needs
   (a user's llama-server with other slots, KV streams, V layout or cache types: ``setup_mismatch``
@@ -44,6 +50,12 @@ from kvscope.core.verify.comparison import Comparison, RecordCheck
 from kvscope.core.verify.engines import Logits, RestoreReport
 
 VERDICTS = ("ok", "damaged", "stale", "incompatible", "diverges")
+# a record that differs by at most this share of its largest |value| has drifted (rounding, a quantum of a
+# quantized cache, a re-rotated chunk), not been overwritten: swapped layers, another prompt's K/V, a flipped
+# exponent or garbage differ by about its largest value or more
+DRIFT_MAX_REL = 0.25
+# cells llama-server reused from another prefix (--cache-reuse) differ by up to this share of a record's RMS
+REUSED_MAX_RMS = 0.25
 
 
 @dataclass
@@ -174,7 +186,10 @@ class VerifyResult:
             "behaviour": self.behaviour.to_json() if self.behaviour is not None else None,
             "calibration": (self.comparison.calibration.to_json() if self.comparison is not None
                             and self.comparison.calibration is not None else None),
-            "verdict": self.verdict, "reasons": list(self.reasons), "damage": self.damage(),
+            # under ``ok`` what differs has drifted (rounding-sized, the continuation inside): not damage
+            "verdict": self.verdict, "reasons": list(self.reasons),
+            "damage": self.damage() if self.verdict != "ok" else [],
+            "drifted": self.damage() if self.verdict == "ok" else [],
             "compatibility": self.compatibility, "findings": self.findings, "notes": list(self.notes),
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()}, "cancelled": self.cancelled,
             "input_changed": self.input_changed, "reuse": self.reuse, "setup_mismatch": list(self.setup_mismatch),
@@ -254,6 +269,28 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
         if beh is not None and not beh.skipped:
             reasons.append(beh.summary())
         return
+    if restored and _drifted(bad, structural, cmp_, beh):
+        assert beh is not None
+        res.verdict = "ok"
+        worst = max((b.max_rel or 0.0) for b in bad)
+        names = ", ".join(f"layer {b.il} {b.role.upper()}" for b in bad[:6]) + (" ..." if len(bad) > 6 else "")
+        reasons.append(f"{plural(len(bad), 'record')} of {len(cmp_.records)} differ beyond the engine's own variation "
+                       f"({names}), by rounding-sized amounts only (largest difference {worst:.3g} of a record's "
+                       "largest value), and the continuation stays within the engine's own variation: the slot "
+                       "computes what a fresh prefill does. Cells differ so when a server wrote the slot in other "
+                       "batches or continued it over several turns")
+        reasons.append(beh.summary())
+        return
+    reused = _reused_from(bad, structural, cmp_, beh) if restored else None
+    if reused is not None:
+        assert beh is not None
+        res.verdict = "ok"
+        reasons.append(f"the cells from index {reused} on differ in {len(bad)} of {len(cmp_.records)} records while "
+                       "every earlier cell and the first layer match and the continuation stays within the engine's "
+                       "own variation: those cells' K/V were computed after another prefix (a chunk llama-server "
+                       "reused and shifted with --cache-reuse), as the server itself computes with them")
+        reasons.append(beh.summary())
+        return
     if restored and (every_differs or (not structural and common == 0 and sum(c.n_fresh for c in cmp_.cells) > 0)):
         res.verdict = "stale"
         if common == 0:
@@ -283,6 +320,39 @@ def decide(res: VerifyResult, incompatible: bool, reader_errors: int) -> None:
         if c.missing or c.extra:
             reasons.append(f"{c.section}" + (f" stream {c.stream}" if c.stream is not None else "")
                            + f": {c.missing} cell(s) missing, {c.extra} extra")
+
+
+def _drifted(bad: list[RecordCheck], structural: list[RecordCheck], cmp_: Comparison, beh: Behaviour | None) -> bool:
+    """Records that differ, all by rounding-sized amounts (:data:`DRIFT_MAX_REL`), with every cell in place and
+    a continuation measured within the engine's own variation."""
+    if not bad or structural or cmp_.cell_problems or beh is None or beh.skipped or beh.diverges or not beh.steps:
+        return False
+    return all(b.status == "differs" and b.max_rel is not None and b.max_rel <= DRIFT_MAX_REL
+               and not b.n_zero_cells and "cut short" not in (b.note or "") for b in bad)
+
+
+def _reused_from(bad: list[RecordCheck], structural: list[RecordCheck], cmp_: Comparison,
+                 beh: Behaviour | None) -> int | None:
+    """The first cell of a chunk computed after another prefix, or None: most records differ, each from that cell
+    on (every earlier cell matches) by a modest RMS (:data:`REUSED_MAX_RMS`), the first layer's records match (a
+    token's layer-0 K/V depend on it and its position alone), every cell is in place and the continuation is
+    within the engine's own variation. llama-server's ``--cache-reuse`` writes such slots: it shifts a chunk of
+    an earlier prompt to its new position and keeps its K/V, computed after the earlier prefix."""
+    if (not bad or structural or cmp_.cell_problems or beh is None or beh.skipped or beh.diverges or not beh.steps
+            or 2 * len(bad) < len(cmp_.records)):
+        return None
+    firsts: list[int] = []
+    for b in bad:
+        cell = b.first_cell or {}
+        first = cell.get("index", cell.get("pos"))
+        if (b.status != "differs" or b.rms_rel is None or b.rms_rel > REUSED_MAX_RMS or b.n_zero_cells
+                or "cut short" in (b.note or "") or not isinstance(first, int)):
+            return None
+        firsts.append(first)
+    layers = [r.il for r in cmp_.records if r.il is not None]
+    if not layers or any(r.status != "match" for r in cmp_.records if r.il == min(layers)):
+        return None
+    return min(firsts) if min(firsts) > 0 else None
 
 
 def _whose(res: VerifyResult) -> str:
