@@ -10,12 +10,14 @@ the engine prefills the same tokens under other :data:`SCHEDULES`:
   over several turns holds every turn's generated tokens, not only the last 8);
 * ``ubatch``: its first three quarters kept, the last quarter decoded in four chunks (another
   ubatch size);
-* ``micro``: its first half kept, the second half decoded in chunks of :data:`MICRO` tokens, as a server
-  started with a small ``-ub`` (or ``-b``) writes a slot: on a quantized cache those shapes round
-  differently enough to move values into the neighbouring quantum, which one large batch never shows.
+* ``micro``: its first three quarters kept (as ``ubatch``: a sliding-window cache without ``--swa-full``
+  cannot take back more), the last quarter decoded in chunks of :data:`MICRO` tokens (at most
+  :data:`MICRO_PIECES` chunks), as a server started with a small ``-ub`` (or ``-b``) writes a slot: on a
+  quantized cache those shapes round differently enough to move values into the neighbouring quantum,
+  which one large batch never shows.
 
 Each keeps what the previous prefill left (``Schedule.keep``), so all three cost some decodes and about
-half a prefill (the last tokens attend to the most). Every schedule's state is compared with
+a third of a prefill (the last tokens attend to the most). Every schedule's state is compared with
 the main prefill's (:func:`measure`): per record the largest difference of any value and the RMS
 over the cells the schedule changes give a :class:`RecordSpread`.
 
@@ -45,6 +47,7 @@ from kvscope.core.verify.prefill import PrefillPlan, Schedule
 TAIL = 8  # tokens the tail schedule decodes one at a time at least (a server generates them so)
 MAX_TAIL = 64  # ... and at most (one decode call each)
 MICRO = 16  # tokens per chunk of the micro schedule (a server's small -ub)
+MICRO_PIECES = 32  # ... and at most this many chunks (a longer prompt gets longer chunks)
 SCHEDULES = (Schedule("tail", keep=1.0, tail=TAIL), Schedule("ubatch", keep=0.75, pieces=4))
 MIN_TOKENS = 4  # a shorter prompt has no schedule worth the name: the floor decides
 MARGIN = 3.0  # a calibrated record differs beyond this many times the engine's own variation
@@ -102,15 +105,15 @@ class Calibration:
 
 def schedules_for(plan: PrefillPlan) -> list[Schedule]:
     """The schedules that feed the plan's tokens differently from one batch (none for a few tokens): the tail
-    sized to the prompt, the ubatch one, and the micro one where the second half is longer than a chunk."""
+    sized to the prompt, the ubatch one, and the micro one where the last quarter is longer than a chunk."""
     n = plan.n_tokens
     if n < MIN_TOKENS:
         return []
     tail = Schedule("tail", keep=1.0, tail=min(MAX_TAIL, max(TAIL, n // 4)))
     out = [tail, *(s for s in SCHEDULES if s.name != "tail")]
-    half = n - int(n * 0.5)
-    if half > MICRO:
-        out.append(Schedule("micro", keep=0.5, pieces=-(-half // MICRO)))
+    rest = n - int(n * 0.75)
+    if rest > MICRO:
+        out.append(Schedule("micro", keep=0.75, pieces=min(MICRO_PIECES, -(-rest // MICRO))))
     return out
 
 

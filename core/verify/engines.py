@@ -299,12 +299,18 @@ def _report(o: Outcome, ok: bool, seconds: float) -> RestoreReport:
 # llama-server
 
 
+# requests one verify sends a llama-server at most (a guard against a loop): the prefill and each schedule's
+# pieces (the tail up to 64 one-token requests, the micro schedule up to 32), 8 continuation steps after each
+# state, the restores, saves and erases
+MAX_REQUESTS = 256
+
+
 class ServerEngine(VerifyEngine):
     kind = "server"
 
     def __init__(self, model: str, ctx: CtxParams, *, url: str | None = None, slot_dir: str | None = None,
                  binary: str | None = None, build: str | None = None, timeout_s: float = 600.0,
-                 max_requests: int = 64, profile: ModelProfile | None = None) -> None:
+                 max_requests: int = MAX_REQUESTS, profile: ModelProfile | None = None) -> None:
         self.ctx, self.model, self.profile = ctx, model, profile
         self._banned: list[list[Any]] | None = None
         self.build = build
