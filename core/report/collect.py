@@ -187,9 +187,12 @@ def _picture(mine: list[LayerRecord], layer: int, role: str | None, stats: Stats
 def measured_record(res: ParseResult, stats: StatsReport | None, verify: dict[str, Any] | None) -> Flagged | None:
     """The record that pictures the first record a ``kvscope verify`` result measured as not right (missing,
     differing, non-finite, extra: its section, stream, layer and role against a real engine's), in place of
-    the reader's guess; None without such a record."""
+    the reader's guess; None without such a record, or when Verify's verdict is ``ok`` (records that drifted by
+    rounding, or a chunk reused after another prefix, are not damage to picture)."""
+    if not verify or verify.get("verdict") == "ok":
+        return None
     records = layer_records(res)
-    for c in (verify or {}).get("records") or []:
+    for c in verify.get("records") or []:
         if not isinstance(c, dict) or c.get("status") in (None, "match") or not isinstance(c.get("il"), int):
             continue
         section, stream, role = str(c.get("section")), c.get("stream"), str(c.get("role") or "") or None

@@ -86,3 +86,15 @@ def test_a_cut_slot_has_one_server_answer_in_the_report(tmp_path: Path) -> None:
     preds = {a["build"]: a["answer"] for a in js["overview"]["consumers"] if a["consumer"] == "llama-server"}
     reuse_pred = {e["build"]: e["restores"] for e in js["overview"]["reuse_prediction"]}
     assert preds["b11434"] == "unknown" and reuse_pred["b11434"] is None
+
+
+def test_records_that_drifted_under_an_ok_verify_are_not_pictured_as_damage() -> None:
+    """Under Verify's ``ok`` a differing record drifted (rounding, a reused chunk): the picture is the reader's."""
+    from kvscope.core.report.collect import measured_record
+
+    res = read_state(data=SLOT.read_bytes(), profile=load_model_profile(LLAMA))
+    drifted = {"verdict": "ok", "records": [{"section": res.sections[0].role, "stream": 0, "role": "k", "il": 0,
+                                             "status": "differs"}]}
+    assert measured_record(res, None, drifted) is None
+    assert measured_record(res, None, {**drifted, "verdict": "damaged"}) is not None
+
