@@ -61,6 +61,14 @@ class Finding:
         if self.code not in FINDING_CODES:
             raise ValueError(f"unknown finding code {self.code!r}")
 
+    def layer_text(self) -> str:
+        """The record's model layer (``6``), else its index said as an index (``#5``: read without a model, an
+        iSWA half's or a hybrid's record is not known by its layer), else nothing."""
+        if self.layer is not None:
+            return str(self.layer)
+        index = self.extra.get("index")
+        return f"#{index}" if isinstance(index, int) else ""
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "severity": self.severity,

@@ -51,6 +51,8 @@ class DroppedRecord:
         role = self.role.upper().replace(" OR ", "/")
         if self.layer is not None:
             return f"{role}{self.layer} (missing: Verify names layer {self.layer})"
+        if self.candidates and self.finding.extra.get("candidates_are") == "index":  # no model: not layers
+            return f"{role}? (missing: one of records #{self.candidates[0]}..#{self.candidates[-1]})"
         if self.candidates:
             return f"{role}? (missing: one of layers {layer_runs(self.candidates)})"
         return f"{role}? (missing)"

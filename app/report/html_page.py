@@ -70,7 +70,7 @@ def _findings(data: ReportData) -> str:
 
     verify = data.overview.verify  # a record Verify names replaces the reader's guess at it
     rows = [[f'<span class="sev-{escape(f.severity)}">{escape(f.severity)}</span>', f"<code>{escape(f.code)}</code>",
-             f"{f.offset:,}", f"{f.length:,}", "" if f.layer is None else str(f.layer),
+             f"{f.offset:,}", f"{f.length:,}", f.layer_text(),
              escape(measured_message(f, verify) or f.message)]
             for f in fs[:MAX_ROWS]]
     more = f"<p>{len(fs) - MAX_ROWS} more in report.json.</p>" if len(fs) > MAX_ROWS else ""

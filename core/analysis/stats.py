@@ -129,7 +129,7 @@ class StatsReport:
         head = ["section", "stream", "rec", "layer", "type", "rows", "nonfinite", "zero rows",
                 "min", "max", "mean", "rms", "note"]
         rows = [[ls.section, "" if ls.stream is None else f"s{ls.stream}", _ROLE.get(ls.role, ls.role),
-                 "?" if ls.il is None else str(ls.il), ls.type, str(ls.n_rows), str(ls.n_nonfinite),
+                 f"#{ls.index}" if ls.il is None else str(ls.il), ls.type, str(ls.n_rows), str(ls.n_nonfinite),
                  str(ls.zero_rows), g(ls.min), g(ls.max), g(ls.mean), g(ls.rms), _note(ls)] for ls in self.layers]
         title = f"{'## ' if markdown else ''}payload statistics: {plural(len(self.layers), 'record')}"
         if not rows:

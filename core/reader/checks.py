@@ -11,6 +11,7 @@ import numpy as np
 from kvscope.core.findings import Severity
 from kvscope.core.model.profile import ModelProfile
 from kvscope.core.reader.context import ParseCtx
+from kvscope.core.reader.record_names import finding_name
 from kvscope.core.reader.records import CellTable, LayerRecord, ParseResult, Section
 from kvscope.core.reader.token_cells import CODE as TOKEN_CELL_CODE
 from kvscope.core.reader.token_cells import agreement, memory_pos_max_before
@@ -88,7 +89,7 @@ def _check_types(ctx: ParseCtx, sec: Section) -> None:
         for r in recs:
             if r.type_id != common:
                 ctx.find("error", "type_mismatch", r.header_offset, 4,
-                         f"{r.role.upper()} record of layer {r.il if r.il is not None else r.index} is {r.type}, "
+                         f"{finding_name(sec.role, r.role, r.index, r.il, True)} is {r.type}, "
                          f"the other {r.role.upper()} records are {recs[types.index(common)].type}",
                          r.node, r.il)
 

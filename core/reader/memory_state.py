@@ -12,6 +12,7 @@ from kvscope.core.reader.context import ParseCtx, Stop
 from kvscope.core.reader.dsv4_section import DSV4_MAGIC, dsv4_structural_plan, parse_dsv4_block
 from kvscope.core.reader.kv_section import parse_kv_section, parse_kv_stream
 from kvscope.core.reader.meta import PlanItem, TailCheck
+from kvscope.core.reader.record_names import forget_layers
 from kvscope.core.reader.records import Section
 from kvscope.core.reader.recurrent_section import parse_recurrent_section
 from kvscope.core.reader.tree import Node
@@ -266,6 +267,7 @@ def _parse_structural(ctx: ParseCtx, mem: Node, off: int, limit: int, sections: 
         sec.role_certain = certain
         if sec.node is not None:
             sec.node.name = role
+        forget_layers(sec, ctx.findings)
     if sections and not sections[-1].trusted and cur < limit:
         ctx.unparsed(mem, cur, limit, note="after an untrusted section")
         raise Stop(limit)

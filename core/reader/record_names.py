@@ -17,6 +17,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kvscope.core.findings import Finding
     from kvscope.core.model.memory_plan import ExpectedSection
     from kvscope.core.model.profile import ModelProfile
     from kvscope.core.reader.records import LayerRecord, ParseResult, Section
@@ -112,6 +113,34 @@ def finding_name(section: str | None, role: str, index: int, il: int | None, wit
     if section is None or section == "kv":
         return f"{word} layer {il}" if il is not None else f"{word} #{index}"
     return record_label(section, role, index, il if with_model else None)
+
+
+_PLAIN_NAME = re.compile(r"\b([KV]) layer (\d+)\b")
+_EMPTY_SLOT = re.compile(r"the first empty slot is layer (\d+) \(candidates: layers (\d+)\.\.(\d+)\)")
+
+
+def forget_layers(sec: Section, findings: list[Finding]) -> None:
+    """``sec`` was read without a model as a plain KV cache (record ``i`` is layer ``i``), then named as one
+    of several caches (an iSWA's half, a hybrid's attention cache), whose record ``i`` is not layer ``i``.
+    Its records lose the layer they were given, and so do the findings about them: the index moves to the
+    finding's ``index`` and its message names the record by it (``K layer 3`` becomes ``kv_swa K #3``); a
+    dropped record's candidates are indexes too (``candidates_are``: ``"index"``)."""
+    if sec.kind != "kv" or sec.role == "kv":
+        return
+    for st in sec.streams:
+        for rec in (*st.k_layers, *st.v_layers):
+            rec.il = None
+    inside = {id(n) for n in sec.node.walk()} if sec.node is not None else set()
+    for f in findings:
+        if f.layer is None or id(f.node) not in inside:
+            continue
+        f.extra.setdefault("index", f.layer)
+        f.layer = None
+        f.message = _PLAIN_NAME.sub(lambda m: f"{sec.role} {m.group(1)} #{m.group(2)}", f.message)
+        if f.code == "missing_layer":
+            f.extra["candidates_are"] = "index"
+            f.message = _EMPTY_SLOT.sub(lambda m: f"the first empty slot is {sec.role}'s record #{m.group(1)} "
+                                                  f"(candidates: #{m.group(2)}..#{m.group(3)})", f.message)
 
 
 def section_of_path(path: str) -> str | None:

@@ -174,7 +174,9 @@ class LayerRecord:
         return self.data_offset + self.data_size - self.header_offset
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"il": self.il, "type": self.type}
+        # ``il``: the model layer, None where it is not known (kvscope.core.reader.record_names); ``index``: the
+        # record's place among the records of its role in its section and stream, always known
+        out: dict[str, Any] = {"il": self.il, "index": self.index, "type": self.type}
         if self.transposed:
             out["el_bytes"] = self.el_bytes
             out["n_embd_v_gqa"] = self.n_embd_v_gqa

@@ -6,7 +6,7 @@ from typing import Any
 
 from kvscope.core.jsonout import JsonArray
 from kvscope.core.model.profile import ModelProfile
-from kvscope.core.reader.records import ParseResult, Section
+from kvscope.core.reader.records import LayerRecord, ParseResult, Section
 from kvscope.core.reader.tree import coverage
 from kvscope.core.textsafe import markdown_text, safe_text
 
@@ -53,6 +53,11 @@ def result_to_json(res: ParseResult, profile: ModelProfile | None = None, tree: 
     if tree:
         out["tree"] = res.root.to_json()
     return out
+
+
+def _layer_cell(lr: LayerRecord) -> str:
+    """The ``layer`` column: the model layer, or the record's index (``#5``) where the layer is not known."""
+    return str(lr.il) if lr.il is not None else f"#{lr.index}"
 
 
 def _seq_summary(sec: Section) -> str:
@@ -107,20 +112,21 @@ def result_to_text(res: ParseResult, profile: ModelProfile | None = None, markdo
                 lines.append(f"  stream {st.index}: {st.cell_count} cell{'' if st.cell_count == 1 else 's'}"
                              + (f", v_trans={st.v_trans}, n_layer={st.n_layer}" if st.v_trans is not None else ""))
                 for lr in (*st.k_layers, *st.v_layers):
-                    rows.append([f"s{st.index}", lr.role.upper(), str(lr.il if lr.il is not None else "?"), lr.type,
+                    rows.append([f"s{st.index}", lr.role.upper(), _layer_cell(lr), lr.type,
                                  str(lr.row_bytes or f"{lr.el_bytes}x{lr.n_embd_v_gqa}"), str(lr.header_offset),
                                  f"{lr.size:,}"])
         else:
             lines.append(f"  {sec.cell_count} cell{'' if sec.cell_count == 1 else 's'}, n_layer={sec.n_layer_written}")
             for lr in sec.all_layers():
-                rows.append(["", lr.role, str(lr.il if lr.il is not None else "?"), lr.type, str(lr.row_bytes),
+                rows.append(["", lr.role, _layer_cell(lr), lr.type, str(lr.row_bytes),
                              str(lr.header_offset), f"{lr.size:,}"])
         if rows:
             lines.extend(_table(["stream", "rec", "layer", "type", "row bytes", "offset", "size"], rows, markdown))
     lines.append("")
     lines.append(f"{h}findings: {len(res.findings)}")
     for f in res.findings:
-        lay_s = f" layer {f.layer}" if f.layer is not None else ""
+        lay_s = f" layer {f.layer}" if f.layer is not None else (
+            f" record #{f.extra['index']}" if isinstance(f.extra.get("index"), int) else "")
         lines.append(f"  {f.severity:7s} {f.code:20s} @{f.offset} (+{f.length}){lay_s}: {f.message}")
     cov = coverage(res.root)
     lines.append("")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvscope.core.errors import InputError
 from kvscope.core.fsutil import SHA256_MAX_BYTES
+from kvscope.core.reader.record_names import record_label, section_of_path
 from kvscope.core.report.model import (
     MAX_HEATMAPS,
     Cancelled,
@@ -33,8 +34,9 @@ if TYPE_CHECKING:
     from kvscope.core.analysis.inspection import Inspection
     from kvscope.core.analysis.overview import Overview
     from kvscope.core.analysis.stats import StatsReport
+    from kvscope.core.findings import Finding
     from kvscope.core.model.profile import ModelProfile
-    from kvscope.core.reader.records import LayerRecord, ParseResult
+    from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
 
 
 @dataclass(frozen=True)
@@ -207,16 +209,40 @@ def measured_record(res: ParseResult, stats: StatsReport | None, verify: dict[st
     return None
 
 
+def _indexed(res: ParseResult, records: list[tuple[int, Section, KvStream | None, LayerRecord]], f: Finding,
+             role: str | None, stream: int | None, stats: StatsReport | None) -> Flagged | None:
+    """The record finding ``f`` names by its section and index (read without a model, an iSWA half's or a
+    hybrid's record ``i`` is not layer ``i``), where the file holds it."""
+    section, index = str(section_of_path(f.path or "")), int(f.extra["index"])
+    mine = [r for _, sec, st, r in records if sec.role == section and (stream is None or st is None
+                                                                       or st.index == stream)]
+    what = f"the damaged record {record_label(section, role or '?', index, None)}: {f.message}"
+    rec = next((r for r in mine if r.index == index and (role is None or r.role == role)), None)
+    if rec is None:  # cut short or missing: the nearest record of its role in its section stands in
+        near = [r for r in mine if role is None or r.role == role]
+        if not near:
+            return None
+        rec = min(near, key=lambda r: (abs(r.index - index), -r.index))
+        stand_in = record_label(section, rec.role, rec.index, None)
+        what += f" (it has no values in the file: the nearest, {stand_in}, is shown)"
+    ref = next((x for x in stats.layers if x.data_offset == rec.data_offset), None) if stats is not None else None
+    return Flagged(rec, ref, what)
+
+
 def damaged_record(res: ParseResult, stats: StatsReport | None) -> Flagged | None:
     """The record that pictures the damaged layer: the first error finding in the file that names a layer (a
     record cut short by the file's end, a missing layer record...), its own record where the file holds it, else
     the same layer's other record, else the nearest record of its role; None when no error names a layer."""
-    errors = sorted((f for f in res.findings if f.severity == "error" and f.layer is not None),
-                    key=lambda f: f.offset)
+    errors = sorted((f for f in res.findings if f.severity == "error"
+                     and (f.layer is not None or isinstance(f.extra.get("index"), int))), key=lambda f: f.offset)
     records = layer_records(res)
     for f in errors:
         role, stream = _finding_place(f.path or "")
-        assert f.layer is not None
+        if f.layer is None:  # a record named by its index: its layer is not known without the model
+            found = _indexed(res, records, f, role, stream, stats)
+            if found is not None:
+                return found
+            continue
         mine = [r for _, _, st, r in records if stream is None or st is None or st.index == stream]
         found = _picture(mine, f.layer, role, stats, f"the damaged layer {f.layer}: {f.message}")
         if found is not None:

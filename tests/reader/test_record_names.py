@@ -72,3 +72,42 @@ def test_a_truncated_iswa_file_names_present_and_missing_records_alike(tmp_path:
         labels = [r.label for r in m.records]
         assert labels[0] == k1 + " (rest) in kv_swa" and labels[-1] == v1 + " in kv_swa", labels
         assert [r.name for r in m.records][0] == "stream0/K1 (rest)"  # the key stays the index
+
+
+def test_inspect_json_says_no_layer_where_it_is_not_known(tmp_path: Path) -> None:
+    """The JSON of an iSWA file read without the model: each record's ``il`` is null (its index is not its
+    layer) and ``index`` says which record it is; with the model, ``il`` is the model layer."""
+    from kvscope.core.reader.render import result_to_json
+
+    for profile, want in ((None, {"kv_base": [None, None], "kv_swa": [None, None]}),
+                          (load_model_profile(model("gemma2")), {"kv_base": [1, 3], "kv_swa": [0, 2]})):
+        js = result_to_json(_read(ISWA, profile), profile)
+        got = {sec["role"]: [r["il"] for r in sec["streams"][0]["k_layers"]] for sec in js["memory"]}
+        assert got == want
+        assert [r["index"] for r in js["memory"][0]["streams"][0]["k_layers"]] == [0, 1]
+
+
+def test_a_finding_names_an_iswa_record_by_its_index_without_the_model(tmp_path: Path) -> None:
+    """The cut K record of kv_swa, read without the model, is ``kv_swa K #1`` in the message and ``#1`` in the
+    finding's layer column, with ``layer`` null and ``index`` 1 in the JSON (it was ``K layer 1``: the plain
+    cache's naming, and layer 1 is a kv_base layer); with the model it is layer 2."""
+    cut = _truncated(tmp_path)
+    bare = next(f for f in _read(cut, None).findings if f.code == "truncated")
+    assert "kv_swa K #1" in bare.message and "K layer 1" not in bare.message, bare.message
+    assert (bare.layer, bare.layer_text(), bare.to_json()["extra"]["index"]) == (None, "#1", 1)
+    profile = load_model_profile(model("gemma2"))
+    named = next(f for f in _read(cut, profile).findings if f.code == "truncated")
+    assert (named.layer, named.layer_text()) == (2, "2")
+    assert "kv_swa K layer 2" in named.message, named.message
+
+
+def test_the_reports_damaged_record_is_the_cut_one_without_the_model(tmp_path: Path) -> None:
+    """The report pictures the record the finding names: without the model, kv_swa's record #1 by its section
+    and index (it used to look for a layer 1 among every section's records)."""
+    from kvscope.core.report.collect import damaged_record
+
+    res = _read(_truncated(tmp_path), None)
+    found = damaged_record(res, None)
+    assert found is not None
+    sec = next(s for s in res.sections if any(r is found.record for r in s.all_layers()))
+    assert (sec.role, found.record.index) in (("kv_swa", 1), ("kv_swa", 0))

@@ -79,7 +79,7 @@ class FindingsModel(RowTableModel[Finding]):
         if role == Qt.ItemDataRole.DisplayRole:
             return {
                 "severity": f.severity, "code": f.code, "offset": f"{f.offset:,}", "length": f"{f.length:,}",
-                "layer": "" if f.layer is None else str(f.layer), "message": self.message(f),
+                "layer": f.layer_text(), "message": self.message(f),
             }[col]
         if role == SORT_ROLE:
             return {
@@ -221,7 +221,7 @@ class FindingsView(QWidget):
             self.detail.setText(" ")
             return
         rec = self.record_label(f)
-        layer = f" · {rec}" if rec is not None else (f" · layer {f.layer}" if f.layer is not None else "")
+        layer = f" · {rec}" if rec is not None else (f" · layer {f.layer_text()}" if f.layer_text() else "")
         self.detail.setText(f"{f.severity} {f.code} at {f.offset:,} (0x{f.offset:x}), {f.length:,} bytes{layer} · "
                             f"{f.path}\n{self.model.message(f)}")
 
@@ -300,5 +300,5 @@ class FindingsView(QWidget):
         if res is None:
             return None
         header = ["severity", "code", "offset", "length", "layer", "path", "message"]
-        return header, [[f.severity, f.code, f.offset, f.length, "" if f.layer is None else f.layer, f.path,
+        return header, [[f.severity, f.code, f.offset, f.length, f.layer_text(), f.path,
                          self.model.message(f)] for f in res.findings]

@@ -214,8 +214,8 @@ class LayerView(LazyParts, QWidget):
         for f in v.top_findings:
             sel = idx.for_finding(f)
             if sel.record is None:
-                sel = replace(sel, record=self.record_of_selection(sel)) if f.layer is not None else sel
-            if sel.record is not None or f.layer is not None:
+                sel = replace(sel, record=self.record_of_selection(sel)) if f.layer_text() else sel
+            if sel.record is not None or f.layer_text():
                 return sel
         return None
 
