@@ -58,7 +58,8 @@ class LlamaMemory:
             if role == "recurrent":
                 rec = RecurrentMemory(spec.recurrent_layers, spec.n_layer, spec.n_embd_r, spec.n_embd_s,
                                       params.type_id_r, params.type_id_s, params.recurrent_size, params.n_seq_max,
-                                      store=self.store, ple_layers=spec.ple_layers, n_embd_p=spec.n_embd_p)
+                                      store=self.store, ple_layers=spec.ple_layers, n_embd_p=spec.n_embd_p,
+                                      n_layer_nextn=spec.n_layer_nextn)
                 self.parts.append(Part("recurrent", rec, False))
             elif role in caches:
                 cs = caches[role]

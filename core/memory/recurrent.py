@@ -35,7 +35,7 @@ class RecurrentMemory:
     def __init__(self, layers: tuple[int, ...], n_layer: int, n_embd_r: int, n_embd_s: int, type_r: int,
                  type_s: int, size: int, n_seq_max: int, store: TensorStore | None = None,
                  tensors: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None, name: str = "recurrent",
-                 ple_layers: tuple[int, ...] = (), n_embd_p: int = 0) -> None:
+                 ple_layers: tuple[int, ...] = (), n_embd_p: int = 0, n_layer_nextn: int = 0) -> None:
         if size < max(1, n_seq_max):
             raise RecurrentError(f"a recurrent memory needs one cell per sequence ({size} < {n_seq_max})")
         if any(not 0 <= il < n_layer for il in layers):
@@ -46,6 +46,7 @@ class RecurrentMemory:
         self.store = store or TensorStore()
         self.layers = tuple(layers)
         self.n_layer = n_layer
+        self.n_layer_nextn = n_layer_nextn  # MTP blocks among the n_layer: the layout says whether n_layer counts them
         self.n_embd_r, self.n_embd_s = n_embd_r, n_embd_s
         self.n_embd_p = n_embd_p
         self.ple_layers = tuple(il for il in layers if il in set(ple_layers)) if n_embd_p else ()

@@ -1,7 +1,8 @@
 """``llama_memory_recurrent::state_write`` / ``state_read`` (spec §5 and §7.2).
 
 The section is the same in every layout: ``cell_count``, the cell records (per-sequence:
-``n_seq_id = 0`` and no ids), ``s_trans = 0``, ``n_layer`` = the model's layer count, then the r
+``n_seq_id = 0`` and no ids), ``s_trans = 0``, ``n_layer`` = the model's layer count (less its MTP/NextN
+blocks from b9544: :func:`~kvscope.core.reader.layouts.recurrent_n_layers`), then the r
 records of the layers that have state (on a PLE layer each followed by ``u64 p_row`` and the PLE
 rows, with no type field), then their s records. Unlike the KV cache an empty
 section still carries its data header, and a per-sequence restore of zero cells empties the
@@ -19,6 +20,7 @@ from kvscope.core.memory.recurrent import RecurrentMemory
 from kvscope.core.memory.result import RestoreFailure
 from kvscope.core.memory.state_ctx import ReadCtx, WriteCtx
 from kvscope.core.memory.tensors import host_array
+from kvscope.core.reader.layouts import recurrent_n_layers
 
 
 def write_recurrent(mem: RecurrentMemory, w: WriteCtx, seq_id: int) -> None:
@@ -38,7 +40,7 @@ def write_recurrent(mem: RecurrentMemory, w: WriteCtx, seq_id: int) -> None:
         rec[:, 0] = mem.pos[idx]
         sink.write(rec.reshape(-1))
     sink.u32(0)  # s_trans
-    sink.u32(w.n_layer)
+    sink.u32(recurrent_n_layers(w.layout.gen, mem.n_layer, mem.n_layer_nextn)[0])
     runs = index_runs(idx)
     for tensors, type_id, row in ((mem.r, mem.type_r, mem.r_row), (mem.s, mem.type_s, mem.s_row)):
         for il in mem.layers:
@@ -129,8 +131,9 @@ def _read_data(mem: RecurrentMemory, r: ReadCtx, count: int, off_cc: int, head: 
     off = io.pos
     s_trans = io.u32("s_trans")
     n_layer = io.u32("n_layer")
-    if n_layer != mem.n_layer:
-        raise RestoreFailure("n_layer", off + 4, f"mismatched layer count ({n_layer} instead of {mem.n_layer})")
+    want = recurrent_n_layers(r.layout.gen, mem.n_layer, mem.n_layer_nextn)[0]
+    if n_layer != want:  # llama.cpp compares with its own count: one build accepts one of the two
+        raise RestoreFailure("n_layer", off + 4, f"mismatched layer count ({n_layer} instead of {want})")
     if count > mem.size:
         raise RestoreFailure("cell_bound", off_cc, f"not enough cells in kv cache to restore state "
                              f"({count} > {mem.size})")

@@ -137,6 +137,7 @@ class MemorySpec:
     ple_layers: tuple[int, ...] = ()  # recurrent layers with a PLE conv-history row
     n_embd_p: int = 0  # elements of a PLE row (hparams.ple_conv_state())
     dsv4: Dsv4Spec | None = None
+    n_layer_nextn: int = 0  # of the n_layer, the last are MTP/NextN blocks (no recurrent state of their own)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -272,6 +273,7 @@ class MemorySpec:
             ple_layers=tuple(il for il in p.ple_layers if il in set(recr)),
             n_embd_p=p.n_embd_p,
             dsv4=dsv4,
+            n_layer_nextn=p.n_layer_nextn,
         )
 
 

@@ -110,6 +110,7 @@ class ModelProfile:
     plan: tuple[ExpectedSection, ...] = ()
     ple_layers: tuple[int, ...] = ()  # recurrent layers with a PLE conv-history ``p`` record
     n_embd_p: int = 0  # elements of a ``p`` row (hparams.ple_conv_state())
+    n_layer_nextn: int = 0  # {arch}.nextn_predict_layers: the last blocks are MTP/NextN, not the trunk
 
     # --- per-layer sizes ----------------------------------------------------------------------
 
@@ -421,6 +422,7 @@ def _build_profile(meta: GGUFMetadata, path: str) -> ModelProfile:
         plan=plan,
         ple_layers=ple_layers,
         n_embd_p=n_embd_p,
+        n_layer_nextn=n_layer - main_end,
     )
 
 

@@ -37,6 +37,11 @@ class Generation:
     swa_perseq_masked: bool  # per-seq SWA cache writes only cells inside the window
     kv_rot: bool = False  # KV data header carries u32 n_rot_k, u32 n_rot_v after v_trans, n_layer
     rot_default: bool = False  # quantized K/V with head size 64*k are stored Hadamard-rotated by default
+    # a recurrent section's n_layer counts the trunk only, block_count - nextn_predict_layers (b9544: an MTP
+    # model's Qwen3.5 / Qwen3-Next hybrid); before, every layer. ``recurrent_trunk_mixed``: releases of this
+    # layout wrote either (b9479-b9543 the full count, b9544 on the trunk; the named build the trunk)
+    recurrent_trunk: bool = False
+    recurrent_trunk_mixed: bool = False
 
     @property
     def kv_data_header(self) -> int:
@@ -76,18 +81,21 @@ GENERATIONS: tuple[Generation, ...] = (
         "buffer-API seq blob header 0xaf143cd8 + seq_id (PR #22679)",
         9, 2, n_stream=True, ctx_outputs=False, blob_header=True, cell_ext=8,
         partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=True, rot_default=True,
+        recurrent_trunk=True, recurrent_trunk_mixed=True,
     ),
     Generation(
         "2026-10",
         "v10/v3: 12-byte cell ext (x, y, tok), read-side failure containment",
         10, 3, n_stream=True, ctx_outputs=False, blob_header=True, cell_ext=12,
         partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=True, rot_default=True,
+        recurrent_trunk=True,
     ),
     Generation(
         "2026-10-v4",
         "v11/v4: n_rot_k, n_rot_v in every KV data header (llama.cpp b11434, 2026-10-06)",
         11, 4, n_stream=True, ctx_outputs=False, blob_header=True, cell_ext=12,
         partial_kinds=("iswa", "hybrid", "hybrid_iswa"), swa_perseq_masked=True, kv_rot=True, rot_default=True,
+        recurrent_trunk=True,
     ),
 )
 
@@ -103,6 +111,17 @@ GENERATION_ALIASES: dict[str, str] = {
 def generation_named(name: str) -> Generation | None:
     """The generation called ``name`` (a generation name or an alias), or None."""
     return GENERATION_BY_NAME.get(GENERATION_ALIASES.get(name, name))
+
+
+def recurrent_n_layers(gen: Generation, n_layer: int, n_nextn: int) -> tuple[int, ...]:
+    """The ``n_layer`` words a recurrent section of layout ``gen`` holds for a model of ``n_layer`` blocks, ``n_nextn``
+    of them MTP/NextN blocks: what the layout's named build writes first, then what other releases of it wrote
+    (``llama_memory_recurrent::state_write_data``: ``hparams.n_layer()`` = ``n_layer_all - n_layer_nextn`` from
+    b9544, ``hparams.n_layer`` before)."""
+    trunk = max(0, n_layer - n_nextn)
+    if not n_nextn or not gen.recurrent_trunk:
+        return (n_layer,)
+    return (trunk, n_layer) if gen.recurrent_trunk_mixed else (trunk,)
 
 
 def generation_rank(gen: Generation) -> int:

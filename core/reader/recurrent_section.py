@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kvscope.core import ggml_types as gt
 from kvscope.core.reader.context import ParseCtx, Stop, mark_bad
+from kvscope.core.reader.layouts import recurrent_n_layers
 from kvscope.core.reader.meta import (
     MAX_LAYERS,
     PlanItem,
@@ -62,10 +63,13 @@ def parse_recurrent_section(
         n_layer = ctx.u32(sec_node, "n_layer", cur + 4)
         sec.n_layer_written = n_layer
         cur += 8
-        if p is not None and n_layer != p.n_layer:
-            ctx.find("error", "layer_count_mismatch", cur - 4, 4,
-                     f"n_layer {n_layer}: llama.cpp writes the model's layer count {p.n_layer}", sec_node,
-                     expected=p.n_layer)
+        wants = recurrent_n_layers(ctx.gen, p.n_layer, p.n_layer_nextn) if p is not None else ()
+        if p is not None and n_layer not in wants:
+            why = (f"the model's layer count {p.n_layer}" if wants == (p.n_layer,) else
+                   f"the model's trunk layer count {wants[0]} (its {p.n_layer} blocks less "
+                   f"{p.n_layer_nextn} MTP)" + (f" or, before b9544, {p.n_layer}" if len(wants) > 1 else ""))
+            ctx.find("error", "layer_count_mismatch", cur - 4, 4, f"n_layer {n_layer}: llama.cpp writes {why}",
+                     sec_node, expected=wants[0])
         elif p is None and (n_layer > MAX_LAYERS or n_layer == 0):
             mark_bad(sec_node.children[-1])
             ctx.find("error", "value_invalid", cur - 4, 4, f"n_layer {n_layer} is implausible", sec_node)

@@ -40,3 +40,24 @@ def llama_head64(src: Path, dst: Path) -> Path:
     """tiny-llama with head size 64 (2 heads, 1 KV head; the tensors are the same)."""
     return with_metadata(src, dst, {"llama.attention.head_count": 2, "llama.attention.head_count_kv": 1,
                                     "llama.rope.dimension_count": 64})
+
+
+def qwen35_mtp(dst: Path) -> Path:
+    """tiny Qwen3.5 (hybrid) with an MTP block: the committed qwen35 recipe with ``block_count`` 3 and
+    ``nextn_predict_layers`` 1, block 2 a full-attention decoder block plus the NextN projections llama.cpp
+    requires of it (``src/models/qwen35.cpp``: ``load_block_mtp``). Random weights from the recipe's seed."""
+    from kvscope.core.modelgen.recipes import load_recipe, recipe_from_dict
+    from kvscope.core.modelgen.write import write_model
+
+    base = load_recipe("qwen35")
+    meta = [[k, t, v] for k, t, v in base.metadata if k != "qwen35.block_count"]
+    meta += [["qwen35.block_count", "u32", 3], ["qwen35.nextn_predict_layers", "u32", 1]]
+    tensors = [[name, list(shape)] for name, shape in base.tensors]
+    tensors += [[name.replace("blk.1.", "blk.2."), shape] for name, shape in tensors if name.startswith("blk.1.")]
+    n_embd = int(base.meta_value("qwen35.embedding_length"))
+    tensors += [["blk.2.nextn.eh_proj.weight", [2 * n_embd, n_embd]], ["blk.2.nextn.enorm.weight", [n_embd]],
+                ["blk.2.nextn.hnorm.weight", [n_embd]]]
+    recipe = recipe_from_dict({"model": "qwen35-mtp", "architecture": base.architecture, "memory": base.memory,
+                               "metadata": meta, "tensors": tensors})
+    write_model(recipe, dst)
+    return dst
