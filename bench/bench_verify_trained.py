@@ -1,26 +1,28 @@
 """``kvscope verify`` of a long llama-server slot of the trained model, calibration included, in one run (#17).
 
-The model is the cached Gemma 3 270M Q4_K_M (``kvscope llama-build --model-only``). A pinned
-llama-server (``--build``, default b11434; f16 cache, flash attention off, ``--swa-full`` so the
-sliding-window cache keeps every cell) gets a ``--tokens`` (default 2,048) token plain-English
-prompt and 8 greedy tokens, and saves the slot: the state under test. Then, in the same run:
+The model is the cached Gemma 3 270M Q4_K_M (``kvscope llama-build --model-only``). For each cache
+type of ``--cache-types`` (default f16, q8_0 and q4_0, K and V alike; flash attention on for the
+quantized ones, which need it for V, off for f16) a pinned llama-server (``--build``, default b11434;
+``--swa-full`` so the sliding-window cache keeps every cell) gets a ``--tokens`` (default 1,000) token
+plain-English prompt and 8 greedy tokens, and saves the slot: the state under test. Then, in the same
+run:
 
 * **baseline**: what llama.cpp itself needs for the same work: a child with the context verify
   derives from the file, ``state_seq_load_file`` of the slot (restore) and one prefill of its
   tokens in an emptied context, timed inside the child's calls;
 * **verify**: ``Verifier(...).run()`` end to end in a fresh interpreter: the prefill, the 8-step
-  continuation, the calibration's two schedules (an 8-token one-at-a-time tail, the last quarter in
-  four chunks) with the continuation after each, the restore and its continuation, the comparison.
+  continuation, the calibration's schedules (``kvscope.core.verify.calibrate``: a one-at-a-time tail
+  of a quarter of the tokens, 8 to 64, the last quarter in four chunks and in 16-token chunks) with the continuation after each, the restore and its continuation, the comparison.
 
-Goal: verify <= 2 x (restore + prefill) (``bench_verify.GOAL``, which says why 2). Peak RSS
-(``VmHWM``) of kvscope's process and of its llama.cpp child are stated (sampled every 20 ms). Prints
-one JSON object; exit 1 when the verdict is not ok.
+Goal: verify <= 2 x (restore + prefill) (``bench_verify.GOAL``, which says why 2) for every cache type.
+Peak RSS (``VmHWM``) of kvscope's process and of its llama.cpp child are stated (sampled every 20 ms).
+Prints one JSON object (one entry per cache type); exit 1 when a verdict is not ok.
 
 Usage::
 
-    .venv/bin/python bench/bench_verify_trained.py                 # 2,048 tokens, b11434
-    .venv/bin/python bench/bench_verify_trained.py --tokens 4096 --build 0c1e5709
-    .venv/bin/python bench/bench_verify_trained.py --quick         # a smoke run: a 256-token slot
+    .venv/bin/python bench/bench_verify_trained.py                 # 1,000 tokens, f16 q8_0 q4_0, b11434
+    .venv/bin/python bench/bench_verify_trained.py --tokens 4096 --build 0c1e5709 --cache-types f16
+    .venv/bin/python bench/bench_verify_trained.py --quick         # a smoke run: a 256-token f16 slot
 """
 
 from __future__ import annotations
@@ -40,12 +42,13 @@ TEXT = ("the river runs past the old mill and under the stone bridge where the c
         "light to fall across the water while the baker closes his shop and the dogs sleep in the square")
 
 
-def _slot(model: Path, build: str, n_tokens: int, out: Path) -> list[int]:
+def _slot(model: Path, build: str, n_tokens: int, out: Path, cache_type: str = "f16") -> list[int]:
     from kvscope.core.engine.server import ServerProcess
 
     slot_dir = out / "slots"
     slot_dir.mkdir()
-    args = ["-ctk", "f16", "-ctv", "f16", "-fa", "off", "--swa-full", "--no-warmup", "--no-kv-unified"]
+    fa = "off" if cache_type == "f16" else "on"  # a quantized V cache needs flash attention
+    args = ["-ctk", cache_type, "-ctv", cache_type, "-fa", fa, "--swa-full", "--no-warmup", "--no-kv-unified"]
     with ServerProcess(model, build=build, n_ctx=n_tokens + 512, n_parallel=1, slot_dir=slot_dir, args=args,
                        timeout_s=600.0) as srv:
         c = srv.client(timeout_s=3600.0)
@@ -88,12 +91,24 @@ def child_verify() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--tokens", type=int, default=1000)
     ap.add_argument("--build", default="b11434")
-    ap.add_argument("--quick", action="store_true", help="a smoke run: a 256-token slot (the ratio means little)")
+    ap.add_argument("--cache-types", default="f16,q8_0,q4_0", help="comma-separated K/V cache types, one slot each")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run: a 256-token f16 slot (the ratio means little)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.tokens = 256
+        args.tokens, args.cache_types = 256, "f16"
+    types = [t.strip() for t in args.cache_types.split(",") if t.strip()]
+    results = [_one(args.build, args.tokens, t) for t in types]
+    print(json.dumps({"build": args.build, "tokens": args.tokens, "runs": results,
+                      "ratio_max": max(r["ratio"] for r in results),
+                      "within_goal": all(r["within_goal"] for r in results)}, indent=1))
+    return 0 if all(r["verify"]["verdict"] == "ok" for r in results) else 1
+
+
+def _one(build: str, n_tokens: int, cache_type: str) -> dict[str, Any]:
+    """One slot of ``cache_type``: written, timed against llama.cpp's restore + prefill, verified."""
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_verify import GOAL, PeakRSS, _baseline
 
@@ -107,15 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="kvscope-bench-verify-trained-"))
     try:
         t0 = time.perf_counter()
-        _slot(model, args.build, args.tokens, tmp)
+        _slot(model, build, n_tokens, tmp, cache_type)
         make_s = time.perf_counter() - t0
         state = tmp / "slot0.bin"
         res = read_state(state, profile=prof)
         tokens = list(res.tokens)
         plan = context_for(res, prof, len(tokens))
         with PeakRSS() as peak:
-            base = _baseline(model, state, tokens, args.build, plan.ctx)
-        code = (f"import sys; sys.argv = ['x', '--child-verify', {str(state)!r}, {str(model)!r}, {args.build!r}]; "
+            base = _baseline(model, state, tokens, build, plan.ctx)
+        code = (f"import sys; sys.argv = ['x', '--child-verify', {str(state)!r}, {str(model)!r}, {build!r}]; "
                 f"sys.path.insert(0, {str(ROOT / 'bench')!r}); import bench_verify_trained as b; "
                 "sys.exit(b.child_verify())")
         t1 = time.perf_counter()
@@ -123,13 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         v: dict[str, Any] = json.loads(p.stdout)
         v["wall_s"] = time.perf_counter() - t1
         ratio = v["seconds"] / base["restore_prefill"]
-        out = {"build": args.build, "model": model.name, "tokens": len(tokens),
+        return {"cache_type": cache_type, "build": build, "model": model.name, "tokens": len(tokens),
                "state_mb": round(state.stat().st_size / 2**20, 1), "slot_written_s": round(make_s, 1),
                "baseline": {k: round(x, 3) for k, x in base.items()},
                "baseline_child_peak_mb": round(peak.child_kb / 1024, 1), "verify": v, "ratio": round(ratio, 3),
                "goal_ratio": GOAL, "within_goal": ratio <= GOAL}
-        print(json.dumps(out, indent=1))
-        return 0 if v["verdict"] == "ok" else 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

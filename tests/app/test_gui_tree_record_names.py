@@ -72,3 +72,32 @@ def test_each_missing_record_shows_which_it_is_in_a_narrow_name_column(  # type:
     index = tm.index_of(cut)
     room = tree.visualRect(index).width() - tree.style().pixelMetric(tree.style().PixelMetric.PM_SmallIconSize) - 8
     assert fm.horizontalAdvance("K layer 3") <= room, room
+
+
+def test_a_finding_in_an_iswa_half_says_its_index_without_the_model(  # type: ignore[no-untyped-def]
+        qtbot, window, open_doc, tmp_path):
+    """Without the model the findings view's layer column, its detail line and its CSV say ``#1`` for kv_swa's
+    cut K record, and the message names it ``kv_swa K #1``: it said layer 1 (the plain cache's naming: layer 1 is
+    a kv_base layer); with the model, layer 2."""
+    from PySide6.QtCore import Qt
+
+    from kvscope.core.lab.damaged_copy import corrupt_file
+
+    show = Qt.ItemDataRole.DisplayRole
+    cut = tmp_path / "cut.seqstate"
+    corrupt_file(ISWA, cut, ["truncate:node=/memory/kv_swa/stream0/K1,at=half"])
+    w = open_doc(cut)
+    fv = w.findings
+    f = next(f for f in fv.model.findings if f.code == "truncated")
+    assert fv.model.cell(f, "layer", show) == "#1"
+    assert "kv_swa K #1" in fv.model.cell(f, "message", show)
+    table = fv.csv_table()
+    assert table is not None
+    header, rows = table
+    assert rows[[r[1] for r in rows].index("truncated")][header.index("layer")] == "#1"
+    w.doc.set_model(model("gemma2"))
+    qtbot.waitUntil(lambda: w.doc.model_path is not None and w.doc.result is not None and not w.doc.busy,
+                    timeout=15000)
+    assert window.wait_idle(15000)
+    f = next(f for f in fv.model.findings if f.code == "truncated")
+    assert fv.model.cell(f, "layer", show) == "2" and "kv_swa K layer 2" in fv.model.cell(f, "message", show)

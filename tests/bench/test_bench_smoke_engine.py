@@ -60,7 +60,9 @@ def test_fuzz_verify_trained_quick(tmp_path: Path) -> None:
 
 def test_bench_verify_trained_quick(tmp_path: Path) -> None:
     docs = _json_objects(run_bench("bench_verify_trained.py", cwd=tmp_path))
-    doc = docs[-1]
+    summary = docs[-1]
+    assert [r["cache_type"] for r in summary["runs"]] == ["f16"] and "ratio_max" in summary, summary
+    doc = summary["runs"][0]
     assert doc["verify"]["verdict"] == "ok" and doc["tokens"] >= 256, doc
     assert {"baseline", "ratio", "goal_ratio", "within_goal", "baseline_child_peak_mb"} <= doc.keys()
     assert "restore_prefill" in doc["baseline"]
