@@ -101,3 +101,24 @@ def test_a_finding_in_an_iswa_half_says_its_index_without_the_model(  # type: ig
     assert window.wait_idle(15000)
     f = next(f for f in fv.model.findings if f.code == "truncated")
     assert fv.model.cell(f, "layer", show) == "2" and "kv_swa K layer 2" in fv.model.cell(f, "message", show)
+
+
+def test_the_layer_plots_say_record_indexes_without_the_model(qtbot, window, open_doc):  # type: ignore[no-untyped-def]
+    """The RMS and count plots of an iSWA half read without the model put records at their index: the axis says
+    so and the ticks read ``#0``, ``#1`` (it said "layer" 0, 1); with the model, the layers 0 and 2 of kv_swa."""
+    w = open_doc(ISWA)
+    w.show_view("layers")
+    lv = w.layers
+    swa = next(i for i, u in enumerate(lv.units) if w.doc.result.sections[u.section_index].role == "kv_swa")
+    lv.unit_combo.setCurrentIndex(swa)
+    axis = lv.stats.bad_plot.getAxis("bottom")
+    assert axis.labelText.startswith("record #")
+    assert [t for t, _ in axis._tickLevels[0]] == [0.0, 1.0] and [s for _, s in axis._tickLevels[0]] == ["#0", "#1"]
+    w.doc.set_model(model("gemma2"))
+    qtbot.waitUntil(lambda: w.doc.model_path is not None and w.doc.result is not None and not w.doc.busy,
+                    timeout=15000)
+    assert window.wait_idle(15000)
+    swa = next(i for i, u in enumerate(lv.units) if w.doc.result.sections[u.section_index].role == "kv_swa")
+    lv.unit_combo.setCurrentIndex(swa)
+    axis = lv.stats.bad_plot.getAxis("bottom")
+    assert axis.labelText == "layer" and [s for _, s in axis._tickLevels[0]] == ["0", "2"]

@@ -171,7 +171,11 @@ class StatsPlot(QWidget):
         rms_top = top_rms * 1.15 if top_rms > 0 else 1.0
         self.rms_plot.setYRange(-0.1 * rms_top, rms_top, padding=0)
         style_legend(self.legend, self.theme.plot_colors()[1])
-        ticks = [(x, f"{x:g}") for x in sorted(layers)] if 0 < len(layers) <= 40 else None  # every layer named
+        # read without the model an iSWA half's or a hybrid's records are known by their index, not a layer
+        by_index = any(ls.il is None for items in series.values() for ls in items)
+        self.bad_plot.setLabel("bottom", "record # (the layer needs the model)" if by_index else "layer")
+        mark = "#" if by_index else ""
+        ticks = [(x, f"{mark}{x:g}") for x in sorted(layers)] if 0 < len(layers) <= 40 else None  # every one named
         for p in (self.rms_plot, self.bad_plot):
             p.getAxis("bottom").setTicks([ticks] if ticks else None)
         if layers:
