@@ -12,7 +12,8 @@ run:
   tokens in an emptied context, timed inside the child's calls;
 * **verify**: ``Verifier(...).run()`` end to end in a fresh interpreter: the prefill, the 8-step
   continuation, the calibration's schedules (``kvscope.core.verify.calibrate``: a one-at-a-time tail
-  of a quarter of the tokens, 8 to 64, the last quarter in four chunks and in 16-token chunks) with the continuation after each, the restore and its continuation, the comparison.
+  of a quarter of the tokens, 8 to 64, the last quarter in four chunks and in 16-token chunks) with the
+  continuation after each, the restore and its continuation, the comparison.
 
 Goal: verify <= 2 x (restore + prefill) (``bench_verify.GOAL``, which says why 2) for every cache type.
 Peak RSS (``VmHWM``) of kvscope's process and of its llama.cpp child are stated (sampled every 20 ms).
