@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,15 @@ def _session_processes(sid: int) -> list[int]:
         except OSError:
             continue
     return out
+
+
+@pytest.fixture
+def run_tmp() -> Iterator[Path]:
+    """The child's TMPDIR: short, as multiprocessing's AF_UNIX sockets live there (at most 107 bytes of path;
+    pytest-xdist's tmp_path, ``.../popen-gw1/test_migrate_stopped_then_kil0/tmp``, leaves too little)."""
+    d = Path(tempfile.mkdtemp(prefix="kvs-sig-", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def _run_until(args: list[str], tmpdir: Path, lines: int, sig: int) -> tuple[int, str, int]:
@@ -85,11 +97,11 @@ def _temporaries(dest: Path) -> list[str]:
 
 @pytest.mark.parametrize(("executor", "sig"), [("local", signal.SIGTERM), ("local", signal.SIGHUP),
                                                ("dask", signal.SIGTERM), ("dask", signal.SIGHUP)])
-def test_scan_stopped_by_a_signal_leaves_nothing(tmp_path: Path, executor: str, sig: int) -> None:
+def test_scan_stopped_by_a_signal_leaves_nothing(tmp_path: Path, run_tmp: Path, executor: str, sig: int) -> None:
     root, n = _tree(tmp_path)
     rng = random.Random(f"{SEED}-scan-{executor}-{sig}")
     at = rng.randrange(0, n // 2)
-    rc, err, sid = _run_until(["scan", str(root), "--executor", executor], tmp_path / "tmp", at, sig)
+    rc, err, sid = _run_until(["scan", str(root), "--executor", executor], run_tmp, at, sig)
     why = f"seed {SEED}, {signal.Signals(sig).name} after {at} lines: {err[-2000:]}"
     if rc == -sig:  # it came before the command began (Python's start-up, imports): nothing to clean yet
         assert at == 0 and err == "", why
@@ -97,37 +109,37 @@ def test_scan_stopped_by_a_signal_leaves_nothing(tmp_path: Path, executor: str, 
         assert rc == 128 + sig, why
         assert err.strip().splitlines()[-1] == f"kvscope: stopped by {signal.Signals(sig).name}", why
     assert "Traceback" not in err and "leaked" not in err, why
-    procs, names = _gone(sid, tmp_path / "tmp")
+    procs, names = _gone(sid, run_tmp)
     assert procs == [] and names == [], (procs, names, why)
 
 
 @pytest.mark.parametrize("executor", ["local", "dask"])
-def test_migrate_stopped_then_killed_then_rerun(tmp_path: Path, executor: str) -> None:
+def test_migrate_stopped_then_killed_then_rerun(tmp_path: Path, run_tmp: Path, executor: str) -> None:
     root, n = _tree(tmp_path)
     rng = random.Random(f"{SEED}-migrate-{executor}")
     dest, clean = tmp_path / "dest", tmp_path / "clean"
     common = ["--layout", "v4", "--executor", executor]
     # SIGTERM: the run ends cleaned up, DEST included
     at = rng.randrange(0, n // 2)
-    rc, err, sid = _run_until(["migrate", str(root), "--out", str(dest), *common], tmp_path / "tmp", at,
+    rc, err, sid = _run_until(["migrate", str(root), "--out", str(dest), *common], run_tmp, at,
                               signal.SIGTERM)
     why = f"seed {SEED}, SIGTERM after {at} lines: {err[-2000:]}"
     assert rc == 128 + signal.SIGTERM or (rc == -signal.SIGTERM and at == 0 and err == ""), why
     assert "Traceback" not in err and "leaked" not in err, why
-    assert _gone(sid, tmp_path / "tmp") == ([], []), why
+    assert _gone(sid, run_tmp) == ([], []), why
     assert _temporaries(dest) == [], why
     # SIGKILL of the client (and of its workers: its whole session) at a random point
     at = rng.randrange(0, n)
-    rc, err, sid = _run_until(["migrate", str(root), "--out", str(dest), *common], tmp_path / "tmp", at,
+    rc, err, sid = _run_until(["migrate", str(root), "--out", str(dest), *common], run_tmp, at,
                               signal.SIGKILL)
     for pid in _session_processes(sid):
         psutil.Process(pid).kill()
     # a rerun completes the migration and leaves no temporary behind
-    rc, err, _ = _run_until(["migrate", str(root), "--out", str(dest), *common], tmp_path / "tmp2", n + 10,
+    rc, err, _ = _run_until(["migrate", str(root), "--out", str(dest), *common], run_tmp / "rerun", n + 10,
                             signal.SIGTERM)
     assert rc == 1 and "Traceback" not in err, f"seed {SEED}: {err[-2000:]}"
     assert _temporaries(dest) == []
-    rc_clean, _, _ = _run_until(["migrate", str(root), "--out", str(clean), "--layout", "v4"], tmp_path / "tmp3",
+    rc_clean, _, _ = _run_until(["migrate", str(root), "--out", str(clean), "--layout", "v4"], run_tmp / "clean",
                                 n + 10, signal.SIGTERM)  # the local executor's outputs: the same by design
     assert rc_clean == 1
     assert _outputs(dest) == _outputs(clean)
