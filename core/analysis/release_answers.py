@@ -19,8 +19,9 @@ sections: kv, iSWA, recurrent, hybrid, hybrid-iSWA, hybrid-idx, DeepSeek-V4); PA
 ``--model``); whether its cells carry an extension; MLA (``--model`` only). Not applied (the table marks them
 ``decided=False``): G's unrotated quantized K/V (values only), MiniMax-M3's ``k_idx`` section in
 b10142–b10240 and Qwen4exp's 2x indexer rows in b11334–b11401 (both need the architecture, and kvscope reads
-neither layout), the values-only sub-changes (recurrent ``n_layer`` of MTP models from b9544, H's early
-rotation rule). Without ``--model`` an iSWA PARTIAL_ONLY blob reads as a plain KV blob, so epoch I's SWA
+neither layout), H's early rotation rule (values only). The recurrent ``n_layer`` of an MTP model (with
+``--model``: the whole block count before b9544, the trunk from b9544) splits epoch J: b9479-b9543 are
+unknown for such a file, b9544 on read it as 2026-08. Without ``--model`` an iSWA PARTIAL_ONLY blob reads as a plain KV blob, so epoch I's SWA
 exception is not applied to it.
 """
 
@@ -64,6 +65,8 @@ def file_facts(res: ParseResult, profile: ModelProfile | None = None) -> FileFac
         classes.add(profile.memory_class)
         if profile.is_mla:
             classes.add("mla")
+        if profile.n_layer_nextn and any(s.kind == "recurrent" for s in res.sections):
+            classes.add("mtp")  # its recurrent n_layer changed meaning at b9544
     if any(k.startswith("dsv4") for k in kinds):
         classes.add("dsv4")
     elif profile is None:

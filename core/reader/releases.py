@@ -76,8 +76,9 @@ class Epoch:
 class ClassException:
     """Where an epoch writes other bytes than :attr:`Epoch.generation` for some files: ``generation`` instead
     (None: a layout kvscope does not know), for files of ``kinds`` (state kinds; empty: any) of a memory
-    class in ``classes`` (empty: any; ``mla`` for a multi-head latent attention cache), ``partial`` (None:
-    either), ``cell_ext`` (True: only files whose cells carry an extension; False: only files without),
+    class in ``classes`` (empty: any; ``mla`` for a multi-head latent attention cache, ``mtp`` for a recurrent
+    memory of a model with MTP/NextN blocks), ``partial`` (None: either), ``cell_ext`` (True: only files
+    whose cells carry an extension; False: only files without),
     written by releases ``first_b``..``last_b`` of the epoch (None: all of it). ``decided``: kvscope applies it
     from the parse (with ``--model`` where the class needs the model); False: data only, not applied."""
 
@@ -185,6 +186,9 @@ CLASS_EXCEPTIONS: tuple[ClassException, ...] = (
                    kinds=("seq_blob",), classes=("dsv4",), partial=True, first_b=9843),
     ClassException("J", "2026-10", "a DSA-iSWA partial blob under v9/v2, byte-identical to 2026-10's",
                    kinds=("seq_blob",), classes=("dsa_iswa",), partial=True, first_b=10581),
+    ClassException("J", None, "an MTP model's recurrent n_layer: b9479-b9543 write the whole block count, b9544 on "
+                   "the trunk (block_count - nextn_predict_layers), which kvscope's 2026-08 reads",
+                   classes=("mtp",), last_b=9543),
     ClassException("K", None, "Qwen4exp indexer rows 2x key_length already under v10/v3", first_b=11334,
                    decided=False),
 )

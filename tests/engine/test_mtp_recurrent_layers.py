@@ -97,3 +97,32 @@ def test_a_word_counting_the_mtp_block_is_refused_by_llama_cpp_and_flagged(
     core = MemoryContext.create(profile, ContextParams(n_ctx=256, n_batch=64, n_ubatch=64), LAYOUT[build])
     res = core.seq_load_file(bad, 0)
     assert not res.ok and "3 instead of 2" in res.message
+
+
+def test_the_release_answers_split_epoch_j_at_b9544(written: tuple[str, Path, bytes], mtp_model: Path,
+                                                    tmp_path: Path) -> None:
+    """The real file rewritten by the memory core as the 2026-08 layout (the trunk count, as b9544 on
+    write it): written by and loading in b9544-b10635; b9479-b9543 (the whole block count) unknown; a 2026-04
+    build refuses it."""
+    import json
+    import subprocess
+    import sys
+
+    build, path, _ = written
+    profile = load_model_profile(mtp_model)
+    ctx = MemoryContext.create(profile, ContextParams(n_ctx=256, n_batch=64, n_ubatch=64), LAYOUT[build])
+    assert ctx.seq_load_file(path, 0).ok
+    old = tmp_path / "2026-08.seqstate"
+    old.write_bytes(bytes(ctx.seq_file_bytes(0, TOKENS, layout="2026-08")))
+
+    def target(release: str) -> dict[str, object]:
+        argv = ["inspect", str(old), "--model", str(mtp_model), "--target", release, "--json"]
+        p = subprocess.run([sys.executable, "-m", "kvscope.core.cli.main", *argv], capture_output=True, text=True,
+                           timeout=120)
+        out: dict[str, object] = json.loads(p.stdout)["target"]
+        return out
+
+    assert target("b9544")["answer"] == "loads" and target("b10635")["answer"] == "loads"
+    early = target("b9500")
+    assert early["answer"] == "unknown" and "b9544" in str(early["message"]), early
+    assert target("b9400")["answer"] == "refuses"
