@@ -17,12 +17,12 @@ compatibility answers (:mod:`kvscope.core.analysis.compat`):
 Class exceptions applied from the parse: the file's kind; its memory class (from ``--model``, else from its
 sections: kv, iSWA, recurrent, hybrid, hybrid-iSWA, hybrid-idx, DeepSeek-V4); PARTIAL_ONLY (certain only with
 ``--model``); whether its cells carry an extension; MLA (``--model`` only). Not applied (the table marks them
-``decided=False``): G's unrotated quantized K/V (values only), MiniMax-M3's ``k_idx`` section in
-b10142–b10240 and Qwen4exp's 2x indexer rows in b11334–b11401 (both need the architecture, and kvscope reads
-neither layout), H's early rotation rule (values only). The recurrent ``n_layer`` of an MTP model (with
-``--model``: the whole block count before b9544, the trunk from b9544) splits epoch J: b9479-b9543 are
-unknown for such a file, b9544 on read it as 2026-08. Without ``--model`` an iSWA PARTIAL_ONLY blob reads as a plain KV blob, so epoch I's SWA
-exception is not applied to it.
+``decided=False``): G's unrotated quantized K/V (values only), MiniMax-M3's ``k_idx`` section in b10142–b10240 and
+Qwen4exp's 2x indexer rows in b11334–b11401 (both need the architecture, and kvscope reads neither layout), H's
+early rotation rule (values only). The recurrent ``n_layer`` of an MTP model (with ``--model``: the whole block
+count before b9544, the trunk from b9544) splits epoch J: b9479-b9543 are unknown for such a file, b9544 on read it
+as 2026-08. Without ``--model`` an iSWA PARTIAL_ONLY blob reads as a plain KV blob, so epoch I's SWA exception is
+not applied to it.
 """
 
 from __future__ import annotations
