@@ -209,14 +209,15 @@ def measured_record(res: ParseResult, stats: StatsReport | None, verify: dict[st
     return None
 
 
-def _indexed(res: ParseResult, records: list[tuple[int, Section, KvStream | None, LayerRecord]], f: Finding,
-             role: str | None, stream: int | None, stats: StatsReport | None) -> Flagged | None:
+def _indexed(records: list[tuple[int, Section, KvStream | None, LayerRecord]], f: Finding, role: str | None,
+             stream: int | None, stats: StatsReport | None) -> Flagged | None:
     """The record finding ``f`` names by its section and index (read without a model, an iSWA half's or a
     hybrid's record ``i`` is not layer ``i``), where the file holds it."""
     section, index = str(section_of_path(f.path or "")), int(f.extra["index"])
+    role = role or (str(f.extra["role"]) if f.extra.get("role") in ("k", "v") else None)  # a dropped record's
     mine = [r for _, sec, st, r in records if sec.role == section and (stream is None or st is None
                                                                        or st.index == stream)]
-    what = f"the damaged record {record_label(section, role or '?', index, None)}: {f.message}"
+    what = f"the damaged record {record_label(section, role or 'record', index, None)}: {f.message}"
     rec = next((r for r in mine if r.index == index and (role is None or r.role == role)), None)
     if rec is None:  # cut short or missing: the nearest record of its role in its section stands in
         near = [r for r in mine if role is None or r.role == role]
@@ -239,7 +240,7 @@ def damaged_record(res: ParseResult, stats: StatsReport | None) -> Flagged | Non
     for f in errors:
         role, stream = _finding_place(f.path or "")
         if f.layer is None:  # a record named by its index: its layer is not known without the model
-            found = _indexed(res, records, f, role, stream, stats)
+            found = _indexed(records, f, role, stream, stats)
             if found is not None:
                 return found
             continue
