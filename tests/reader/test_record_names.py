@@ -74,7 +74,7 @@ def test_a_truncated_iswa_file_names_present_and_missing_records_alike(tmp_path:
         assert [r.name for r in m.records][0] == "stream0/K1 (rest)"  # the key stays the index
 
 
-def test_inspect_json_says_no_layer_where_it_is_not_known(tmp_path: Path) -> None:
+def test_inspect_json_says_no_layer_where_it_is_not_known() -> None:
     """The JSON of an iSWA file read without the model: each record's ``il`` is null (its index is not its
     layer) and ``index`` says which record it is; with the model, ``il`` is the model layer."""
     from kvscope.core.reader.render import result_to_json
@@ -110,4 +110,7 @@ def test_the_reports_damaged_record_is_the_cut_one_without_the_model(tmp_path: P
     found = damaged_record(res, None)
     assert found is not None
     sec = next(s for s in res.sections if any(r is found.record for r in s.all_layers()))
-    assert (sec.role, found.record.index) in (("kv_swa", 1), ("kv_swa", 0))
+    # the cut record holds no values: its section's nearest K record stands in, and the caption says so
+    assert (sec.role, found.record.role, found.record.index) == ("kv_swa", "k", 0)
+    assert found.why.startswith("the damaged record kv_swa K #1: ") and "the nearest, kv_swa K #0, is shown" in \
+        found.why, found.why
