@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from kvscope.core.analysis.diff import StateDiff
     from kvscope.core.analysis.inspection import Inspection
     from kvscope.core.analysis.overview import Overview
-    from kvscope.core.analysis.stats import StatsReport
+    from kvscope.core.analysis.stats import LayerStats, StatsReport
     from kvscope.core.findings import Finding
     from kvscope.core.model.profile import ModelProfile
     from kvscope.core.reader.records import KvStream, LayerRecord, ParseResult, Section
@@ -147,8 +147,13 @@ def flagged_records(res: ParseResult, stats: StatsReport | None,
     first = next((r for r in recs if r.role == "k"), recs[0] if recs else None)
     if first is None:
         return [], 0
-    ref = next((x for x in stats.layers if x.data_offset == first.data_offset), None) if stats is not None else None
+    ref = _stats_of(first, stats)
     return [Flagged(first, ref, "for reference: no record has non-finite values or zero rows")], 0
+
+
+def _stats_of(rec: LayerRecord, stats: StatsReport | None) -> LayerStats | None:
+    """The statistics of ``rec`` in ``stats`` (matched by its data offset), None without them."""
+    return next((x for x in stats.layers if x.data_offset == rec.data_offset), None) if stats is not None else None
 
 
 def _finding_place(path: str) -> tuple[str | None, int | None]:
@@ -182,8 +187,7 @@ def _picture(mine: list[LayerRecord], layer: int, role: str | None, stats: Stats
         rec = min(near, key=lambda r: (abs((r.il or 0) - layer), -(r.il or 0)))
         what += (f" (layer {layer} has no record in the file: the nearest, {rec.role.upper()} layer {rec.il}, is "
                  "shown)")
-    ref = next((x for x in stats.layers if x.data_offset == rec.data_offset), None) if stats is not None else None
-    return Flagged(rec, ref, what)
+    return Flagged(rec, _stats_of(rec, stats), what)
 
 
 def measured_record(res: ParseResult, stats: StatsReport | None, verify: dict[str, Any] | None) -> Flagged | None:
@@ -226,8 +230,7 @@ def _indexed(records: list[tuple[int, Section, KvStream | None, LayerRecord]], f
         rec = min(near, key=lambda r: (abs(r.index - index), -r.index))
         stand_in = record_label(section, rec.role, rec.index, None)
         what += f" (it has no values in the file: the nearest, {stand_in}, is shown)"
-    ref = next((x for x in stats.layers if x.data_offset == rec.data_offset), None) if stats is not None else None
-    return Flagged(rec, ref, what)
+    return Flagged(rec, _stats_of(rec, stats), what)
 
 
 def damaged_record(res: ParseResult, stats: StatsReport | None) -> Flagged | None:
